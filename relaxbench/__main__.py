@@ -1,0 +1,3 @@
+from relaxbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Turn a method spec and loaded models into a ready decoder: the one place arms are assembled.
+
+Used by ``generate``, ``compare``, the lm-eval model class and the benchmarks, so every entry point builds an arm
+the same way (and fails the same way on an incompatible combination).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
+from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
+from relaxbench.errors import ConfigError
+from relaxbench.policies import make_policy
+
+DEFAULT_K = 5
+
+
+def build_drafter(spec: DrafterSpec, target: Any, draft: Any | None) -> Drafter:
+    import relaxbench.decoding.drafters  # noqa: F401  (registers the built-in drafters)
+
+    return DRAFTERS.get(spec.kind).build(dict(spec.knobs), DrafterInputs(target, draft))
+
+
+def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec | None:
+    """The drafter an arm really uses. ``--draft ngram`` stands in for a draft model: a method whose drafter
+    is the plain draft model then runs with prompt lookup. The AR baseline has none."""
+    if method.policy == "none":
+        return None
+    if draft_name == "ngram" and method.drafter.kind == "model":
+        return DrafterSpec(kind="ngram")
+    return method.drafter
+
+
+def resolve_k(method: MethodSpec, requested: int | None) -> int:
+    """Draft length: the user's ``-k`` wins, then the method's own ``k``, then the default."""
+    if requested is not None:
+        return requested
+    return method.k if method.k is not None else DEFAULT_K
+
+
+def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str = "auto",
+              draft_dtype: str = "auto", quiet: bool = False) -> tuple[Any, Any | None]:
+    """Load the target and (unless the drafter needs no model) the draft model; check they share a vocabulary."""
+    from relaxbench.models import check_shared_vocab, load_model
+
+    target = load_model(target_name, dtype=dtype, device=device, quiet=quiet)
+    if draft_name in (None, "ngram", "layerskip"):
+        return target, None
+    draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet)
+    check_shared_vocab(target, draft)
+    return target, draft
+
+
+def build_decoder(method: MethodSpec, target: Any, draft: Any | None, decode: DecodeConfig,
+                  draft_name: str | None = None) -> SpeculativeDecoder:
+    """A decoder for ``method`` with the decoding settings ``decode`` (its ``k`` from ``resolve_k``)."""
+    policy = make_policy(method.policy, method.knobs)
+    drafter_spec = effective_drafter(method, draft_name)
+    if drafter_spec is not None and drafter_spec.kind in ("model",) and draft is None:
+        raise ConfigError(f"method {method.name!r} needs a draft model: pass --draft NAME (or --draft ngram)")
+    drafter = build_drafter(drafter_spec, target, draft) if drafter_spec is not None else None
+    return SpeculativeDecoder(target, drafter, policy, decode)

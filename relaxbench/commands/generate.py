@@ -1,0 +1,84 @@
+"""``relaxbench generate``: one completion with one method, and its counters."""
+
+from __future__ import annotations
+
+import argparse
+
+from relaxbench.cli import add_decoding_args, add_runtime_args, configure_runtime, parse_assignments
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser("generate", help="generate one completion with one method and show its counters")
+    g.add_argument("--target", required=True, help="local dir, .gguf file, packaged alias or hub id")
+    g.add_argument("--draft", default=None,
+                   help="draft model name, or 'ngram' for prompt lookup (not needed with --policy none)")
+    g.add_argument("--method", default=None, help="a method (methods/NAME.yaml or a YAML path) instead of --policy")
+    g.add_argument("--policy", default=None, help="verification policy; 'none' = autoregressive baseline")
+    g.add_argument("--knob", action="append", metavar="KEY=VALUE", help="policy knob (repeatable)")
+    g.add_argument("--drafter", default=None, help="drafter kind (default: 'model', or 'ngram' for --draft ngram)")
+    g.add_argument("--drafter-knob", action="append", metavar="KEY=VALUE", help="drafter setting (repeatable)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--system", default=None, help="system message for chat models")
+    g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    add_decoding_args(g)
+    add_runtime_args(g)
+    g.set_defaults(handler=run)
+
+
+def method_from_args(args: argparse.Namespace):
+    """The method named by --method, or one assembled from --policy/--knob/--drafter/--drafter-knob."""
+    from dataclasses import replace
+
+    from relaxbench.config import DrafterSpec, MethodSpec, load_method
+    from relaxbench.errors import ConfigError
+
+    if (args.method is None) == (args.policy is None):
+        raise ConfigError("give exactly one of --method or --policy")
+    method = load_method(args.method) if args.method else MethodSpec(name=args.policy, policy=args.policy)
+    knobs = parse_assignments(args.knob, "--knob")
+    drafter_knobs = parse_assignments(args.drafter_knob, "--drafter-knob")
+    drafter = method.drafter
+    if args.drafter is not None:
+        drafter = DrafterSpec(kind=args.drafter, knobs=drafter_knobs)
+    elif args.draft == "ngram" and drafter.kind == "model":
+        drafter = DrafterSpec(kind="ngram", knobs=drafter_knobs)
+    elif drafter_knobs:
+        drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **drafter_knobs})
+    return replace(method, knobs={**method.knobs, **knobs}, drafter=drafter)
+
+
+def run(args: argparse.Namespace) -> int:
+    from relaxbench.ui import console
+    from rich.table import Table
+
+    from relaxbench.arms import build_decoder, load_pair, resolve_k
+    from relaxbench.decoding.loop import DecodeConfig
+    from relaxbench.decoding.prompts import encode_prompt
+    from relaxbench.decoding.sampling import SamplingParams
+    from relaxbench.errors import ConfigError
+
+    device = configure_runtime(args)
+    method = method_from_args(args)
+    if method.policy != "none" and args.draft is None and method.drafter.kind in ("model", "ngram+lm"):
+        raise ConfigError(f"policy {method.policy!r} needs --draft NAME or --draft ngram")
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    decode = DecodeConfig(k=resolve_k(method, args.k), max_new_tokens=args.max_new_tokens, sampling=sampling,
+                          stop_strings=tuple(args.stop), seed=args.seed)
+    draft_name = None if method.policy == "none" else args.draft
+    target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
+    decoder = build_decoder(method, target, draft, decode, draft_name)
+    prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
+    result = decoder.generate(prompt_ids)
+
+    out = console()
+    out.print(result.text, markup=False, highlight=False)
+    err = console(stderr=True)
+    table = Table(title=f"{method.name} ({decoder.policy.name}, k={decode.k if decoder.drafter else 0})")
+    for col in ("tokens", "rounds", "mean acc. length", "acceptance rate", "relaxed", "tokens/s", "stop"):
+        table.add_column(col, justify="right")
+    table.add_row(str(result.n_emitted), str(result.n_rounds), f"{result.mean_acceptance_length:.2f}",
+                  f"{result.acceptance_rate:.2%}" if sum(result.rounds.drafted) else "-",
+                  str(sum(result.rounds.relaxed)), f"{result.tokens_per_second:.2f}", result.stop_reason)
+    err.print(table)
+    return 0

@@ -1,0 +1,55 @@
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks."""
+
+from __future__ import annotations
+
+import argparse
+
+LISTERS = ("policies", "drafters", "models", "methods", "tasks")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods or tasks")
+    p.add_argument("kind", choices=LISTERS)
+    p.set_defaults(handler=run)
+
+
+def rows(kind: str) -> list[tuple[str, str]]:
+    """(name, one-line description) for every entry of ``kind``."""
+    if kind == "policies":
+        from relaxbench.policies import POLICIES
+
+        return [(name, f"{cls.summary} [{', '.join(sorted(cls.modes))}]") for name, cls in POLICIES.items()]
+    if kind == "drafters":
+        from relaxbench.decoding.drafters import DRAFTERS
+
+        return [(name, cls.summary) for name, cls in DRAFTERS.items()]
+    if kind == "models":
+        from relaxbench.models.zoo import MODELS
+
+        return [(name, spec.description) for name, spec in MODELS.items()]
+    if kind == "methods":
+        from relaxbench.config import load_method, method_files
+
+        out = []
+        for name in method_files():
+            spec = load_method(name)
+            sweep = f", sweep {dict(spec.sweep)}" if spec.sweep else ""
+            out.append((name, f"policy {spec.policy}, drafter {spec.drafter.kind}, k={spec.k or 'default'}"
+                              f"{sweep}. {spec.description}".strip()))
+        return out
+    from relaxbench.config import builtin_dir
+
+    return [(path.stem, str(path)) for path in sorted(builtin_dir("tasks").glob("*.yaml"))]
+
+
+def run(args: argparse.Namespace) -> int:
+    from relaxbench.ui import console
+    from rich.table import Table
+
+    table = Table(title=args.kind)
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for name, description in rows(args.kind):
+        table.add_row(name, description)
+    console().print(table)
+    return 0

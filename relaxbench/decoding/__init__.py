@@ -1,0 +1,1 @@
+"""The decoding engine: one loop for every arm, drafters, cache rollback, per-round counters."""

@@ -1,0 +1,159 @@
+"""Drafters: where the k proposed tokens come from. All share one protocol.
+
+``reset(prompt)`` before a sequence; ``propose(context, k, ...)`` returns up to ``k`` tokens (fewer when, say, an
+n-gram lookup finds nothing); ``commit(context)`` after the verdict, with the new committed sequence, so the drafter
+can roll its own cache back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from relaxbench.decoding.cache import CachedLM
+from relaxbench.decoding.sampling import SamplingParams, next_token
+from relaxbench.errors import ConfigError
+from relaxbench.policies.base import parse_knobs
+from relaxbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: torch.Tensor  # [k'] long, k' <= k
+    logits: torch.Tensor | None  # [k', V] draft logits, when the drafter has a distribution
+
+
+@dataclass(frozen=True)
+class DrafterInputs:
+    """What a drafter may be built from: the target, and the separately loaded draft model if any."""
+
+    target: Any  # LoadedModel
+    draft: Any | None  # LoadedModel
+
+
+class Drafter:
+    name: ClassVar[str] = ""
+    provides_probs: ClassVar[bool] = False
+    needs_draft_model: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    @dataclass(frozen=True)
+    class Knobs:
+        pass
+
+    def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
+        self.knobs = knobs
+
+    @classmethod
+    def build(cls, raw_knobs: dict[str, Any] | None, inputs: DrafterInputs) -> Drafter:
+        if cls.needs_draft_model and inputs.draft is None:
+            raise ConfigError(f"drafter {cls.name!r} needs a draft model (--draft NAME)")
+        return cls(parse_knobs(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}"), inputs)
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        pass
+
+    def propose(self, context: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None) -> Proposal:
+        raise NotImplementedError
+
+    def commit(self, context: torch.Tensor) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"drafter": self.name, **dataclasses.asdict(self.knobs)}
+
+
+DRAFTERS: Registry[type[Drafter]] = Registry("drafter", "relaxbench.drafters")
+
+
+def register_drafter(cls: type[Drafter]) -> type[Drafter]:
+    DRAFTERS.add(cls.name, cls)
+    return cls
+
+
+def draft_autoregressively(lm: CachedLM, context: torch.Tensor, k: int, sampling: SamplingParams,
+                           generator: torch.Generator | None, keep_logits: bool) -> Proposal:
+    """k steps of plain decoding with ``lm`` on top of its cache (the shared core of every LM drafter)."""
+    lm.sync_to(context)
+    feed = lm.pending(context)
+    tokens, rows = [], []
+    for _ in range(k):
+        logits = lm.run(feed, n_logits=1).logits[-1]
+        token = next_token(logits, sampling, generator)
+        tokens.append(token)
+        if keep_logits:
+            rows.append(logits)
+        feed = token.view(1)
+    empty = torch.empty(0, dtype=torch.long, device=context.device)
+    return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None)
+
+
+@register_drafter
+class DraftModelDrafter(Drafter):
+    """An independent (smaller) draft LM with its own KV cache."""
+
+    name = "model"
+    provides_probs = True
+    needs_draft_model = True
+    summary = "an independent draft LM with its own KV cache"
+
+    def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
+        super().__init__(knobs, inputs)
+        self.lm = CachedLM(inputs.draft.model)
+        self.model_name = inputs.draft.name
+        self.keep_logits = True
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        self.lm.reset()
+
+    def propose(self, context, k, sampling, generator) -> Proposal:
+        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
+
+    def commit(self, context: torch.Tensor) -> None:
+        self.lm.sync_to(context)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model": self.model_name}
+
+
+def prompt_lookup(context: torch.Tensor, max_ngram: int, min_ngram: int, num_tokens: int) -> torch.Tensor:
+    """Prompt-lookup decoding: match the last n tokens (n = max_ngram down to min_ngram) earlier in the context
+    and propose what followed the earliest match that has a continuation. Empty when nothing matches."""
+    length = int(context.shape[0])
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        suffix = context[length - n:]
+        windows = context[: length - 1].unfold(0, n, 1)  # windows that end before the last token
+        hits = (windows == suffix).all(dim=1).nonzero().flatten()
+        for start in hits.tolist():
+            follow = start + n
+            if follow < length:
+                return context[follow: min(follow + num_tokens, length)]
+    return context[:0]
+
+
+@register_drafter
+class PromptLookupDrafter(Drafter):
+    """Prompt-lookup n-grams (no model, no distribution): copy what followed an earlier occurrence."""
+
+    name = "ngram"
+    summary = "prompt-lookup n-grams: copy the continuation of the earliest earlier match of the last n tokens"
+
+    @dataclass(frozen=True)
+    class Knobs:
+        max_ngram: int = 3
+        min_ngram: int = 1
+        num_tokens: int = 10
+
+        def __post_init__(self) -> None:
+            if not 1 <= self.min_ngram <= self.max_ngram:
+                raise ValueError("need 1 <= min_ngram <= max_ngram")
+            if self.num_tokens < 1:
+                raise ValueError("num_tokens must be >= 1")
+
+    def propose(self, context, k, sampling, generator) -> Proposal:
+        tokens = prompt_lookup(context, self.knobs.max_ngram, self.knobs.min_ngram, min(k, self.knobs.num_tokens))
+        return Proposal(tokens, None)

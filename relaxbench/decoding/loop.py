@@ -1,0 +1,164 @@
+"""The one generation loop, for every arm. The autoregressive baseline is this loop with no drafter (k = 0).
+
+prefill → repeat { propose → one target forward over [pending, d_1..d_k, extras] → policy verdict → commit →
+roll both caches back to the committed sequence } until EOS, a stop string or max_new_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from relaxbench.decoding.cache import CachedLM
+from relaxbench.decoding.drafters import Drafter, Proposal
+from relaxbench.decoding.records import GenerationResult, RoundLog
+from relaxbench.decoding.sampling import SamplingParams
+from relaxbench.errors import ConfigError
+from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
+from relaxbench.timing import Clock
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    k: int = 5  # draft tokens per round (0: autoregressive)
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.k < 0 or self.max_new_tokens < 1:
+            raise ConfigError(f"need k >= 0 and max_new_tokens >= 1 (got k={self.k}, "
+                              f"max_new_tokens={self.max_new_tokens})")
+
+
+def check_compatible(policy: VerificationPolicy, drafter: Drafter | None, sampling: SamplingParams) -> None:
+    """Configuration-time checks, so an incompatible arm fails before any decoding."""
+    if policy.name == "none" and drafter is not None:
+        raise ConfigError("policy 'none' is the autoregressive baseline and takes no drafter")
+    mode = "greedy" if sampling.greedy else "sampling"
+    if mode not in policy.modes:
+        raise ConfigError(f"policy {policy.name!r} does not support {mode} decoding "
+                          f"(supports: {', '.join(sorted(policy.modes))})")
+    if drafter is not None and Need.DRAFT_PROBS in policy.needs and not drafter.provides_probs:
+        raise ConfigError(f"policy {policy.name!r} needs {Need.DRAFT_PROBS.value}, but drafter {drafter.name!r} "
+                          "has no distribution; use a draft model")
+
+
+class SpeculativeDecoder:
+    """Owns the target cache and runs the loop; one instance per (target, drafter, policy, config) arm."""
+
+    def __init__(self, target, drafter: Drafter | None, policy: VerificationPolicy, config: DecodeConfig) -> None:
+        check_compatible(policy, drafter, config.sampling)
+        self.target, self.drafter, self.policy, self.config = target, drafter, policy, config
+        self.lm = CachedLM(target.model)
+        self.clock = Clock(target.device)
+        self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
+        self.want_hidden = Need.HIDDEN_STATES in policy.needs
+        if drafter is not None and hasattr(drafter, "keep_logits"):
+            drafter.keep_logits = Need.DRAFT_PROBS in policy.needs or not config.sampling.greedy
+        policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids: list[int]) -> GenerationResult:
+        cfg, clock, lm, k_max = self.config, self.clock, self.lm, (self.config.k if self.drafter else 0)
+        generator = torch.Generator(self.target.device).manual_seed(cfg.seed)
+        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target.device)
+        context, rounds, stop_reason = prompt, RoundLog(), "length"
+        t_start = clock.now()
+        self.policy.reset()
+        lm.reset()
+        if self.drafter is not None:
+            self.drafter.reset(prompt)
+        if prompt.shape[0] > 1:
+            lm.run(prompt[:-1], n_logits=0)
+        t_prefill = clock.now() - t_start
+        while (emitted := context.shape[0] - prompt.shape[0]) < cfg.max_new_tokens:
+            t0 = clock.now()
+            k = min(k_max, cfg.max_new_tokens - emitted - 1)
+            proposal = self.drafter.propose(context, k, cfg.sampling, generator) if k > 0 else _EMPTY
+            drafts = proposal.tokens.to(context.device)
+            extra = self.policy.extra_verify_tokens(drafts)
+            n_extra = 0 if extra is None else int(extra.shape[0])
+            t1 = clock.now()
+            pending = lm.pending(context)
+            feed = torch.cat([pending, drafts] + ([extra] if n_extra else []))
+            out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden)
+            t2 = clock.now()
+            block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
+                          cfg.sampling, generator, _extras(out, drafts.shape[0], n_extra))
+            verdict = self.policy.verify(block)
+            new = torch.cat([drafts[: verdict.n_accepted], drafts.new_tensor([verdict.next_token])])
+            new, stop_reason = self._truncate(context, new, prompt.shape[0])
+            context = torch.cat([context, new])
+            lm.sync_to(context)
+            if self.drafter is not None:
+                self.drafter.commit(context)
+            t3 = clock.now()
+            rounds.add(int(drafts.shape[0]), verdict.n_accepted, verdict.n_relaxed, int(new.shape[0]),
+                       t1 - t0, t2 - t1, t3 - t2)
+            if stop_reason != "length":
+                break
+        t_total = clock.now() - t_start
+        output = context[prompt.shape[0]:].tolist()
+        text = _decode(self.target.tokenizer, output, cfg.stop_strings)
+        return GenerationResult(list(prompt_ids), output, text, stop_reason, rounds, t_prefill, t_total)
+
+    def _truncate(self, context: torch.Tensor, new: torch.Tensor, prompt_len: int) -> tuple[torch.Tensor, str]:
+        """Cut the tokens of a round at the first EOS (kept), at the token that completes a stop string (kept),
+        or at max_new_tokens; return them with the stop reason ('length' when decoding goes on)."""
+        is_eos = torch.isin(new, self.eos).nonzero()
+        reason = "length"
+        if is_eos.numel():
+            new, reason = new[: int(is_eos[0, 0]) + 1], "eos"
+        if self.config.stop_strings:
+            generated = torch.cat([context[prompt_len:], new]).tolist()
+            cut = _stop_string_end(self.target.tokenizer, generated, self.config.stop_strings,
+                                   first_new=int(context.shape[0]) - prompt_len)
+            if cut is not None:
+                new, reason = new[: cut - (int(context.shape[0]) - prompt_len)], "stop"
+        return new, reason
+
+
+_EMPTY = Proposal(torch.empty(0, dtype=torch.long), None)
+
+
+def _draft_logits(proposal: Proposal, width: int) -> torch.Tensor | None:
+    """Draft logits aligned to the target's logit width (vocabularies padded differently are cut or padded)."""
+    logits = proposal.logits
+    if logits is None or logits.shape[-1] == width:
+        return logits
+    if logits.shape[-1] > width:
+        return logits[:, :width]
+    pad = logits.new_full((logits.shape[0], width - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits.float(), pad], dim=-1)
+
+
+def _extras(out, k: int, n_extra: int) -> dict[str, torch.Tensor]:
+    extras: dict[str, torch.Tensor] = {}
+    if n_extra:
+        extras["extra_logits"] = out.logits[k + 1:]
+    if out.hidden is not None:
+        extras["hidden_states"] = out.hidden[: k + 1]
+    return extras
+
+
+def _stop_string_end(tokenizer, generated: list[int], stops: tuple[str, ...], first_new: int) -> int | None:
+    """Smallest token count j > first_new such that decode(generated[:j]) contains a stop string; None if none.
+
+    Only prefixes ending in this round's tokens are examined (earlier rounds were checked already)."""
+    if not any(s in tokenizer.decode(generated, skip_special_tokens=True) for s in stops):
+        return None
+    for j in range(first_new + 1, len(generated) + 1):
+        text = tokenizer.decode(generated[:j], skip_special_tokens=True)
+        if any(s in text for s in stops):
+            return j
+    return None
+
+
+def _decode(tokenizer, output: list[int], stops: tuple[str, ...]) -> str:
+    """Output text without special tokens, cut before the first stop string."""
+    text = tokenizer.decode(output, skip_special_tokens=True)
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return text[: min(cuts)] if cuts else text

