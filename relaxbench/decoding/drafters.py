@@ -39,6 +39,8 @@ class Drafter:
     provides_probs: ClassVar[bool] = False
     needs_draft_model: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    # set by the decoder: return draft logits only when the policy reads q or the run samples
+    keep_logits: bool = False
 
     @dataclass(frozen=True)
     class Knobs:
@@ -105,7 +107,6 @@ class DraftModelDrafter(Drafter):
         super().__init__(knobs, inputs)
         self.lm = CachedLM(inputs.draft.model)
         self.model_name = inputs.draft.name
-        self.keep_logits = True
 
     def reset(self, prompt: torch.Tensor) -> None:
         self.lm.reset()

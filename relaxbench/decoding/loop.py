@@ -56,7 +56,7 @@ class SpeculativeDecoder:
         self.clock = Clock(target.device)
         self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
-        if drafter is not None and hasattr(drafter, "keep_logits"):
+        if drafter is not None:
             drafter.keep_logits = Need.DRAFT_PROBS in policy.needs or not config.sampling.greedy
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
 
