@@ -48,7 +48,7 @@ def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str 
     target = load_model(target_name, dtype=dtype, device=device, quiet=quiet)
     if draft_name in (None, "ngram", "layerskip"):
         return target, None
-    draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet)
+    draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet, role="draft")
     check_shared_vocab(target, draft)
     return target, draft
 

@@ -80,12 +80,35 @@ class LoadedModel:
         }
 
 
-def parse_dtype(value: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
-    """'auto' picks the per-device default (fp32 on CPU, bf16 on CUDA; see docs/performance.md)."""
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_dtype(device: str | torch.device, role: str) -> torch.dtype:
+    """The dtype 'auto' means, per device and role ('target' or 'draft'), chosen from measurements
+    (docs/performance.md): on CUDA bf16; on a CPU with bf16 units the target in bf16 (a 16-token verify pass costs
+    about 1.3 one-token passes, and one-token passes are faster than fp32) and the draft in fp32 (its one-token
+    steps are faster in fp32); on a CPU without them the target in fp32 (bf16 is emulated, so a k-token verify costs
+    about k one-token passes) and the draft in bf16 (one-token steps are memory-bound, half the bytes)."""
+    if torch.device(device).type == "cuda":
+        return torch.bfloat16
+    if cpu_has_bf16_units():
+        return torch.bfloat16 if role == "target" else torch.float32
+    return torch.float32 if role == "target" else torch.bfloat16
+
+
+def parse_dtype(value: str | torch.dtype, device: str | torch.device = "cpu", role: str = "target") -> torch.dtype:
+    """A dtype name, or 'auto' for the per-device, per-role default (see ``default_dtype``)."""
     if isinstance(value, torch.dtype):
         return value
     if value == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        return default_dtype(device, role)
     try:
         return DTYPES[value.lower()]
     except KeyError:
@@ -206,12 +229,13 @@ def hub_reachable(timeout: float = 5.0) -> bool:
         return False
 
 
-def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu", quiet: bool = False) -> LoadedModel:
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu", quiet: bool = False,
+               role: str = "target") -> LoadedModel:
     """Resolve, fetch if needed, and load ``name`` with its tokenizer, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     location = resolve_model(name)
-    torch_dtype = parse_dtype(dtype, device)
+    torch_dtype = parse_dtype(dtype, device, role)
     ref = materialize(location, quiet=quiet)
     # without a reachable hub, a hub id can still load from the local Hugging Face cache
     offline = location.kind == "hub" and not hub_reachable()

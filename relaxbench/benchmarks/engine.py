@@ -1,0 +1,143 @@
+"""Engine benchmark: our arms against transformers' own decoding on the same models, side by side in one run.
+
+* our AR arm            vs ``model.generate`` greedy                         target ≥ 0.95×
+* our ``exact`` arm     vs ``model.generate(assistant_model=draft)``, same k  target ≥ 1.0×
+* our ``exact`` + ngram vs ``model.generate(prompt_lookup_num_tokens=...)``   target ≥ 1.0×
+
+Arms are interleaved per prompt and repeat (HF, ours, HF, ours, ...) so machine drift hits both alike; outputs are
+asserted identical; the figure is the median over repeats of the paired tokens/s ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from relaxbench.arms import build_decoder
+from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.decoding.loop import DecodeConfig
+from relaxbench.decoding.prompts import encode_prompt
+from relaxbench.timing import Clock
+
+CODE_PROMPTS = (
+    "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and non-alphanumeric characters. "
+    "Include a docstring and three doctest examples.",
+    "Write a Python class `LRUCache` with `get(key)` and `put(key, value)` methods and a fixed capacity, using "
+    "collections.OrderedDict. Add type hints.",
+    "Write a Python function that parses a CSV file given its path and returns the average of the column named "
+    "'price', skipping rows where the value is missing.",
+)
+
+
+@dataclass
+class Comparison:
+    """One 'ours vs transformers' line: per-repeat tokens/s of both, and whether outputs matched."""
+
+    label: str
+    target_ratio: float
+    ours_tps: list[float] = field(default_factory=list)
+    ref_tps: list[float] = field(default_factory=list)
+    identical: bool = True
+    notes: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [a / b for a, b in zip(self.ours_tps, self.ref_tps)]
+
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else float("nan")
+
+    @property
+    def holds(self) -> bool:
+        return self.identical and self.median_ratio >= self.target_ratio
+
+
+def cut_at_eos(tokens: list[int], eos: frozenset[int]) -> list[int]:
+    cut = next((i + 1 for i, t in enumerate(tokens) if t in eos), len(tokens))
+    return tokens[:cut]
+
+
+def hf_generate(target, prompt_ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
+    """transformers' greedy ``generate`` (optionally assisted), output cut after the first EOS."""
+    ids = torch.tensor([prompt_ids], device=target.device)
+    out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=target.tokenizer.pad_token_id
+                                if target.tokenizer.pad_token_id is not None else min(target.eos_token_ids),
+                                eos_token_id=sorted(target.eos_token_ids), **kwargs)
+    return cut_at_eos(out[0, len(prompt_ids):].tolist(), target.eos_token_ids)
+
+
+def configure_assistant(draft, k: int) -> None:
+    """Make HF assisted generation draft exactly k tokens per round, as our arm does."""
+    config = draft.model.generation_config
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0  # no early stop of drafting
+
+
+def timed(clock: Clock, fn: Callable[[], list[int]]) -> tuple[list[int], float]:
+    start = clock.now()
+    tokens = fn()
+    return tokens, clock.now() - start
+
+
+def compare_pairwise(comparison: Comparison, prompts: list[list[int]], repeats: int, clock: Clock,
+                     ours: Callable[[list[int]], list[int]], reference: Callable[[list[int]], list[int]]) -> None:
+    """Interleave reference and ours per prompt and repeat; record tokens/s per repeat (summed over prompts)."""
+    for _ in range(repeats):
+        ours_tokens = ours_time = ref_tokens = ref_time = 0.0
+        for prompt in prompts:
+            ref_out, ref_dt = timed(clock, lambda: reference(prompt))
+            our_out, our_dt = timed(clock, lambda: ours(prompt))
+            comparison.identical &= our_out == ref_out
+            ours_tokens, ours_time = ours_tokens + len(our_out), ours_time + our_dt
+            ref_tokens, ref_time = ref_tokens + len(ref_out), ref_time + ref_dt
+        comparison.ours_tps.append(ours_tokens / ours_time)
+        comparison.ref_tps.append(ref_tokens / ref_time)
+
+
+def our_arm(method: MethodSpec, target, draft, k: int, max_new_tokens: int) -> Callable[[list[int]], list[int]]:
+    decoder = build_decoder(method, target, draft, DecodeConfig(k=k, max_new_tokens=max_new_tokens))
+    return lambda prompt: decoder.generate(prompt).output_ids
+
+
+def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int,
+                      n_prompts: int) -> list[Comparison]:
+    clock = Clock(target.device)
+    prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
+    configure_assistant(draft, k)
+    ar = our_arm(MethodSpec("ar", "none"), target, None, 0, max_new_tokens)
+    exact = our_arm(MethodSpec("exact", "exact", drafter=DrafterSpec("model")), target, draft, k, max_new_tokens)
+    # warm-up: one short pass of every code path
+    for fn in (ar, exact, lambda p: hf_generate(target, p, 8), lambda p: hf_generate(target, p, 8,
+                                                                                      assistant_model=draft.model)):
+        fn(prompts[0][:64])
+    greedy = Comparison("AR arm vs HF generate (greedy)", 0.95)
+    compare_pairwise(greedy, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens))
+    assisted = Comparison(f"exact arm vs HF assisted generation (k={k})", 1.0)
+    compare_pairwise(assisted, prompts, repeats, clock, exact,
+                     lambda p: hf_generate(target, p, max_new_tokens, assistant_model=draft.model))
+    return [greedy, assisted]
+
+
+def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens: int, repeats: int,
+                        n_prompts: int) -> list[Comparison]:
+    clock = Clock(target.device)
+    prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
+    method = MethodSpec("exact-ngram", "exact", drafter=DrafterSpec("ngram", {"max_ngram": max_ngram,
+                                                                              "num_tokens": num_tokens}))
+    ours = our_arm(method, target, None, num_tokens, max_new_tokens)
+
+    def reference(prompt: list[int]) -> list[int]:
+        return hf_generate(target, prompt, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
+                           max_matching_ngram_size=max_ngram)
+
+    ours(prompts[0][:64])
+    hf_generate(target, prompts[0][:64], 8, prompt_lookup_num_tokens=num_tokens)
+    lookup = Comparison(f"exact+ngram arm vs HF prompt lookup (n≤{max_ngram}, {num_tokens} tokens)", 1.0)
+    compare_pairwise(lookup, prompts, repeats, clock, ours, reference)
+    return [lookup]

@@ -1,0 +1,93 @@
+"""``relaxbench bench ...``: benchmarks that print figures and exit non-zero when a target is missed."""
+
+from __future__ import annotations
+
+import argparse
+
+from relaxbench.cli import OneLineParser, configure_runtime
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead")
+    bsub = b.add_subparsers(dest="bench_command", required=True, parser_class=OneLineParser)
+
+    e = bsub.add_parser("engine", help="our AR / exact arms vs transformers' generate, side by side")
+    e.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    e.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    e.add_argument("--lookup-target", default="smollm2-135m-instruct",
+                   help="model for the prompt-lookup comparison ('' to skip)")
+    e.add_argument("-k", "--k", type=int, default=5)
+    e.add_argument("--lookup-tokens", type=int, default=10)
+    e.add_argument("--lookup-ngram", type=int, default=2)
+    e.add_argument("--max-new-tokens", type=int, default=128)
+    e.add_argument("--prompts", type=int, default=3, help="number of code prompts (max 3)")
+    e.add_argument("--repeats", type=int, default=3)
+    e.add_argument("--dtype", default="auto")
+    e.add_argument("--draft-dtype", default="auto")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--threads", type=int, default=None)
+    e.set_defaults(handler=run_engine)
+
+    f = bsub.add_parser("forward", help="forward-pass cost per dtype and chunk size (the basis of dtype defaults)")
+    f.add_argument("models", nargs="+", metavar="MODEL")
+    f.add_argument("--dtypes", default="float32,bfloat16")
+    f.add_argument("--chunks", default="1,2,4,8,16")
+    f.add_argument("--context", type=int, default=300)
+    f.add_argument("--repeats", type=int, default=5)
+    f.add_argument("--device", default="auto")
+    f.add_argument("--threads", type=int, default=None)
+    f.set_defaults(handler=run_forward)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from relaxbench.arms import load_pair
+    from relaxbench.benchmarks.engine import bench_draft_model, bench_prompt_lookup
+    from relaxbench.models import load_model
+    from relaxbench.ui import console
+
+    device = configure_runtime(args)
+    out = console()
+    target, draft = load_pair(args.target, args.draft, device, args.dtype, args.draft_dtype, quiet=False)
+    out.print(f"target {target.name} ({target.dtype}), draft {draft.name} ({draft.dtype}), "
+              f"{args.prompts} prompts × {args.repeats} repeats, {args.max_new_tokens} new tokens")
+    rows = bench_draft_model(target, draft, args.k, args.max_new_tokens, args.repeats, args.prompts)
+    if args.lookup_target:
+        del target, draft
+        lookup = load_model(args.lookup_target, dtype=args.dtype, device=device)
+        rows += bench_prompt_lookup(lookup, args.lookup_tokens, args.lookup_ngram, args.max_new_tokens,
+                                    args.repeats, args.prompts)
+    table = Table(title="relaxbench engine vs transformers (tokens/s, median of paired repeats)")
+    for col in ("comparison", "ours tok/s", "transformers tok/s", "ratio", "target", "identical", "holds"):
+        table.add_column(col, justify="left" if col == "comparison" else "right")
+    for row in rows:
+        table.add_row(row.label, " ".join(f"{v:.2f}" for v in row.ours_tps), " ".join(f"{v:.2f}" for v in row.ref_tps),
+                      f"{row.median_ratio:.3f}", f"≥ {row.target_ratio:.2f}", "yes" if row.identical else "NO",
+                      "yes" if row.holds else "NO")
+    out.print(table)
+    return 0 if all(row.holds for row in rows) else 1
+
+
+def run_forward(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from relaxbench.benchmarks.forward_cost import measure_forward_costs
+    from relaxbench.models import load_model
+    from relaxbench.ui import console
+
+    device = configure_runtime(args)
+    chunks = tuple(int(c) for c in args.chunks.split(","))
+    table = Table(title=f"forward cost, ms (context {args.context} tokens, median of {args.repeats})")
+    table.add_column("model")
+    table.add_column("dtype")
+    for chunk in chunks:
+        table.add_column(f"{chunk} tok", justify="right")
+    for name in args.models:
+        for dtype in args.dtypes.split(","):
+            loaded = load_model(name, dtype=dtype, device=device)
+            costs = measure_forward_costs(loaded, chunks, args.context, args.repeats)
+            table.add_row(name, dtype, *(f"{c.median_ms:.0f}" for c in costs))
+            del loaded
+    console().print(table)
+    return 0
