@@ -1,5 +1,5 @@
 """One module per ``relaxbench`` subcommand; each has ``register(subparsers)`` setting ``handler``."""
 
-from relaxbench.commands import generate, listing, models
+from relaxbench.commands import generate, listing, lm_eval, lm_eval_tasks, models
 
-COMMAND_MODULES = [generate, models, listing]
+COMMAND_MODULES = [generate, models, listing, lm_eval, lm_eval_tasks]
