@@ -1,5 +1,5 @@
 """One module per ``relaxbench`` subcommand; each has ``register(subparsers)`` setting ``handler``."""
 
-from relaxbench.commands import generate, listing, models
+from relaxbench.commands import compare, generate, listing, models
 
-COMMAND_MODULES = [generate, models, listing]
+COMMAND_MODULES = [generate, compare, models, listing]
