@@ -331,6 +331,14 @@ def suite_from_dict(data: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: a suite must be a mapping")
     check_fields(data, SUITE_FIELDS, where)
     out = dict(data)
+    kinds: dict[str, tuple[type, ...]] = {"limit": (int,), "repeats": (int,), "max_new_tokens": (int,), "k": (int,),
+                                          "top_k": (int,), "seed": (int,), "warmup": (int,),
+                                          "temperature": (int, float), "top_p": (int, float), "target": (str,),
+                                          "draft": (str,), "device": (str,), "dtype": (str,), "draft_dtype": (str,),
+                                          "data_files": (Mapping,)}
+    for key, kind in kinds.items():
+        if out.get(key) is not None and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
+            raise ConfigError(f"{where}: {key!r} has the wrong type ({out[key]!r})")
     for key in ("methods", "tasks"):
         if key in out:
             value = out[key]

@@ -105,7 +105,7 @@ def record_set(db: Path) -> dict:
 
 def test_resume_after_sigkill(tmp_path: Path):
     args = ["compare", *TINY, "--methods", "exact", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}",
-            "--max-new-tokens", "16", "--repeats", "2"]
+            "--max-new-tokens", "12", "--repeats", "2"]
     total = 5 * 2 * 2  # 5 (item, turn) units, 2 arms, 2 repeats
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     db = killed / "results.sqlite"

@@ -30,5 +30,6 @@ class InProcessExecutor(Executor):
     name = "in-process"
 
     def run(self, jobs: Sequence[TaskJob], worker: Worker, progress: ProgressSink) -> None:
-        for job in jobs:
-            worker.run(job, progress)
+        runs = [worker.prepare(job, progress) for job in jobs]  # every cell known up front: an overall ETA
+        for task_run in runs:
+            task_run.run()

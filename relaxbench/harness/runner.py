@@ -72,8 +72,9 @@ class Worker:
     session_id: int
     warmup: int = 1
 
-    def run(self, job: TaskJob, progress: ProgressSink) -> None:
-        TaskRun(self, job, progress).run()
+    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun:
+        """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
+        return TaskRun(self, job, progress)
 
 
 class TaskRun:
@@ -84,6 +85,11 @@ class TaskRun:
                       for i, arm in enumerate(job.arms)}
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
         self.decoders: dict[str, SpeculativeDecoder] = {}
+        keys = self.keys()
+        self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
+                                   for item, repeat, turn in keys) for arm in job.arms}
+        for arm in job.arms:
+            progress.cell(job.task.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
 
     def _cell_definition(self, position: int, arm: Arm) -> CellDefinition:
         policy = POLICIES.get(arm.method.policy)
@@ -103,11 +109,7 @@ class TaskRun:
 
     def run(self) -> None:
         keys = self.keys()
-        todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name] for item, repeat, turn in keys)
-                for arm in self.job.arms}
-        for arm in self.job.arms:
-            self.progress.cell(self.job.task.name, arm.name, len(keys), len(keys) - todo[arm.name])
-        if not any(todo.values()):
+        if not any(self.todo.values()):
             return
         for arm in self.job.arms:
             self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,

@@ -17,8 +17,9 @@ def _rouge():
 
 
 def rouge_l(reference: str, candidate: str) -> float:
-    """ROUGE-L F-measure (rouge_score's tokenizer: lower case, alphanumeric tokens); 1.0 for two empty texts."""
-    if not reference.strip() and not candidate.strip():
+    """ROUGE-L F-measure (rouge_score's tokenizer: lower case, alphanumeric tokens). Identical texts score 1.0
+    even when they hold no alphanumeric token (which rouge_score would score 0)."""
+    if reference == candidate:
         return 1.0
     return float(_rouge().score(reference, candidate)["rougeL"].fmeasure)
 

@@ -15,7 +15,7 @@ from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scor
 from relaxbench.scoring.sandbox import Limits, run_python
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-IMPORT_LINE = re.compile(r"^\s*(import|from)\s+\S+", re.MULTILINE)
+IMPORT_LINE = re.compile(r"^(?:import|from)[ \t][^\n]*$", re.MULTILINE)  # top-level import lines
 
 
 def extract_code(text: str, entry_point: str | None = None) -> str:
