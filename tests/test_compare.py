@@ -191,3 +191,7 @@ def test_bad_input_is_one_line_and_keeps_the_store(e2e_run, tmp_path: Path, caps
 def test_unknown_task_from_a_real_process(cli):
     result = cli("compare", *TINY, "--methods", "exact", "--tasks", "nosuchtask")
     assert_one_line_error(result, "unknown task 'nosuchtask'")
+
+
+def test_summary_of_a_folder_without_a_store(tmp_path: Path, capsys):
+    assert_one_line_error(run_main(capsys, "summary", str(tmp_path)), "no results store")

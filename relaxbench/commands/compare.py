@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     suite = suite_from_args(args)
     executor = EXECUTORS.get(args.executor)()
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
+    args.device = suite.device  # a suite file may set it
     device = configure_runtime(args)
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
