@@ -85,6 +85,7 @@ def configure_runtime(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded with a run's environment
     try:
         return args.handler(args)
     except RelaxbenchError as exc:

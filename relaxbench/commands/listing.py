@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods or tasks")
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks or scorers")
     p.add_argument("kind", choices=LISTERS)
     p.set_defaults(handler=run)
 
@@ -37,9 +37,20 @@ def rows(kind: str) -> list[tuple[str, str]]:
             out.append((name, f"policy {spec.policy}, drafter {spec.drafter.kind}, k={spec.k or 'default'}"
                               f"{sweep}. {spec.description}".strip()))
         return out
-    from relaxbench.config import builtin_dir
+    if kind == "scorers":
+        from relaxbench.scoring import SCORERS
 
-    return [(path.stem, str(path)) for path in sorted(builtin_dir("tasks").glob("*.yaml"))]
+        return [(name, cls.summary) for name, cls in SCORERS.items()]
+    from relaxbench.config import load_task, task_files
+
+    out = []
+    for name in task_files():
+        spec = load_task(name)
+        source = spec.source
+        where = {"hub": f"hub {source.path}", "package": f"wheel {source.requirement}",
+                 "file": "--data-file"}[source.kind]
+        out.append((name, f"[{where}; scorer {spec.scorer}; max_new_tokens {spec.max_new_tokens}] {spec.description}"))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,342 @@
+"""Metrics from stored raw records: pure functions from a ``RunRecord`` to frozen summaries (rendering lives in
+``present.py``; reports build on the same summaries).
+
+Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats. Only units that
+every arm of the task has finished are used, so every figure of a task's table is over the same samples.
+
+Definitions (also in the README):
+  MAL                 emitted tokens / verification rounds (bonus included; AR = 1.0)
+  acceptance rate     accepted draft tokens / drafted tokens
+  acceptance at i     rounds that accepted position i / rounds that drafted position i (0-based)
+  relaxed fraction    relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)
+  output-length ratio method output tokens / AR output tokens, summed over units
+  speed-up (total)    sum of AR times / sum of method times
+  speed-up (geomean)  exp(mean(log(AR time / method time))) over units
+  latency             end-to-end seconds per unit (mean, median)
+  score Δ vs AR       mean over units of (method score − AR score)
+  McNemar p           exact two-sided binomial test on the discordant pairs (pass/fail scores only)
+  accuracy retained   method mean score / AR mean score
+  modelled speed-up   emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step)
+CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from relaxbench.analysis.records import CellRecord, RunRecord, SampleRecord
+
+BOOTSTRAP_SEED = 20240917
+BOOTSTRAP_RESAMPLES = 9999
+CONFIDENCE = 0.95
+
+Unit = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its 95% bootstrap interval (None bounds when there are fewer than 2 units)."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class Divergences:
+    """How often an arm reproduced AR exactly, and how its differences were diagnosed (lossless arms)."""
+
+    compared: int
+    reproduced: int
+    near_tie: int
+    not_near_tie: int
+    inherited: int
+
+
+@dataclass(frozen=True)
+class GroupScore:
+    """Score figures of a subset of units (one MT-Bench category, say)."""
+
+    n_units: int
+    score: float | None
+    score_delta: Estimate
+    details: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    task: str
+    arm: str
+    method: str
+    policy: str
+    knobs: Mapping[str, Any]
+    drafter: str | None
+    k: int
+    is_baseline: bool
+    lossless: bool
+    n_units: int
+    n_samples: int
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+    acceptance_by_position: tuple[float, ...]
+    relaxed_fraction: float | None
+    output_length_ratio: float | None
+    speedup_total: Estimate
+    speedup_geomean: Estimate
+    modelled_speedup: float | None
+    latency_mean: float | None
+    latency_median: float | None
+    tokens_per_second: float | None
+    score: float | None
+    score_delta: Estimate
+    mcnemar_p: float | None
+    discordant: tuple[int, int] | None  # (AR pass & method fail, AR fail & method pass)
+    accuracy_retained: float | None
+    divergences: Divergences | None
+    details: Mapping[str, float] = field(default_factory=dict)
+    by_category: Mapping[str, GroupScore] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    task: str
+    scorer: str
+    binary: bool  # every score is pass/fail (McNemar applies)
+    n_units: int
+    cells: tuple[CellSummary, ...]  # the AR baseline first
+
+    @property
+    def baseline(self) -> CellSummary:
+        return self.cells[0]
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def bootstrap_interval(data: Sequence[np.ndarray], statistic: Callable[..., np.ndarray],
+                       seed: int = BOOTSTRAP_SEED) -> tuple[float | None, float | None]:
+    """95% percentile bootstrap CI of ``statistic`` over paired samples (the arrays are resampled together)."""
+    if len(data[0]) < 2:
+        return None, None
+    result = stats.bootstrap(tuple(data), statistic, paired=True, vectorized=True, axis=-1,
+                             n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=CONFIDENCE, method="percentile",
+                             rng=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def ratio_of_totals(numerator: np.ndarray, denominator: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(numerator, axis=axis) / np.sum(denominator, axis=axis)
+
+
+def geometric_mean_ratio(numerator: np.ndarray, denominator: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.exp(np.mean(np.log(numerator / denominator), axis=axis))
+
+
+def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(values, axis=axis)
+
+
+def speedups(ar_times: np.ndarray, method_times: np.ndarray) -> tuple[Estimate, Estimate]:
+    """Ratio of total times and geometric mean of per-unit ratios, each with a paired bootstrap CI."""
+    if len(ar_times) == 0:
+        return Estimate(None), Estimate(None)
+    total = Estimate(float(ratio_of_totals(ar_times, method_times)),
+                     *bootstrap_interval((ar_times, method_times), ratio_of_totals))
+    geo = Estimate(float(geometric_mean_ratio(ar_times, method_times)),
+                   *bootstrap_interval((ar_times, method_times), geometric_mean_ratio))
+    return total, geo
+
+
+def mean_difference(method: np.ndarray, baseline: np.ndarray) -> Estimate:
+    """Mean paired difference (method − baseline) with a bootstrap CI."""
+    if len(method) == 0:
+        return Estimate(None)
+    diff = method - baseline
+    return Estimate(float(diff.mean()), *bootstrap_interval((diff,), mean))
+
+
+def mcnemar_exact(baseline_passed: Sequence[bool], method_passed: Sequence[bool]) -> tuple[float, tuple[int, int]]:
+    """Exact McNemar test: two-sided binomial test of the discordant pairs against p = 1/2."""
+    lost = sum(1 for b, m in zip(baseline_passed, method_passed) if b and not m)
+    gained = sum(1 for b, m in zip(baseline_passed, method_passed) if m and not b)
+    if lost + gained == 0:
+        return 1.0, (0, 0)
+    return float(stats.binomtest(lost, lost + gained, 0.5).pvalue), (lost, gained)
+
+
+def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord, baseline: CellRecord) -> float | None:
+    """What the counters predict with the measured unit costs (see calibrate.py)."""
+    if cell.is_baseline:
+        return 1.0
+    if cell.calibration is None or baseline.calibration is None or cell.calibration.t_verify is None:
+        return None
+    emitted = sum(s.n_output_tokens for s in samples)
+    rounds = sum(s.n_rounds for s in samples)
+    drafted = sum(s.n_drafted for s in samples)
+    cost = rounds * cell.calibration.t_verify + drafted * (cell.calibration.t_draft_step or 0.0)
+    return emitted * baseline.calibration.t_target_step / cost if cost > 0 else None
+
+
+# ------------------------------------------------------------------------------------------------ counters
+
+
+def acceptance_by_position(samples: Sequence[SampleRecord]) -> tuple[float, ...]:
+    width = max((d for s in samples for d in s.round_drafted), default=0)
+    drafted = [0] * width
+    accepted = [0] * width
+    for s in samples:
+        for d, a in zip(s.round_drafted, s.round_accepted):
+            for i in range(d):
+                drafted[i] += 1
+                accepted[i] += i < a
+    return tuple(a / d for a, d in zip(accepted, drafted) if d)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+# ------------------------------------------------------------------------------------------------ summaries
+
+
+def by_unit(samples: Sequence[SampleRecord]) -> dict[Unit, list[SampleRecord]]:
+    out: dict[Unit, list[SampleRecord]] = {}
+    for s in samples:
+        out.setdefault(s.unit, []).append(s)
+    return out
+
+
+def _unit_time(group: list[SampleRecord]) -> float:
+    return statistics.fmean(s.time_total for s in group)
+
+
+def _unit_score(group: list[SampleRecord]) -> float | None:
+    values = [s.score for s in group if s.score is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _first(group: list[SampleRecord]) -> SampleRecord:
+    return min(group, key=lambda s: s.repeat)
+
+
+def detail_metrics(scorer: str) -> tuple[str, ...]:
+    """The score-detail keys that are metrics for ``scorer`` (averaged in the summaries)."""
+    from relaxbench.scoring import SCORERS
+
+    return SCORERS.get(scorer).detail_metrics if scorer in SCORERS else ()
+
+
+def _details_means(groups: Sequence[list[SampleRecord]], keys: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for key in keys:
+        values = [float(v) for g in groups if isinstance(v := _first(g).details.get(key), (int, float))]
+        if values:
+            out[key] = statistics.fmean(values)
+    return out
+
+
+def _divergences(groups: Sequence[list[SampleRecord]]) -> Divergences | None:
+    firsts = [_first(g) for g in groups if _first(g).matches_baseline is not None]
+    if not firsts:
+        return None
+    diagnosed = [s.divergence for s in firsts if s.divergence]
+    return Divergences(
+        compared=len(firsts), reproduced=sum(bool(s.matches_baseline) for s in firsts),
+        near_tie=sum(1 for d in diagnosed if d.get("near_tie") is True),
+        not_near_tie=sum(1 for d in diagnosed if d.get("near_tie") is False),
+        inherited=sum(1 for d in diagnosed if d.get("inherited")))
+
+
+def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRecord]]) -> np.ndarray:
+    return np.array([_unit_score(groups[u]) if _unit_score(groups[u]) is not None else np.nan for u in units])
+
+
+def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) -> CellSummary:
+    """Every figure of one arm on one task, paired with the AR baseline over ``units``."""
+    groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
+    samples = [s for u in units for s in groups[u]]
+    ar_times = np.array([_unit_time(base_groups[u]) for u in units])
+    times = np.array([_unit_time(groups[u]) for u in units])
+    total, geo = speedups(ar_times, times) if not cell.is_baseline else (Estimate(1.0), Estimate(1.0))
+    scores, base_scores = _scores(units, groups), _scores(units, base_groups)
+    scored = ~np.isnan(scores) & ~np.isnan(base_scores)
+    score = float(scores[scored].mean()) if scored.any() else None
+    base_score = float(base_scores[scored].mean()) if scored.any() else None
+    delta = mean_difference(scores[scored], base_scores[scored]) if scored.any() else Estimate(None)
+    passed = [_first(groups[u]).passed for u in units]
+    base_passed = [_first(base_groups[u]).passed for u in units]
+    binary = bool(units) and all(p is not None for p in passed + base_passed)
+    p_value, discordant = mcnemar_exact(base_passed, passed) if binary else (None, None)
+    keys = detail_metrics(cell.scorer)
+    emitted = sum(s.n_output_tokens for s in samples)
+    time_sum = sum(s.time_total for s in samples)
+    base_tokens = sum(statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units)
+    tokens = sum(statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units)
+    categories: dict[str, list[Unit]] = {}
+    for u in units:
+        category = _first(groups[u]).category
+        if category is not None:
+            categories.setdefault(category, []).append(u)
+    by_category = {}
+    for name, members in sorted(categories.items()):
+        cs, bs = _scores(members, groups), _scores(members, base_groups)
+        ok = ~np.isnan(cs) & ~np.isnan(bs)
+        by_category[name] = GroupScore(len(members), float(cs[ok].mean()) if ok.any() else None,
+                                       mean_difference(cs[ok], bs[ok]) if ok.any() else Estimate(None),
+                                       _details_means([groups[u] for u in members], keys))
+    drafter = None if cell.drafter is None else str(cell.drafter.get("kind"))
+    return CellSummary(
+        task=cell.task, arm=cell.arm, method=cell.method, policy=cell.policy, knobs=dict(cell.knobs),
+        drafter=drafter, k=cell.k, is_baseline=cell.is_baseline, lossless=cell.lossless, n_units=len(units),
+        n_samples=len(samples),
+        mean_acceptance_length=_ratio(emitted, sum(s.n_rounds for s in samples)),
+        acceptance_rate=_ratio(sum(s.n_accepted for s in samples), sum(s.n_drafted for s in samples)),
+        acceptance_by_position=acceptance_by_position(samples),
+        relaxed_fraction=_ratio(sum(s.n_relaxed for s in samples), emitted),
+        output_length_ratio=_ratio(tokens, base_tokens),
+        speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell, baseline),
+        latency_mean=float(times.mean()) if units else None,
+        latency_median=float(np.median(times)) if units else None,
+        tokens_per_second=_ratio(emitted, time_sum),
+        score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
+        mcnemar_p=p_value if not cell.is_baseline else None,
+        discordant=discordant if not cell.is_baseline else None,
+        accuracy_retained=_ratio(score, base_score) if score is not None and base_score is not None else None,
+        divergences=_divergences([groups[u] for u in units]),
+        details=_details_means([groups[u] for u in units], keys), by_category=by_category)
+
+
+def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:
+    """Units every cell has, in data order."""
+    present = [set(by_unit(c.samples)) for c in cells]
+    common = set.intersection(*present) if present else set()
+    order = {s.unit: (s.item_index, s.turn) for c in cells for s in c.samples}
+    return sorted(common, key=lambda u: order[u])
+
+
+def summarize_task(run: RunRecord, task: str) -> TaskSummary:
+    cells = run.cells_of(task)
+    baseline = next((c for c in cells if c.is_baseline), None)
+    if baseline is None:
+        raise ValueError(f"task {task!r} has no AR baseline cell")
+    cells = [baseline] + [c for c in cells if not c.is_baseline]
+    units = complete_units(cells)
+    summaries = tuple(summarize_cell(c, baseline, units) for c in cells)
+    binary = bool(units) and all(s.passed is not None for c in cells for s in c.samples)
+    return TaskSummary(task, baseline.scorer, binary, len(units), summaries)
+
+
+def summarize_run(run: RunRecord) -> tuple[TaskSummary, ...]:
+    return tuple(summarize_task(run, task) for task in run.tasks())
+
+
+def is_finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,162 @@
+"""Typed, frozen views of a stored run: what the metric functions (and the reports) read. No computation here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from relaxbench.errors import DataError
+from relaxbench.harness.store import STORE_NAME, Store
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    item_id: str
+    item_index: int
+    turn: int
+    repeat: int
+    category: str | None
+    output_ids: tuple[int, ...]
+    text: str
+    stop_reason: str
+    n_prompt_tokens: int
+    n_output_tokens: int
+    n_rounds: int
+    n_drafted: int
+    n_accepted: int
+    n_relaxed: int
+    time_total: float
+    time_prefill: float
+    time_draft: float
+    time_verify: float
+    time_policy: float
+    round_drafted: tuple[int, ...]
+    round_accepted: tuple[int, ...]
+    round_relaxed: tuple[int, ...]
+    round_emitted: tuple[int, ...]
+    score: float | None
+    passed: bool | None
+    details: Mapping[str, Any]
+    matches_baseline: bool | None
+    divergence: Mapping[str, Any] | None
+    session_id: int = 0
+
+    @property
+    def unit(self) -> tuple[str, int]:
+        """What pairs samples across arms: the item and the turn (repeats are averaged)."""
+        return (self.item_id, self.turn)
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    context_tokens: int
+    k: int
+    t_target_step: float
+    t_verify: float | None
+    t_draft_step: float | None
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    cell_id: int
+    task: str
+    arm: str
+    position: int
+    is_baseline: bool
+    method: str
+    policy: str
+    lossless: bool
+    knobs: Mapping[str, Any]
+    method_spec: Mapping[str, Any]
+    drafter: Mapping[str, Any] | None
+    k: int
+    decode: Mapping[str, Any]
+    task_spec: Mapping[str, Any]
+    scorer: str
+    samples: tuple[SampleRecord, ...]
+    calibration: CalibrationRecord | None  # the latest session's
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: int
+    run_key: str
+    created_at: str
+    updated_at: str
+    target: str
+    draft: str | None
+    suite: Mapping[str, Any]
+    cells: tuple[CellRecord, ...]
+    environment: tuple[Mapping[str, Any], ...]  # one per session, oldest first
+
+    def tasks(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for cell in self.cells:
+            seen.setdefault(cell.task, None)
+        return list(seen)
+
+    def cells_of(self, task: str) -> list[CellRecord]:
+        return sorted((c for c in self.cells if c.task == task), key=lambda c: c.position)
+
+
+def _sample(row: Any) -> SampleRecord:
+    return SampleRecord(
+        item_id=row["item_id"], item_index=row["item_index"], turn=row["turn"], repeat=row["repeat"],
+        category=row["category"], output_ids=tuple(json.loads(row["output_ids"])), text=row["output_text"],
+        stop_reason=row["stop_reason"], n_prompt_tokens=row["n_prompt_tokens"],
+        n_output_tokens=row["n_output_tokens"], n_rounds=row["n_rounds"], n_drafted=row["n_drafted"],
+        n_accepted=row["n_accepted"], n_relaxed=row["n_relaxed"], time_total=row["time_total"],
+        time_prefill=row["time_prefill"], time_draft=row["time_draft"], time_verify=row["time_verify"],
+        time_policy=row["time_policy"], round_drafted=tuple(json.loads(row["round_drafted"])),
+        round_accepted=tuple(json.loads(row["round_accepted"])), round_relaxed=tuple(json.loads(row["round_relaxed"])),
+        round_emitted=tuple(json.loads(row["round_emitted"])), score=row["score"],
+        passed=None if row["passed"] is None else bool(row["passed"]), details=json.loads(row["score_details"]),
+        matches_baseline=None if row["matches_baseline"] is None else bool(row["matches_baseline"]),
+        divergence=None if row["divergence"] is None else json.loads(row["divergence"]),
+        session_id=row["session_id"])
+
+
+def read_run(store: Store, run_id: int | None = None) -> RunRecord:
+    """One run (the most recently updated when ``run_id`` is None) with its cells, samples and environment."""
+    if run_id is None:
+        rows = store.rows("SELECT * FROM runs ORDER BY updated_at DESC, run_id DESC LIMIT 1")
+    else:
+        rows = store.rows("SELECT * FROM runs WHERE run_id=?", (run_id,))
+    if not rows:
+        raise DataError(f"{store.path}: no run{'' if run_id is None else f' with id {run_id}'} stored")
+    run = rows[0]
+    cells = []
+    for c in store.rows("SELECT * FROM cells WHERE run_id=? ORDER BY task, position", (run["run_id"],)):
+        samples = tuple(_sample(r) for r in store.rows(
+            "SELECT * FROM samples WHERE cell_id=? ORDER BY item_index, turn, repeat", (c["cell_id"],)))
+        cal = store.rows("SELECT * FROM calibrations WHERE cell_id=? ORDER BY session_id DESC LIMIT 1",
+                         (c["cell_id"],))
+        calibration = (CalibrationRecord(cal[0]["context_tokens"], cal[0]["k"], cal[0]["t_target_step"],
+                                         cal[0]["t_verify"], cal[0]["t_draft_step"]) if cal else None)
+        cells.append(CellRecord(
+            cell_id=c["cell_id"], task=c["task"], arm=c["arm"], position=c["position"],
+            is_baseline=bool(c["is_baseline"]), method=c["method"], policy=c["policy"], lossless=bool(c["lossless"]),
+            knobs=json.loads(c["knobs_json"]), method_spec=json.loads(c["method_json"]),
+            drafter=None if c["drafter_json"] is None else json.loads(c["drafter_json"]), k=c["k"],
+            decode=json.loads(c["decode_json"]), task_spec=json.loads(c["task_json"]), scorer=c["scorer"],
+            samples=samples, calibration=calibration))
+    environment = tuple({**json.loads(e["environment_json"]), "session_id": e["session_id"], "status": e["status"],
+                         "started_at": e["started_at"], "finished_at": e["finished_at"]}
+                        for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
+                                            (run["run_id"],)))
+    return RunRecord(run["run_id"], run["run_key"], run["created_at"], run["updated_at"], run["target"], run["draft"],
+                     json.loads(run["suite_json"]), tuple(cells), environment)
+
+
+def load_run(path: str | Path, run_id: int | None = None) -> RunRecord:
+    """A run from ``DIR`` (holding results.sqlite) or from the .sqlite file itself."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / STORE_NAME
+    if not path.is_file():
+        raise DataError(f"{path}: no results store (run `relaxbench compare --out DIR` first)")
+    with Store(path) as store:
+        return read_run(store, run_id)

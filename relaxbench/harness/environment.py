@@ -1,0 +1,74 @@
+"""What a run was measured on: recorded with every session, so figures from different machines are never mixed
+up silently."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from relaxbench.config import PROJECT_ROOT
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_revision() -> str | None:
+    """HEAD of the source checkout, with '+dirty' when it has uncommitted changes; None outside a checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def describe_environment(target: Any, draft: Any | None, device: str, argv: list[str] | None = None) -> dict[str, Any]:
+    """Device, dtype per model, threads, library versions, CPU, GPU, git revision, date and command line."""
+    import torch
+
+    env: dict[str, Any] = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["relaxbench", *(sys.argv[1:] if argv is None else argv)]),
+        "device": device,
+        "target": target.describe(),
+        "draft": draft.describe() if draft is not None else None,
+        "target_dtype": str(target.dtype).removeprefix("torch."),
+        "draft_dtype": str(draft.dtype).removeprefix("torch.") if draft is not None else None,
+        "threads": torch.get_num_threads(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "git_revision": git_revision(),
+    }
+    for package in ("torch", "transformers", "relaxbench", "datasets", "scipy", "numpy"):
+        env[package] = package_version(package)
+    env["torch"] = torch.__version__
+    return env

@@ -1,0 +1,248 @@
+"""Run one task's cells: warm up, calibrate, then for every item, repeat and turn run the arms interleaved
+(AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each sample at once.
+
+The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.py) decides where jobs run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol
+
+import torch
+
+from relaxbench.arms import build_decoder
+from relaxbench.data import TaskItem, render_turn
+from relaxbench.decoding.cache import forward, new_cache
+from relaxbench.decoding.divergence import diagnose_divergence
+from relaxbench.decoding.loop import SpeculativeDecoder
+from relaxbench.decoding.prompts import encode_prompt
+from relaxbench.decoding.records import GenerationResult
+from relaxbench.harness.calibrate import calibrate
+from relaxbench.harness.plan import Arm, TaskJob, method_record
+from relaxbench.harness.store import CellDefinition, Store, dumps, now
+from relaxbench.policies import POLICIES
+from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
+
+WARMUP_TOKENS = 8
+
+
+class ProgressSink(Protocol):
+    """Where the runner reports progress (the CLI draws rich bars; tests may pass a silent sink)."""
+
+    def cell(self, task: str, arm: str, total: int, done: int) -> None: ...
+
+    def advance(self, task: str, arm: str) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+class SilentProgress:
+    def cell(self, task: str, arm: str, total: int, done: int) -> None:
+        pass
+
+    def advance(self, task: str, arm: str) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class Output:
+    """One arm's generation for one (item, turn, repeat): new or read back from the store."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    text: str
+    score: Score | None = None
+
+
+@dataclass
+class Worker:
+    """Runs jobs against loaded models and one store session."""
+
+    target: Any
+    draft: Any | None
+    draft_name: str | None
+    store: Store
+    run_id: int
+    session_id: int
+    warmup: int = 1
+
+    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun:
+        """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
+        return TaskRun(self, job, progress)
+
+
+class TaskRun:
+    def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
+        self.w, self.job, self.progress = worker, job, progress
+        self.scorer: Scorer = make_scorer(job.task.scorer, job.task.scorer_args)
+        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, self._cell_definition(i, arm))
+                      for i, arm in enumerate(job.arms)}
+        self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
+        self.decoders: dict[str, SpeculativeDecoder] = {}
+        keys = self.keys()
+        self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
+                                   for item, repeat, turn in keys) for arm in job.arms}
+        for arm in job.arms:
+            progress.cell(job.task.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
+
+    def _cell_definition(self, position: int, arm: Arm) -> CellDefinition:
+        policy = POLICIES.get(arm.method.policy)
+        decode = self.job.decode_config(arm)
+        return CellDefinition(
+            task=self.job.task.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
+            method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
+            knobs=dict(arm.method.knobs), method_spec=method_record(arm.method),
+            drafter=None if arm.drafter is None else asdict(arm.drafter), k=arm.k, decode=asdict(decode),
+            task_spec=self.job.task.to_record(), scorer=self.job.task.scorer,
+            data_fingerprint=self.job.fingerprint)
+
+    def keys(self) -> list[tuple[TaskItem, int, int]]:
+        """Every (item, repeat, turn) in run order."""
+        return [(item, repeat, turn) for item in self.job.items for repeat in range(self.job.repeats)
+                for turn in range(len(item.turns))]
+
+    def run(self) -> None:
+        keys = self.keys()
+        if not any(self.todo.values()):
+            return
+        for arm in self.job.arms:
+            self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,
+                                                    self.job.decode_config(arm), self.w.draft_name)
+        first_prompt = self._encode(self.job.items[0], 0, [])
+        self._warm_up(first_prompt)
+        self._calibrate(first_prompt)
+        for item, repeat, turn in keys:
+            self._run_sample(item, repeat, turn)
+
+    # -------------------------------------------------------------------------------------- before timing
+
+    def _warm_up(self, prompt_ids: list[int]) -> None:
+        """A few untimed generations per arm: first-call costs (allocations, kernel selection) stay out of the
+        timings."""
+        for arm in self.job.arms:
+            cfg = self.job.decode_config(arm)
+            decoder = build_decoder(arm.method, self.w.target, self.w.draft,
+                                    replace(cfg, max_new_tokens=min(WARMUP_TOKENS, cfg.max_new_tokens)),
+                                    self.w.draft_name)
+            for _ in range(self.w.warmup):
+                decoder.generate(prompt_ids)
+
+    def _calibrate(self, prompt_ids: list[int]) -> None:
+        for arm in self.job.arms:
+            decoder = self.decoders[arm.name]
+            result = calibrate(self.w.target, decoder.drafter, arm.k, prompt_ids, sampling=self.job.sampling)
+            self.w.store.add_calibration(self.cells[arm.name], self.w.session_id, result.context_tokens, result.k,
+                                         result.t_target_step, result.t_verify, result.t_draft_step, result.raw)
+
+    # -------------------------------------------------------------------------------------- samples
+
+    def _encode(self, item: TaskItem, turn: int, history: list[str]) -> list[int]:
+        """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message."""
+        messages: list[dict[str, str]] = []
+        for i in range(turn):
+            messages.append({"role": "user", "content": render_turn(self.job.task, item, i)})
+            messages.append({"role": "assistant", "content": history[i]})
+        messages.append({"role": "user", "content": render_turn(self.job.task, item, turn)})
+        return encode_prompt(self.w.target.tokenizer, messages, chat=self.job.task.chat, system=self.job.task.system)
+
+    def _stored(self, arm: Arm, key: tuple[str, int, int]) -> Output | None:
+        row = self.w.store.sample(self.cells[arm.name], key)
+        if row is None:
+            return None
+        score = Score(row["score"], None if row["passed"] is None else bool(row["passed"]),
+                      json.loads(row["score_details"]))
+        return Output(json.loads(row["prompt_ids"]), json.loads(row["output_ids"]), row["output_text"], score)
+
+    def _run_sample(self, item: TaskItem, repeat: int, turn: int) -> None:
+        baseline: Output | None = None
+        for arm in self.job.arms:
+            key = (item.item_id, turn, repeat)
+            out = self._stored(arm, key)
+            if out is None:
+                history = [self._history(arm, item, t, repeat) for t in range(turn)]
+                self.w.store.mark_started(self.w.session_id)
+                prompt_ids = self._encode(item, turn, history)
+                result = self.decoders[arm.name].generate(prompt_ids)
+                out = self._finish(arm, item, repeat, turn, result, baseline)
+                self.progress.advance(self.job.task.name, arm.name)
+            if arm.is_baseline:
+                baseline = out
+
+    def _history(self, arm: Arm, item: TaskItem, turn: int, repeat: int) -> str:
+        stored = self._stored(arm, (item.item_id, turn, repeat))
+        assert stored is not None, "earlier turns are generated first"
+        return stored.text
+
+    def _finish(self, arm: Arm, item: TaskItem, repeat: int, turn: int, result: GenerationResult,
+                baseline: Output | None) -> Output:
+        """Score, compare with AR, and commit one sample."""
+        out = Output(result.prompt_ids, result.output_ids, result.text)
+        out.score = self._score(arm, item, repeat, turn, out, baseline)
+        matches, divergence = self._against_baseline(arm, out, baseline)
+        rounds = result.rounds
+        row: dict[str, Any] = {
+            "cell_id": self.cells[arm.name], "session_id": self.w.session_id, "item_id": item.item_id,
+            "item_index": self.job.items.index(item), "turn": turn, "repeat": repeat, "category": item.category,
+            "created_at": now(), "prompt_ids": json.dumps(result.prompt_ids),
+            "output_ids": json.dumps(result.output_ids), "output_text": result.text,
+            "stop_reason": result.stop_reason, "n_prompt_tokens": len(result.prompt_ids),
+            "n_output_tokens": result.n_emitted, "n_rounds": result.n_rounds, "n_drafted": sum(rounds.drafted),
+            "n_accepted": sum(rounds.accepted), "n_relaxed": sum(rounds.relaxed), "time_total": result.time_total,
+            "time_prefill": result.time_prefill, "time_draft": sum(rounds.t_draft),
+            "time_verify": sum(rounds.t_verify), "time_policy": sum(rounds.t_policy),
+            "round_drafted": json.dumps(rounds.drafted), "round_accepted": json.dumps(rounds.accepted),
+            "round_relaxed": json.dumps(rounds.relaxed), "round_emitted": json.dumps(rounds.emitted),
+            "round_t_draft": json.dumps(rounds.t_draft), "round_t_verify": json.dumps(rounds.t_verify),
+            "round_t_policy": json.dumps(rounds.t_policy),
+            "score": out.score.value, "passed": None if out.score.passed is None else int(out.score.passed),
+            "score_details": dumps(out.score.details), "matches_baseline": matches,
+            "divergence": None if divergence is None else dumps(divergence),
+        }
+        self.w.store.add_sample(row)
+        return out
+
+    def _score(self, arm: Arm, item: TaskItem, repeat: int, turn: int, out: Output,
+               baseline: Output | None) -> Score:
+        if repeat > 0:  # a repeat that reproduced its first run keeps that run's score (no second sandbox run)
+            first = self._stored(arm, (item.item_id, turn, 0))
+            if first is not None and first.output_ids == out.output_ids and first.score is not None:
+                return first.score
+        logprob: Callable[[], float] | None = None
+        if self.scorer.needs_logprob:
+            def logprob() -> float:
+                return mean_logprob(self.w.target, out.prompt_ids, out.output_ids)
+        context = ScoringContext(turn, None if arm.is_baseline or baseline is None else baseline.text, logprob)
+        return self.scorer.score(item, out.text, context)
+
+    def _against_baseline(self, arm: Arm, out: Output, baseline: Output | None) -> tuple[int | None, Any]:
+        """Did this arm reproduce AR? For a lossless rule under greedy decoding a difference is diagnosed
+        (numerical near-tie or not); it is reported, never counted as relaxation."""
+        if arm.is_baseline or baseline is None:
+            return None, None
+        matches = out.output_ids == baseline.output_ids
+        lossless = POLICIES.get(arm.method.policy).lossless and self.job.sampling.greedy
+        if matches or not lossless:
+            return int(matches), None
+        if out.prompt_ids != baseline.prompt_ids:
+            return 0, {"identical": False, "inherited": True,
+                       "why": "an earlier turn differed, so this turn's prompt differs from AR's"}
+        found = diagnose_divergence(self.w.target, out.prompt_ids, baseline.output_ids, out.output_ids)
+        return 0, found.to_record()
+
+
+@torch.inference_mode()
+def mean_logprob(target: Any, prompt_ids: list[int], output_ids: list[int]) -> float | None:
+    """The target's mean log-probability (natural log, temperature 1) of ``output_ids`` after ``prompt_ids``."""
+    if not output_ids:
+        return None
+    ids = torch.tensor(prompt_ids + output_ids, dtype=torch.long, device=target.device)
+    logits = forward(target.model, ids[:-1], new_cache(target.model), n_logits=len(output_ids)).logits
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    picked = logprobs.gather(1, ids[len(prompt_ids):].unsqueeze(1))
+    return float(picked.mean())

@@ -1,0 +1,306 @@
+"""The results store: one SQLite file (stdlib ``sqlite3``, WAL) per output folder, ``DIR/results.sqlite``.
+
+Every generated sample is committed in its own transaction as soon as it is scored, so a killed run loses at most
+the sample in flight, and a rerun skips what is there. Every figure a report shows is derived from these rows.
+
+Tables (see README "The results store"):
+  meta          schema version
+  runs          one row per distinct run (its key is a hash of everything that decides the results)
+  environment   one row per session (invocation) that worked on a run: device, dtypes, threads, versions, CPU,
+                git revision, date, command line
+  cells         one row per (run, task, arm): the full method spec, effective drafter, k, decoding settings,
+                task spec, scorer and data fingerprint
+  calibrations  per cell and session: measured cost of a target step, a verify pass of k+1 tokens, a draft step
+  samples       one row per (cell, item, turn, repeat): ids, text, counters incl. per-round columns, timings,
+                score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from relaxbench.errors import DataError
+
+SCHEMA_VERSION = 1
+STORE_NAME = "results.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY,
+    run_key TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    target TEXT NOT NULL,
+    draft TEXT,
+    suite_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS environment (
+    session_id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    command TEXT NOT NULL,
+    git_revision TEXT,
+    device TEXT,
+    target_dtype TEXT,
+    draft_dtype TEXT,
+    threads INTEGER,
+    cpu_model TEXT,
+    python TEXT,
+    torch TEXT,
+    transformers TEXT,
+    relaxbench TEXT,
+    environment_json TEXT NOT NULL,
+    n_started INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS cells (
+    cell_id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    task TEXT NOT NULL,
+    arm TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    is_baseline INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    lossless INTEGER NOT NULL,
+    knobs_json TEXT NOT NULL,
+    method_json TEXT NOT NULL,
+    drafter_json TEXT,
+    k INTEGER NOT NULL,
+    decode_json TEXT NOT NULL,
+    task_json TEXT NOT NULL,
+    scorer TEXT NOT NULL,
+    data_fingerprint TEXT NOT NULL,
+    UNIQUE (run_id, task, arm)
+);
+CREATE TABLE IF NOT EXISTS calibrations (
+    calibration_id INTEGER PRIMARY KEY,
+    cell_id INTEGER NOT NULL REFERENCES cells(cell_id),
+    session_id INTEGER NOT NULL REFERENCES environment(session_id),
+    context_tokens INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    t_target_step REAL NOT NULL,
+    t_verify REAL,
+    t_draft_step REAL,
+    raw_json TEXT NOT NULL,
+    UNIQUE (cell_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    sample_id INTEGER PRIMARY KEY,
+    cell_id INTEGER NOT NULL REFERENCES cells(cell_id),
+    session_id INTEGER NOT NULL REFERENCES environment(session_id),
+    item_id TEXT NOT NULL,
+    item_index INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    category TEXT,
+    created_at TEXT NOT NULL,
+    prompt_ids TEXT NOT NULL,
+    output_ids TEXT NOT NULL,
+    output_text TEXT NOT NULL,
+    stop_reason TEXT NOT NULL,
+    n_prompt_tokens INTEGER NOT NULL,
+    n_output_tokens INTEGER NOT NULL,
+    n_rounds INTEGER NOT NULL,
+    n_drafted INTEGER NOT NULL,
+    n_accepted INTEGER NOT NULL,
+    n_relaxed INTEGER NOT NULL,
+    time_total REAL NOT NULL,
+    time_prefill REAL NOT NULL,
+    time_draft REAL NOT NULL,
+    time_verify REAL NOT NULL,
+    time_policy REAL NOT NULL,
+    round_drafted TEXT NOT NULL,
+    round_accepted TEXT NOT NULL,
+    round_relaxed TEXT NOT NULL,
+    round_emitted TEXT NOT NULL,
+    round_t_draft TEXT NOT NULL,
+    round_t_verify TEXT NOT NULL,
+    round_t_policy TEXT NOT NULL,
+    score REAL,
+    passed INTEGER,
+    score_details TEXT NOT NULL,
+    matches_baseline INTEGER,
+    divergence TEXT,
+    UNIQUE (cell_id, item_id, turn, repeat)
+);
+CREATE INDEX IF NOT EXISTS samples_by_cell ON samples (cell_id, item_index, turn, repeat);
+"""
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class CellDefinition:
+    """What a cell is, as stored; a rerun must define the same cell the same way."""
+
+    task: str
+    arm: str
+    position: int
+    is_baseline: bool
+    method: str
+    policy: str
+    lossless: bool
+    knobs: Mapping[str, Any]
+    method_spec: Mapping[str, Any]
+    drafter: Mapping[str, Any] | None
+    k: int
+    decode: Mapping[str, Any]
+    task_spec: Mapping[str, Any]
+    scorer: str
+    data_fingerprint: str
+
+
+SampleKey = tuple[str, int, int]  # (item_id, turn, repeat)
+
+
+class Store:
+    """A results store. Open it with ``Store(path)``; it creates the schema when the file is new."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=30)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            version = self._schema_version()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"{self.path}: not a relaxbench results store ({exc})") from None
+        if version is not None and version != SCHEMA_VERSION:
+            raise DataError(f"{self.path}: store schema version {version}, this relaxbench reads {SCHEMA_VERSION}")
+        if version is None:
+            with self.conn:
+                self.conn.executescript(SCHEMA)
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _schema_version(self) -> int | None:
+        has_meta = self.conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+        if not has_meta:
+            return None
+        row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row["value"]) if row else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.conn:
+            yield self.conn
+
+    # ------------------------------------------------------------------------------------------ runs, sessions
+
+    def open_run(self, run_key: str, target: str, draft: str | None, suite: Mapping[str, Any]) -> int:
+        """The run with this key (created when new); its suite record is updated to the latest invocation."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT run_id FROM runs WHERE run_key=?", (run_key,)).fetchone()
+            if row:
+                conn.execute("UPDATE runs SET updated_at=?, suite_json=? WHERE run_id=?",
+                             (now(), dumps(suite), row["run_id"]))
+                return int(row["run_id"])
+            cur = conn.execute("INSERT INTO runs (run_key, created_at, updated_at, target, draft, suite_json) "
+                               "VALUES (?, ?, ?, ?, ?, ?)", (run_key, now(), now(), target, draft, dumps(suite)))
+            return int(cur.lastrowid)
+
+    def start_session(self, run_id: int, env: Mapping[str, Any]) -> int:
+        columns = ("git_revision", "device", "target_dtype", "draft_dtype", "threads", "cpu_model", "python",
+                   "torch", "transformers", "relaxbench")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"INSERT INTO environment (run_id, started_at, status, command, {', '.join(columns)}, "
+                f"environment_json) VALUES (?, ?, 'running', ?, {', '.join('?' * len(columns))}, ?)",
+                (run_id, now(), str(env.get("command", "")), *(env.get(c) for c in columns), dumps(env)))
+            return int(cur.lastrowid)
+
+    def finish_session(self, session_id: int, status: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE environment SET finished_at=?, status=? WHERE session_id=?",
+                         (now(), status, session_id))
+
+    def mark_started(self, session_id: int) -> None:
+        """Count a generation as started, committed before it runs (so a kill shows what was in flight)."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE environment SET n_started = n_started + 1 WHERE session_id=?", (session_id,))
+
+    # ------------------------------------------------------------------------------------------ cells
+
+    def ensure_cell(self, run_id: int, cell: CellDefinition) -> int:
+        """The cell's id, created when new. An existing cell defined differently (changed data, method or task
+        file) is an error: mixing its old samples with new ones would be wrong."""
+        values = {
+            "position": cell.position, "is_baseline": int(cell.is_baseline), "method": cell.method,
+            "policy": cell.policy, "lossless": int(cell.lossless), "knobs_json": dumps(cell.knobs),
+            "method_json": dumps(cell.method_spec),
+            "drafter_json": None if cell.drafter is None else dumps(cell.drafter), "k": cell.k,
+            "decode_json": dumps(cell.decode), "task_json": dumps(cell.task_spec), "scorer": cell.scorer,
+            "data_fingerprint": cell.data_fingerprint,
+        }
+        with self.transaction() as conn:
+            row = conn.execute("SELECT * FROM cells WHERE run_id=? AND task=? AND arm=?",
+                               (run_id, cell.task, cell.arm)).fetchone()
+            if row is None:
+                cur = conn.execute(
+                    f"INSERT INTO cells (run_id, task, arm, {', '.join(values)}) "
+                    f"VALUES (?, ?, ?, {', '.join('?' * len(values))})", (run_id, cell.task, cell.arm, *values.values()))
+                return int(cur.lastrowid)
+            changed = [key for key in ("data_fingerprint", "method_json", "decode_json", "task_json", "drafter_json")
+                       if row[key] != values[key]]
+            if changed:
+                what = "data" if changed[0] == "data_fingerprint" else changed[0].removesuffix("_json")
+                raise DataError(f"{self.path}: cell {cell.task}/{cell.arm} was run with a different {what}; "
+                                "use another --out folder for the changed setup")
+            return int(row["cell_id"])
+
+    def done_keys(self, cell_id: int) -> set[SampleKey]:
+        rows = self.conn.execute("SELECT item_id, turn, repeat FROM samples WHERE cell_id=?", (cell_id,))
+        return {(r["item_id"], int(r["turn"]), int(r["repeat"])) for r in rows}
+
+    def sample(self, cell_id: int, key: SampleKey) -> sqlite3.Row | None:
+        return self.conn.execute("SELECT * FROM samples WHERE cell_id=? AND item_id=? AND turn=? AND repeat=?",
+                                 (cell_id, *key)).fetchone()
+
+    def add_sample(self, row: Mapping[str, Any]) -> None:
+        """Insert one finished sample and commit it."""
+        with self.transaction() as conn:
+            conn.execute(f"INSERT INTO samples ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                         tuple(row.values()))
+
+    def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
+                        t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO calibrations (cell_id, session_id, context_tokens, k, "
+                         "t_target_step, t_verify, t_draft_step, raw_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (cell_id, session_id, context_tokens, k, t_target_step, t_verify, t_draft_step, dumps(raw)))
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return list(self.conn.execute(sql, params))
+
+
+def open_store(out_dir: str | Path) -> Store:
+    return Store(Path(out_dir) / STORE_NAME)

@@ -1,0 +1,65 @@
+"""The scorer interface: one generated text (one turn of one item) in, a ``Score`` out.
+
+A score is a number (``value``, higher is better), a pass/fail flag when the metric is binary (``passed``, used
+for McNemar's test), and JSON-able ``details`` (what was extracted, why a program failed, secondary metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from relaxbench.data.items import TaskItem
+from relaxbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    passed: bool | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """What a scorer may read beyond the text: the AR arm's output for the same item and turn (None when scoring
+    the AR arm itself) and the target's mean log-likelihood of this output (computed on demand)."""
+
+    turn_index: int
+    baseline_text: str | None = None
+    mean_logprob: Callable[[], float] | None = None
+
+
+class Scorer:
+    """Subclasses set ``name``, ``summary`` and implement ``score``; ``args`` come from the task's scorer_args."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    allowed_args: ClassVar[frozenset[str]] = frozenset()
+    needs_baseline: ClassVar[bool] = False  # reads the AR arm's text
+    needs_logprob: ClassVar[bool] = False  # reads the target's log-likelihood of the output
+    detail_metrics: ClassVar[tuple[str, ...]] = ()  # keys of ``details`` that summaries average
+
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
+        from relaxbench.config import check_fields
+
+        self.args = dict(args or {})
+        check_fields(self.args, set(self.allowed_args), f"scorer {self.name!r} args")
+
+    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
+        raise NotImplementedError
+
+
+SCORERS: Registry[type[Scorer]] = Registry("scorer", "relaxbench.scorers")
+
+
+def register_scorer(cls: type[Scorer]) -> type[Scorer]:
+    SCORERS.add(cls.name, cls)
+    return cls
+
+
+def make_scorer(name: str, args: Mapping[str, Any] | None = None) -> Scorer:
+    import relaxbench.scoring  # noqa: F401  (registers the built-in scorers)
+
+    return SCORERS.get(name)(args)

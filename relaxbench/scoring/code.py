@@ -1,0 +1,102 @@
+"""Code tasks: pull the program out of a model's answer, append the problem's tests, run it in the sandbox.
+
+pass@1 with one greedy sample per problem: a problem passes when the program exits 0 within the limits.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from relaxbench.data.items import TaskItem
+from relaxbench.scoring.answers import ExactMatchScorer
+from relaxbench.scoring.agreement import AgreementScorer
+from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
+from relaxbench.scoring.sandbox import Limits, run_python
+
+FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+IMPORT_LINE = re.compile(r"^(?:import|from)[ \t][^\n]*$", re.MULTILINE)  # top-level import lines
+
+
+def extract_code(text: str, entry_point: str | None = None) -> str:
+    """The code in a model's answer: the fenced block that defines ``entry_point`` (else the first Python or
+    unlabelled block); the whole text when there is no fence (a plain completion)."""
+    blocks = [(lang.lower(), body) for lang, body in FENCE.findall(text)]
+    if not blocks:
+        return text
+    if entry_point:
+        for _, body in blocks:
+            if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", body, re.MULTILINE):
+                return body
+    for lang, body in blocks:
+        if lang in ("python", "py", "python3", ""):
+            return body
+    return blocks[0][1]
+
+
+def defines(code: str, name: str) -> bool:
+    return re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
+
+
+def build_program(item: TaskItem, text: str) -> str:
+    """Completion + tests. A full function from the model gets the problem's import lines; a continuation of the
+    problem's code prefix (plain completion) is appended to it. ``check(entry_point)`` runs when the tests define
+    ``check`` (the HumanEval convention)."""
+    code = extract_code(text, item.entry_point)
+    prefix = item.code_prefix or ""
+    if item.entry_point and prefix and not defines(code, item.entry_point):
+        program = prefix + code
+    else:
+        imports = "\n".join(line.group(0).strip() for line in IMPORT_LINE.finditer(prefix))
+        program = (imports + "\n\n" if imports else "") + code
+    tests = item.test or ""
+    program += "\n\n" + tests + "\n"
+    if item.entry_point and re.search(r"^def\s+check\s*\(", tests, re.MULTILINE):
+        program += f"\ncheck({item.entry_point})\n"
+    return program
+
+
+def _limits(args: dict[str, Any]) -> Limits:
+    timeout = float(args.get("timeout", 10.0))
+    return Limits(wall_seconds=timeout, cpu_seconds=max(1, int(timeout)),
+                  memory_mb=int(args.get("memory_mb", Limits.memory_mb)))
+
+
+@register_scorer
+class CodeExecutionScorer(Scorer):
+    """pass@1: the program (answer + the item's tests) exits 0 in the sandbox within the limits."""
+
+    name = "code-exec"
+    summary = "run the answer with the problem's tests in the sandbox; pass = exit 0 within the limits"
+    allowed_args = frozenset({"timeout", "memory_mb"})
+
+    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
+        program = build_program(item, text)
+        result = run_python(program, _limits(self.args))
+        tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
+        return Score(float(result.passed), result.passed,
+                     {"status": result.status, "returncode": result.returncode, "error": tail,
+                      "seconds": round(result.wall_seconds, 3), "containment": result.containment})
+
+
+@register_scorer
+class AutoScorer(Scorer):
+    """For a user's JSONL file, per item: run its ``test`` when it has one, else exact match against its
+    ``reference``, else agreement with the AR output."""
+
+    name = "auto"
+    summary = "per item: code-exec if it has a test, exact-match if it has a reference, else agreement"
+    allowed_args = frozenset({"timeout", "memory_mb"})
+    needs_baseline = True
+    needs_logprob = True
+    detail_metrics = AgreementScorer.detail_metrics
+
+    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
+        if item.test:
+            chosen: Scorer = CodeExecutionScorer(self.args)
+        elif item.reference is not None:
+            chosen = ExactMatchScorer()
+        else:
+            chosen = AgreementScorer()
+        score = chosen.score(item, text, context)
+        return Score(score.value, score.passed, {**score.details, "scorer": chosen.name})
