@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench bench-full clean
+BENCH_SUITE ?= default
+# Debian packages the report tests use: headless Chromium renders the HTML, poppler renders and reads the PDF
+SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
+
+.PHONY: install system-deps test test-fast bench bench-full clean
 
 install: $(STAMP)
 
@@ -16,15 +20,40 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: install
+# Installs the missing ones when it can (root with apt-get); otherwise says which are missing, and the tests that
+# need them skip with that reason. REQUIRE_SYSTEM_DEPS=1 (CI) makes a missing one an error.
+system-deps:
+	@missing=""; for tool in chromium pdftoppm pdftotext pdfinfo; do \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing $(SYSTEM_PACKAGES) (missing:$$missing)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES); } >/dev/null 2>&1 \
+	    || echo "apt-get could not install $(SYSTEM_PACKAGES)"; \
+	  missing=""; for tool in chromium pdftoppm pdftotext pdfinfo; do \
+	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "missing:$$missing (Debian: apt-get install $(SYSTEM_PACKAGES)); the report rendering tests will skip"; \
+	  if [ -n "$(REQUIRE_SYSTEM_DEPS)" ]; then exit 1; fi; \
+	fi
+
+test: install system-deps
 	$(PY) -m pytest -q
 
-test-fast: install
+test-fast: install system-deps
 	$(PY) -m pytest -q -m "not slow"
 
+# The default suite (suites/default.yaml; BENCH_SUITE=full for bench-full): runs into runs/$(BENCH_SUITE), resumes
+# what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf.
 bench: install
-	@echo "make bench: the default suite lands with the harness and report issues; until then try:"
-	@echo "  $(VENV)/bin/relaxbench generate --target smollm2-135m-instruct --draft ngram --policy exact --prompt 'Write a haiku.'"
+	@start=$$(date +%s); \
+	$(VENV)/bin/relaxbench compare --suite $(BENCH_SUITE) --out runs/$(BENCH_SUITE) \
+	  --report-out reports/$(BENCH_SUITE) && \
+	echo "make bench ($(BENCH_SUITE)): compare and report took $$(( $$(date +%s) - start )) s"
+
+bench-full:
+	$(MAKE) bench BENCH_SUITE=full
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -294,8 +294,9 @@ def load_task(name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
 @dataclass(frozen=True)
 class SuiteSpec:
     """Everything that decides what a ``compare`` run computes. Its ``key()`` identifies the run in the store:
-    rerunning the same suite resumes it. ``limit`` and ``repeats`` are not part of the key, so raising them
-    extends a run instead of starting a new one (every added sample is still interleaved across all arms)."""
+    rerunning the same suite resumes it. ``limit`` (``limits``: per task, over ``limit``) and ``repeats`` are not
+    part of the key, so raising them extends a run instead of starting a new one (every added sample is still
+    interleaved across all arms)."""
 
     target: str
     draft: str | None
@@ -314,10 +315,11 @@ class SuiteSpec:
     draft_dtype: str = "auto"
     warmup: int = 1
     data_files: Mapping[str, str] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)  # per-task item limits (task name -> N)
 
     def key_fields(self) -> dict[str, Any]:
         data = asdict(self)
-        for volatile in ("limit", "repeats", "warmup", "data_files"):
+        for volatile in ("limit", "repeats", "warmup", "data_files", "limits"):
             data.pop(volatile)
         return data
 
@@ -335,10 +337,13 @@ def suite_from_dict(data: Any, where: str) -> dict[str, Any]:
                                           "top_k": (int,), "seed": (int,), "warmup": (int,),
                                           "temperature": (int, float), "top_p": (int, float), "target": (str,),
                                           "draft": (str,), "device": (str,), "dtype": (str,), "draft_dtype": (str,),
-                                          "data_files": (Mapping,)}
+                                          "data_files": (Mapping,), "limits": (Mapping,)}
     for key, kind in kinds.items():
         if out.get(key) is not None and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({out[key]!r})")
+    for task, n in (out.get("limits") or {}).items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"{where}: limits: {task!r} must be a positive integer, got {n!r}")
     for key in ("methods", "tasks"):
         if key in out:
             value = out[key]

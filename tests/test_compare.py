@@ -24,7 +24,8 @@ TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dty
 
 def compare_args(out: Path, *extra: str) -> list[str]:
     return ["compare", *TINY, "--methods", "exact,speculative-sampling", "--tasks", "jsonl,humaneval",
-            "--data-file", f"jsonl={DATA}", "--limit", "3", "--max-new-tokens", "12", "--out", str(out), *extra]
+            "--data-file", f"jsonl={DATA}", "--limit", "3", "--max-new-tokens", "12", "--out", str(out),
+            "--report-format", "none", *extra]  # the report after compare is tested in test_report.py
 
 
 def rows(db: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
@@ -105,7 +106,7 @@ def record_set(db: Path) -> dict:
 
 def test_resume_after_sigkill(tmp_path: Path):
     args = ["compare", *TINY, "--methods", "exact", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}",
-            "--max-new-tokens", "12", "--repeats", "2"]
+            "--max-new-tokens", "12", "--repeats", "2", "--report-format", "none"]
     total = 5 * 2 * 2  # 5 (item, turn) units, 2 arms, 2 repeats
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     db = killed / "results.sqlite"

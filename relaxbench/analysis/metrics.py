@@ -4,19 +4,7 @@
 Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats. Only units that
 every arm of the task has finished are used, so every figure of a task's table is over the same samples.
 
-Definitions (also in the README):
-  MAL                 emitted tokens / verification rounds (bonus included; AR = 1.0)
-  acceptance rate     accepted draft tokens / drafted tokens
-  acceptance at i     rounds that accepted position i / rounds that drafted position i (0-based)
-  relaxed fraction    relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)
-  output-length ratio method output tokens / AR output tokens, summed over units
-  speed-up (total)    sum of AR times / sum of method times
-  speed-up (geomean)  exp(mean(log(AR time / method time))) over units
-  latency             end-to-end seconds per unit (mean, median)
-  score Δ vs AR       mean over units of (method score − AR score)
-  McNemar p           exact two-sided binomial test on the discordant pairs (pass/fail scores only)
-  accuracy retained   method mean score / AR mean score
-  modelled speed-up   emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step)
+Definitions: ``METRIC_DEFINITIONS`` below (also in the README, and printed in every report).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 """
 
@@ -24,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +27,26 @@ BOOTSTRAP_RESAMPLES = 9999
 CONFIDENCE = 0.95
 
 Unit = tuple[str, int]
+
+METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("MAL", "emitted tokens / verification rounds (bonus included; AR = 1.0)"),
+    ("acceptance rate", "accepted draft tokens / drafted tokens"),
+    ("acceptance at position i", "rounds that accepted draft position i / rounds that drafted position i"),
+    ("relaxed fraction", "relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)"),
+    ("output-length ratio", "method output tokens / AR output tokens, summed over units"),
+    ("speed-up (total)", "sum of AR times / sum of method times over units"),
+    ("speed-up (geomean)", "exp(mean(log(AR time / method time))) over units"),
+    ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
+    ("score", "mean over units (pass rate for pass/fail scorers)"),
+    ("Δ vs AR", "mean over units of (method score − AR score)"),
+    ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores only)"),
+    ("accuracy retained", "method mean score / AR mean score"),
+    ("modelled speed-up", "emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), with the unit "
+                          "costs calibrated in the same run"),
+    ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed)"),
+    ("unit", "one (item, turn); an arm's time for a unit is the mean over its repeats; only units every arm of "
+             "the task finished are used"),
+)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class CellSummary:
     divergences: Divergences | None
     details: Mapping[str, float] = field(default_factory=dict)
     by_category: Mapping[str, GroupScore] = field(default_factory=dict)
+    stop_reasons: Mapping[str, int] = field(default_factory=dict)  # over the paired samples ("length" = truncated)
 
 
 @dataclass(frozen=True)
@@ -311,7 +321,8 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         discordant=discordant if not cell.is_baseline else None,
         accuracy_retained=_ratio(score, base_score) if score is not None and base_score is not None else None,
         divergences=_divergences([groups[u] for u in units]),
-        details=_details_means([groups[u] for u in units], keys), by_category=by_category)
+        details=_details_means([groups[u] for u in units], keys), by_category=by_category,
+        stop_reasons=dict(sorted(Counter(s.stop_reason for s in samples).items())))
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from relaxbench.analysis.metrics import CellSummary, Estimate, TaskSummary
@@ -46,7 +47,7 @@ def task_table(summary: TaskSummary) -> Table:
     for cell in summary.cells:
         score_spec = ".1%" if summary.binary else ".3f"
         table.add_row(
-            cell.arm, fmt(cell.mean_acceptance_length), fmt(cell.acceptance_rate, ".1%"),
+            escape(cell.arm), fmt(cell.mean_acceptance_length), fmt(cell.acceptance_rate, ".1%"),
             fmt_ci(cell.speedup_total, ".2f", "x"), fmt(cell.speedup_geomean.value, ".2f", "x"),
             fmt(cell.modelled_speedup, ".2f", "x"), fmt(cell.latency_mean, ".2f"), fmt(cell.score, score_spec),
             "-" if cell.is_baseline else fmt_ci(cell.score_delta, "+.3f"), fmt_p(cell.mcnemar_p),
@@ -65,7 +66,7 @@ def details_table(summary: TaskSummary) -> Table | None:
     for key in keys:
         table.add_column(key, justify="right")
     for cell in summary.cells:
-        table.add_row(cell.arm, "all", *(fmt(cell.details.get(k), ".3f") for k in keys))
+        table.add_row(escape(cell.arm), "all", *(fmt(cell.details.get(k), ".3f") for k in keys))
         for name, group in cell.by_category.items():
             table.add_row("", name, *(fmt(group.details.get(k), ".3f") for k in keys))
     return table

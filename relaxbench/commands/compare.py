@@ -1,5 +1,5 @@
 """``relaxbench compare``: run a (target, draft) pair × methods × tasks (+ the AR baseline per task), store every
-sample in ``DIR/results.sqlite`` (resuming what is there) and print a table per task.
+sample in ``DIR/results.sqlite`` (resuming what is there), print a table per task and write the HTML/PDF report.
 
 Also ``relaxbench summary DIR``: the same tables from a stored run, without running anything.
 """
@@ -11,17 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.cli import add_runtime_args, configure_runtime, parse_assignments
+from relaxbench.commands.report import add_report_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="benchmark methods against the AR baseline on tasks; store and tabulate")
-    c.add_argument("--suite", default=None, help="a suite YAML with any of the fields below (flags win)")
+    c.add_argument("--suite", default=None, help="a suite YAML with any of the fields below (flags win), or the "
+                                                 "name of a shipped one in suites/ (default, full)")
     c.add_argument("--target", default=None, help="target model: local dir, .gguf, packaged alias or hub id")
     c.add_argument("--draft", default=None, help="draft model name, or 'ngram' for prompt lookup")
     c.add_argument("--methods", default=None, help="comma-separated methods (methods/*.yaml names, YAML paths, "
                                                    "or policy names); each sweep point is its own arm")
     c.add_argument("--tasks", default=None, help="comma-separated tasks (tasks/*.yaml names or YAML paths)")
     c.add_argument("--limit", type=int, default=None, help="first N items of each task (default: all)")
+    c.add_argument("--task-limit", action="append", metavar="TASK=N", default=[],
+                   help="first N items of TASK, over --limit (repeatable)")
     c.add_argument("--max-new-tokens", type=int, default=None, help="override every task's max_new_tokens")
     c.add_argument("--repeats", type=int, default=None, help="time each sample R times, arms interleaved (default 1)")
     c.add_argument("--out", default=None, help="output folder holding results.sqlite (default runs/TARGET_vs_DRAFT)")
@@ -34,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
     c.add_argument("--executor", default="in-process", help="where jobs run (default: in-process)")
+    add_report_args(c, prefix="report-")
     add_runtime_args(c)
     c.set_defaults(handler=run)
 
@@ -49,7 +54,10 @@ def suite_from_args(args: argparse.Namespace):
     from relaxbench.errors import ConfigError
     from relaxbench.harness.plan import split_names
 
-    fields: dict[str, Any] = suite_from_dict(load_yaml(Path(args.suite)), args.suite) if args.suite else {}
+    fields: dict[str, Any] = {}
+    if args.suite:
+        path = suite_path(args.suite)
+        fields = suite_from_dict(load_yaml(path), str(path))
     flags = {"target": args.target, "draft": args.draft, "methods": args.methods, "tasks": args.tasks,
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
@@ -64,9 +72,31 @@ def suite_from_args(args: argparse.Namespace):
     data_files = dict(fields.get("data_files") or {})
     data_files.update({k: str(v) for k, v in parse_assignments(args.data_file, "--data-file").items()})
     fields["data_files"] = data_files
+    limits = dict(fields.get("limits") or {})
+    for task, n in parse_assignments(args.task_limit, "--task-limit").items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"--task-limit {task}={n}: N must be a positive integer")
+        limits[task] = n
+    fields["limits"] = limits
     fields["methods"] = split_names(fields["methods"], "method")
     fields["tasks"] = split_names(fields["tasks"], "task")
     return SuiteSpec(**fields)
+
+
+def suite_path(name: str) -> Path:
+    """A suite file: a path, or the name of a shipped suite (``suites/NAME.yaml``, e.g. ``default``)."""
+    from relaxbench.config import builtin_dir
+    from relaxbench.errors import ConfigError
+    from relaxbench.registry import did_you_mean
+
+    path = Path(name)
+    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in name:
+        return path
+    shipped = {p.stem: p for p in sorted(builtin_dir("suites").glob("*.yaml"))}
+    if name not in shipped:
+        raise ConfigError(f"unknown suite {name!r}{did_you_mean(name, list(shipped))} "
+                          f"(shipped suites: {', '.join(shipped) or 'none'}; or give a YAML path)")
+    return shipped[name]
 
 
 class RichProgress:
@@ -114,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.ui import console
 
     suite = suite_from_args(args)
+    report_formats = report_formats_of(args)  # checked before anything runs
     executor = EXECUTORS.get(args.executor)()
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     args.device = suite.device  # a suite file may set it
@@ -141,7 +172,24 @@ def run(args: argparse.Namespace) -> int:
             store.finish_session(session_id, status)
         store.close()
     print_tables(out_dir, run_id)
+    if report_formats:
+        from relaxbench.commands.report import write_and_announce
+
+        write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id)
     return 0
+
+
+def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The report formats ``compare`` writes at the end (none for ``--report-format none``), validated early."""
+    from relaxbench.report import check_budget, output_paths, parse_formats
+
+    if args.report_format.strip().lower() == "none":
+        return ()
+    check_budget(args.budget)
+    formats = parse_formats(args.report_format)
+    if args.report_out is not None:
+        output_paths(args.report_out, formats, args.report_out)
+    return formats
 
 
 def _suite_record(suite) -> dict[str, Any]:

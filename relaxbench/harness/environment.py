@@ -33,6 +33,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def git_revision() -> str | None:
     """HEAD of the source checkout, with '+dirty' when it has uncommitted changes; None outside a checkout."""
     try:
@@ -62,6 +69,7 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "threads": torch.get_num_threads(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was
         "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
         "python": platform.python_version(),
         "platform": platform.platform(),

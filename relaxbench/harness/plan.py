@@ -118,15 +118,17 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
-    unknown = sorted(set(suite.data_files) - set(names) - set(suite.tasks))
-    if unknown:
-        raise ConfigError(f"--data-file names task {unknown[0]!r}, which is not in --tasks "
-                          f"({', '.join(names)}){did_you_mean(unknown[0], names)}")
+    for option, given_names in (("--data-file", suite.data_files), ("--task-limit", suite.limits)):
+        unknown = sorted(set(given_names) - set(names) - set(suite.tasks))
+        if unknown:
+            raise ConfigError(f"{option} names task {unknown[0]!r}, which is not in --tasks "
+                              f"({', '.join(names)}){did_you_mean(unknown[0], names)}")
     sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
     for given, task in zip(suite.tasks, tasks):
         data_file = suite.data_files.get(task.name, suite.data_files.get(given))
-        items, fingerprint = load_items(task, data_file, suite.limit)
+        limit = suite.limits.get(task.name, suite.limits.get(given, suite.limit))
+        items, fingerprint = load_items(task, data_file, limit)
         jobs.append(TaskJob(task, tuple(items), fingerprint, arms, suite.repeats,
                             suite.max_new_tokens or task.max_new_tokens, sampling, suite.seed))
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, tasks))

@@ -1,0 +1,40 @@
+"""``relaxbench report RUN_DIR``: the HTML and PDF reports of a stored run (``compare`` writes them too)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_report_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The report options, shared with ``compare`` (there prefixed ``--report-``)."""
+    p.add_argument(f"--{prefix}format" if prefix else "--format", dest="report_format", default="html,pdf",
+                   help="comma-separated: html, pdf (default: both)" + ("; 'none' writes no report" if prefix else ""))
+    p.add_argument(f"--{prefix}out" if prefix else "--out", dest="report_out", default=None, metavar="PATH",
+                   help="a folder for report.html/report.pdf, or a .html/.pdf file for one format "
+                        "(default: reports/<run folder name>)")
+    p.add_argument("--budget", type=float, default=None, metavar="POINTS",
+                   help="capability-loss budget for the summary's best method, in score points (default 1)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("report", help="write the HTML/PDF report of a stored run")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (or its results.sqlite)")
+    add_report_args(r)
+    r.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
+    r.set_defaults(handler=run)
+
+
+def write_and_announce(run_dir, formats: str, out: str | None, budget: float | None,  # noqa: ANN001
+                       run_id: int | None = None) -> dict:
+    from relaxbench.report import parse_formats, write_report
+    from relaxbench.ui import console
+
+    written = write_report(run_dir, parse_formats(formats), out, budget, run_id)
+    for fmt, path in written.items():
+        console().print(f"report ({fmt}): {path}", highlight=False, soft_wrap=True)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id)
+    return 0

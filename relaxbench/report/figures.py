@@ -1,0 +1,288 @@
+"""The report's figures (matplotlib, no pyplot state): drawn from a task's ``TaskSummary`` only, so every point
+is a figure the tables also show. Each figure comes with the text saying how it was computed.
+
+Scores are drawn in points (0–100: pass rate in %, or agreement × 100).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless: the report never opens a window
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from relaxbench.analysis.metrics import CellSummary, TaskSummary  # noqa: E402
+
+AR_COLOR = "#222222"
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#7f7f7f")
+POINTS = 100.0  # scores are stored as fractions; figures and tables show points
+
+FIGURE_METHODS: dict[str, tuple[str, str]] = {
+    "tradeoff": (
+        "Trade-off: score vs speed-up",
+        "x: measured speed-up over AR, Σ AR time / Σ method time over the task's paired units; horizontal bars: its "
+        "95% paired-bootstrap CI. y: the arm's mean score in points; vertical bars: the 95% CI of the paired score "
+        "difference to AR (Δ vs AR), drawn around the score. AR is the star at 1.0×; lossless arms (exact match, "
+        "speculative sampling) are squares; arms that share a method file (the points of a knob sweep) are joined "
+        "in sweep order and labelled with the knob values that vary; a relaxed method without a sweep is a single "
+        "circle. Up and to the right is better."),
+    "mal": (
+        "Mean acceptance length per arm",
+        "MAL = emitted tokens / verification rounds, over every sample of the task's paired units (bonus token "
+        "included, so AR is 1.0 and a round that accepts all k drafts emits k + 1). The label gives the "
+        "acceptance rate, accepted / drafted tokens."),
+    "positions": (
+        "Acceptance by draft position",
+        "For each draft position i (1 = the first drafted token), the share of rounds that drafted position i "
+        "and accepted it: rounds with ≥ i accepted tokens / rounds with ≥ i drafted tokens. Position i is accepted "
+        "only when 1..i-1 were, so with a fixed k a curve never rises; relaxed rules lift it."),
+    "length": (
+        "Output-length change",
+        "Output-length ratio = the arm's output tokens / AR's output tokens, summed over the same units (1.0 = "
+        "same length). Relaxed rules can lengthen outputs, which costs time that MAL does not show."),
+    "modelled": (
+        "Modelled vs measured speed-up",
+        "x: modelled speed-up = emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), from the "
+        "arm's counters and the unit costs calibrated in the same run (a 1-token target step, a (k+1)-token verify "
+        "pass, a draft step per drafted token). y: measured speed-up with its 95% CI. Points below the diagonal "
+        "lose time to what the model leaves out (prefill, policy, Python overhead); a run on a busy machine "
+        "scatters around it."),
+}
+
+
+@dataclass
+class FigureArt:
+    """One drawn figure, rendered to SVG (HTML) or PNG (PDF) on demand."""
+
+    key: str
+    kind: str
+    task: str
+    figure: Figure
+    note: str = ""  # what the figure leaves out (missing values), shown under the caption
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.task}: {FIGURE_METHODS[self.kind][0]}"
+
+    @property
+    def method(self) -> str:
+        return FIGURE_METHODS[self.kind][1]
+
+    @cached_property
+    def svg(self) -> str:
+        """Inline SVG markup (no XML prolog); ids salted with the figure key so several figures share a page."""
+        buffer = io.StringIO()
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": self.key}):
+            self.figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        text = buffer.getvalue()
+        return text[text.index("<svg"):]
+
+    def png(self, dpi: int = 200) -> bytes:
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+        return buffer.getvalue()
+
+    @property
+    def size_inches(self) -> tuple[float, float]:
+        width, height = self.figure.get_size_inches()
+        return float(width), float(height)
+
+
+def method_palette(methods: Sequence[str]) -> dict[str, str]:
+    """A colour per method (curve), stable across a report's figures; AR is dark grey."""
+    palette: dict[str, str] = {}
+    for name in methods:
+        if name not in palette:
+            palette[name] = AR_COLOR if name == "ar" else PALETTE[(len(palette) - ("ar" in palette)) % len(PALETTE)]
+    return palette
+
+
+def _new(width: float, height: float) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    ax = fig.add_subplot()
+    ax.grid(True, color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig, ax
+
+
+def _err(value: float | None, low: float | None, high: float | None, scale: float = 1.0) -> list[list[float]] | None:
+    if value is None or low is None or high is None:
+        return None
+    return [[max(0.0, (value - low) * scale)], [max(0.0, (high - value) * scale)]]
+
+
+def curves(summary: TaskSummary) -> dict[str, list[CellSummary]]:
+    """Non-baseline arms grouped by their method (a sweep's points share it), in table order."""
+    out: dict[str, list[CellSummary]] = {}
+    for cell in summary.cells:
+        if not cell.is_baseline:
+            out.setdefault(cell.method, []).append(cell)
+    return out
+
+
+def varying_knobs(cells: Sequence[CellSummary]) -> list[str]:
+    keys = sorted({k for c in cells for k in c.knobs})
+    return [k for k in keys if len({repr(c.knobs.get(k)) for c in cells}) > 1]
+
+
+def point_label(cell: CellSummary, varying: Sequence[str]) -> str:
+    return ", ".join(f"{k}={cell.knobs.get(k)}" for k in varying)
+
+
+def _plottable(cell: CellSummary) -> bool:
+    return cell.speedup_total.value is not None and cell.score is not None
+
+
+def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    fig, ax = _new(7.2, 4.6)
+    missing = []
+    ar = summary.baseline
+    if _plottable(ar):
+        ax.plot([ar.speedup_total.value], [ar.score * POINTS], marker="*", markersize=16, color=AR_COLOR,
+                linestyle="none", label="AR (baseline)", zorder=5)
+    else:
+        missing.append(ar.arm)
+    ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
+    for method, cells in curves(summary).items():
+        color = palette.get(method, PALETTE[0])
+        points = [c for c in cells if _plottable(c)]
+        missing += [c.arm for c in cells if not _plottable(c)]
+        if not points:
+            continue
+        lossless = all(c.lossless for c in points)
+        marker = "s" if lossless else "o"
+        xs = [c.speedup_total.value for c in points]
+        ys = [c.score * POINTS for c in points]
+        xerr = [_err(c.speedup_total.value, c.speedup_total.low, c.speedup_total.high) for c in points]
+        yerr = [_err(c.score_delta.value, c.score_delta.low, c.score_delta.high, POINTS) for c in points]
+        for x, y, xe, ye in zip(xs, ys, xerr, yerr):
+            if xe is not None or ye is not None:
+                ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="none", ecolor=color, alpha=0.45, elinewidth=1,
+                            capsize=2, zorder=2)
+        label = f"{method} ({'lossless' if lossless else 'relaxed'})"
+        ax.plot(xs, ys, marker=marker, markersize=8 if lossless else 6, color=color,
+                linestyle="-" if len(points) > 1 else "none", linewidth=1.4, label=label, zorder=4)
+        varying = varying_knobs(points)
+        if varying:
+            for cell, x, y in zip(points, xs, ys):
+                ax.annotate(point_label(cell, varying), (x, y), textcoords="offset points", xytext=(5, 4),
+                            fontsize=7, color=color)
+    ax.set_xlabel("speed-up over AR (×), 95% CI")
+    ax.set_ylabel(f"{'pass@1 (%)' if summary.binary else 'score (points)'}, 95% CI of Δ vs AR")
+    ax.set_title(f"{summary.task}: score vs speed-up (n = {summary.n_units})", fontsize=10, loc="left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best", frameon=False)
+    return FigureArt(f"{summary.task}-tradeoff", "tradeoff", summary.task, fig, _missing(missing))
+
+
+def acceptance_length(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    cells = [c for c in summary.cells if c.mean_acceptance_length is not None]
+    fig, ax = _new(7.2, 0.9 + 0.32 * max(1, len(cells)))
+    names = [c.arm for c in cells][::-1]
+    values = [c.mean_acceptance_length for c in cells][::-1]
+    colors = [palette.get(c.method, PALETTE[0]) for c in cells][::-1]
+    bars = ax.barh(names, values, color=colors, height=0.65)
+    for bar, cell in zip(bars, cells[::-1]):
+        rate = "" if cell.acceptance_rate is None else f"  (acc. rate {cell.acceptance_rate:.1%})"
+        ax.annotate(f"{cell.mean_acceptance_length:.2f}{rate}", (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                    textcoords="offset points", xytext=(3, 0), va="center", fontsize=7)
+    ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle="--")
+    ax.set_xlim(0, max(values, default=1.0) * 1.35 + 0.1)
+    ax.set_xlabel("mean acceptance length (tokens per verification round)")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(f"{summary.task}: mean acceptance length", fontsize=10, loc="left")
+    missing = [c.arm for c in summary.cells if c.mean_acceptance_length is None]
+    return FigureArt(f"{summary.task}-mal", "mal", summary.task, fig, _missing(missing))
+
+
+def acceptance_by_position(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    fig, ax = _new(7.2, 4.0)
+    markers = "osD^v<>ph*"
+    drawn = 0
+    for method, cells in curves(summary).items():
+        for j, cell in enumerate(cells):
+            if not cell.acceptance_by_position:
+                continue
+            positions = list(range(1, len(cell.acceptance_by_position) + 1))
+            ax.plot(positions, list(cell.acceptance_by_position), marker=markers[j % len(markers)], markersize=4,
+                    linewidth=1.2, color=palette.get(method, PALETTE[0]), alpha=1.0 - 0.5 * j / max(1, len(cells)),
+                    label=cell.arm)
+            drawn += 1
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("draft position i")
+    ax.set_ylabel("P(accepted at i | drafted at i)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(f"{summary.task}: acceptance by draft position", fontsize=10, loc="left")
+    if drawn:
+        ax.legend(fontsize=6.5, loc="upper right", frameon=False, ncol=2 if drawn > 6 else 1)
+    else:
+        ax.text(0.5, 0.5, "no drafted tokens", ha="center", va="center", transform=ax.transAxes)
+    return FigureArt(f"{summary.task}-positions", "positions", summary.task, fig)
+
+
+def output_length(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    cells = [c for c in summary.cells if not c.is_baseline and c.output_length_ratio is not None]
+    fig, ax = _new(7.2, 0.9 + 0.32 * max(1, len(cells)))
+    names = [c.arm for c in cells][::-1]
+    values = [c.output_length_ratio for c in cells][::-1]
+    bars = ax.barh(names, [v - 1.0 for v in values], left=1.0, height=0.65,
+                   color=[palette.get(c.method, PALETTE[0]) for c in cells][::-1])
+    for bar, value in zip(bars, values):
+        ax.annotate(f"{value:.3f}", (value, bar.get_y() + bar.get_height() / 2), textcoords="offset points",
+                    xytext=(3 if value >= 1 else -3, 0), ha="left" if value >= 1 else "right", va="center",
+                    fontsize=7)
+    ax.axvline(1.0, color=AR_COLOR, linewidth=1.0)
+    spread = max([abs(v - 1.0) for v in values], default=0.05)
+    ax.set_xlim(1.0 - 1.4 * spread - 0.02, 1.0 + 1.4 * spread + 0.02)
+    ax.set_xlabel("output tokens relative to AR (1.0 = same length)")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(f"{summary.task}: output-length ratio vs AR", fontsize=10, loc="left")
+    missing = [c.arm for c in summary.cells if not c.is_baseline and c.output_length_ratio is None]
+    return FigureArt(f"{summary.task}-length", "length", summary.task, fig, _missing(missing))
+
+
+def modelled_vs_measured(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    fig, ax = _new(5.6, 4.6)
+    points = [c for c in summary.cells if c.modelled_speedup is not None and c.speedup_total.value is not None]
+    for cell in points:
+        color = AR_COLOR if cell.is_baseline else palette.get(cell.method, PALETTE[0])
+        ax.errorbar([cell.modelled_speedup], [cell.speedup_total.value],
+                    yerr=_err(cell.speedup_total.value, cell.speedup_total.low, cell.speedup_total.high),
+                    fmt="*" if cell.is_baseline else ("s" if cell.lossless else "o"), color=color, ecolor=color,
+                    elinewidth=1, capsize=2, markersize=12 if cell.is_baseline else 6, alpha=0.9)
+        ax.annotate(cell.arm, (cell.modelled_speedup, cell.speedup_total.value), textcoords="offset points",
+                    xytext=(4, 3), fontsize=6.5, color=color)
+    values = [v for c in points for v in (c.modelled_speedup, c.speedup_total.value)] or [1.0]
+    low, high = min(values + [1.0]) * 0.9, max(values + [1.0]) * 1.1
+    ax.plot([low, high], [low, high], color="#999999", linestyle="--", linewidth=0.8)
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("modelled speed-up (×), from counters and calibration")
+    ax.set_ylabel("measured speed-up (×), 95% CI")
+    ax.set_title(f"{summary.task}: modelled vs measured speed-up", fontsize=10, loc="left")
+    missing = [c.arm for c in summary.cells if c.modelled_speedup is None]
+    return FigureArt(f"{summary.task}-modelled", "modelled", summary.task, fig,
+                     _missing(missing, "no calibration or no measured time"))
+
+
+def _missing(arms: Sequence[str], why: str = "missing values") -> str:
+    return f"Not drawn ({why}): {', '.join(arms)}." if arms else ""
+
+
+FIGURES = (tradeoff, acceptance_length, acceptance_by_position, output_length, modelled_vs_measured)
+
+
+def task_figures(summary: TaskSummary, palette: Mapping[str, str]) -> list[FigureArt]:
+    """Every figure of one task, in report order."""
+    return [draw(summary, palette) for draw in FIGURES]

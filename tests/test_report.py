@@ -1,0 +1,421 @@
+"""``relaxbench report`` on a fixture store written through the Store API (no model is loaded): every section,
+method and task present; table numbers equal to what the analysis functions return; the HTML rendered by headless
+Chromium (a screenshot that is not blank, the per-task table in the page text); the PDF rendered page by page by
+poppler (every page, every method name)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relaxbench.analysis import load_run, summarize_run
+from relaxbench.cli import main
+from tests.conftest import CliResult, assert_one_line_error
+from tests.report_fixture import ARMS, TASKS, build_fixture_run
+
+SECTIONS = ("summary", "results", "methods", "setup", "environment", "figures-how", "definitions")
+SECTION_TITLES = ("Summary", "Results per task", "Method definitions", "Setup", "Environment",
+                  "How the figures were computed", "Metric definitions")
+ARM_NAMES = tuple(a.arm for a in ARMS)
+METHOD_NAMES = tuple(dict.fromkeys(a.method for a in ARMS))
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory) -> Path:
+    return build_fixture_run(tmp_path_factory.mktemp("run") / "fixture")
+
+
+@pytest.fixture(scope="module")
+def written(fixture_run: Path, tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", str(fixture_run), "--out", str(out)]) == 0
+    return {"html": out / "report.html", "pdf": out / "report.pdf"}
+
+
+@pytest.fixture(scope="module")
+def summaries(fixture_run: Path):
+    return {s.task: s for s in summarize_run(load_run(fixture_run))}
+
+
+class Page(HTMLParser):
+    """The bits of the report page a test reads: element ids, table cells with their data attributes, text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.tables: dict[str, dict[str, list[dict]]] = {}  # table key -> row key -> cells
+        self.text: list[str] = []
+        self.tags: list[str] = []
+        self._table: str | None = None
+        self._row: str | None = None
+        self._cell: dict | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "table" and a.get("data-table"):
+            self._table = a["data-table"]
+            self.tables[self._table] = {}
+        elif tag == "tr" and self._table and a.get("data-row"):
+            self._row = a["data-row"]
+            self.tables[self._table][self._row] = []
+        elif tag == "td" and self._row is not None:
+            self._cell = {**a, "text": ""}
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._cell is not None:
+            self.tables[self._table][self._row].append(self._cell)
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell["text"] += data
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    return page
+
+
+def cells_by_metric(row: list[dict]) -> dict[str, dict]:
+    return {c["data-metric"]: c for c in row if "data-metric" in c}
+
+
+# ------------------------------------------------------------------------------------------------ content
+
+
+def test_every_section_method_and_task_is_in_the_html(written):
+    html = written["html"].read_text()
+    page = parse(html)
+    for section in SECTIONS:
+        assert section in page.ids, section
+    text = " ".join(page.text)
+    for title in SECTION_TITLES:
+        assert title in text
+    for task in TASKS:
+        assert f"task-{task}" in page.ids and f"{task}-table" in page.tables
+        assert len([i for i in page.ids if i.startswith(f"fig-{task}-")]) == 5  # the five figures per task
+    for name in ARM_NAMES + METHOD_NAMES:
+        assert name in text, name
+    assert set(page.tables["methods-table"]) == set(ARM_NAMES)  # every arm defined once
+    # environment facts recorded with the run
+    for fact in ("bfloat16", "2.13.0", "0123456789abcdef", "Fixture CPU"):
+        assert fact in text
+    # self-contained: figures inline, nothing fetched, no script
+    assert html.count("<svg") == 5 * len(TASKS)
+    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?https?:""", html)
+
+
+def test_table_numbers_equal_the_analysis_values(written, summaries):
+    page = parse(written["html"].read_text())
+    scalar = {"mean_acceptance_length": "{:.2f}", "latency_mean": "{:.2f}", "output_length_ratio": "{:.3f}"}
+    percent = ("acceptance_rate", "accuracy_retained", "relaxed_fraction")
+    checked = 0
+    for task, summary in summaries.items():
+        rows = page.tables[f"{task}-table"]
+        assert list(rows) == [c.arm for c in summary.cells]  # AR first, then the arms in run order
+        for cell in summary.cells:
+            got = cells_by_metric(rows[cell.arm])
+            for metric, spec in scalar.items():
+                value = getattr(cell, metric)
+                assert float(got[metric]["data-value"]) == value, (task, cell.arm, metric)
+                assert got[metric]["text"] == spec.format(value)
+                checked += 1
+            for metric in percent:
+                value = getattr(cell, metric)
+                if value is None:
+                    assert got[metric]["text"] == "-" and "data-value" not in got[metric]
+                    continue
+                assert float(got[metric]["data-value"]) == value
+                assert got[metric]["text"] == f"{100 * value:.1f}%"
+                checked += 1
+            speed = got["speedup_total"]
+            assert float(speed["data-value"]) == cell.speedup_total.value
+            assert speed["text"].startswith(f"{cell.speedup_total.value:.2f}×")
+            if not cell.is_baseline:
+                assert float(speed["data-low"]) == cell.speedup_total.low
+                assert float(speed["data-high"]) == cell.speedup_total.high
+                assert f"[{cell.speedup_total.low:.2f}, {cell.speedup_total.high:.2f}]" in speed["text"]
+                delta = got["score_delta"]
+                assert float(delta["data-value"]) == cell.score_delta.value
+                assert (float(delta["data-low"]), float(delta["data-high"])) == (cell.score_delta.low,
+                                                                                cell.score_delta.high)
+                assert delta["text"].startswith(f"{100 * cell.score_delta.value:+.1f}")
+                checked += 2
+            assert float(got["score"]["data-value"]) == cell.score
+            assert got["score"]["text"].rstrip("%") == f"{100 * cell.score:.1f}"
+            if summary.binary and not cell.is_baseline:
+                assert float(got["mcnemar_p"]["data-value"]) == cell.mcnemar_p
+            diagnostics = cells_by_metric(page.tables[f"{task}-diagnostics"][cell.arm])
+            assert float(diagnostics["n_units"]["data-value"]) == cell.n_units == summary.n_units
+            assert float(diagnostics["speedup_geomean"]["data-value"]) == cell.speedup_geomean.value
+            if cell.modelled_speedup is not None:
+                assert float(diagnostics["modelled_speedup"]["data-value"]) == cell.modelled_speedup
+            checked += 3
+    assert checked > 100
+
+
+def expected_best(summary, budget: float):
+    """The summary's rule, restated: the fastest arm losing at most ``budget`` points, if faster than AR."""
+    eligible = [c for c in summary.cells[1:] if c.score_delta.value * 100 >= -budget]
+    best = max(eligible, key=lambda c: c.speedup_total.value, default=None)
+    return best.arm if best is not None and best.speedup_total.value > 1 else None
+
+
+@pytest.mark.parametrize("budget", [None, 100.0])
+def test_summary_picks_the_fastest_method_within_the_budget(written, fixture_run, summaries, tmp_path, budget):
+    if budget is None:  # the default, 1 point
+        page = parse(written["html"].read_text())
+        budget = 1.0
+    else:
+        page = parse(written_html(fixture_run, tmp_path, "--budget", str(budget)))
+    rows = page.tables["summary-table"]
+    assert set(rows) == set(TASKS)
+    picks = {}
+    for task, summary in summaries.items():
+        got = cells_by_metric(rows[task])
+        best = expected_best(summary, budget)
+        picks[task] = best
+        chosen = next(c for c in summary.cells if c.arm == (best or "ar"))
+        assert got["arm"]["text"] == (best or "ar (none faster within budget)")
+        assert float(got["speedup_total"]["data-value"]) == chosen.speedup_total.value
+    # the fixture is built so that the budget matters
+    assert picks == ({"tiny-code": "margin", "chat": None} if budget == 1.0 else
+                     {"tiny-code": "fly-sweep[theta=0.1]", "chat": "fly-sweep[theta=0.1]"})
+
+
+def written_html(run: Path, tmp_path: Path, *extra: str) -> str:
+    out = tmp_path / "only.html"
+    assert main(["report", str(run), "--format", "html", "--out", str(out), *extra]) == 0
+    return out.read_text()
+
+
+def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
+    text = " ".join(parse(written["html"].read_text()).text)
+    assert "Only 12 paired units" in text and "Only 10 paired units" in text
+    # the fixture's lossless arm differs from AR once, at a near-tie; on the chat task it reproduced AR
+    assert "reproduced AR's output exactly on 11 of 12 units" in text and "1 diverged at a numerical near-tie" in text
+    assert "reproduced AR's output exactly on all 10 units" in text
+    assert "ended 'interrupted'" in text
+    assert "Outputs cut at max_new_tokens" in text
+
+
+def test_tradeoff_plot_draws_ar_lossless_and_sweep_curves(fixture_run):
+    from relaxbench.report.content import load_report
+
+    report = load_report(fixture_run)
+    for section in report.tasks:
+        figure = next(f for f in section.figures if f.kind == "tradeoff")
+        lines = {line.get_label(): line for line in figure.figure.axes[0].get_lines()}
+        assert lines["AR (baseline)"].get_marker() == "*" and list(lines["AR (baseline)"].get_xdata()) == [1.0]
+        assert lines["exact (lossless)"].get_marker() == "s"
+        sweep = lines["fly-sweep (relaxed)"]
+        summary = next(s for s in summarize_run(load_run(fixture_run)) if s.task == section.task)
+        fly = [c for c in summary.cells if c.method == "fly-sweep"]
+        assert list(sweep.get_xdata()) == [c.speedup_total.value for c in fly]  # one curve, sweep order
+        assert list(sweep.get_ydata()) == pytest.approx([100 * c.score for c in fly])
+        assert sweep.get_linestyle() == "-" and lines["margin (relaxed)"].get_linestyle() == "None"
+        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "modelled"]
+
+
+def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):
+    assert main(["summary", str(fixture_run)]) == 0
+    out = capsys.readouterr().out
+    for name in ARM_NAMES:
+        assert name in out  # rich markup would swallow "[theta=0.1]" unless escaped
+
+
+def test_a_run_without_finished_samples_still_reports(tmp_path: Path):
+    from relaxbench.harness.store import Store
+    from tests.report_fixture import _cell
+
+    with Store(tmp_path / "run" / "results.sqlite") as store:
+        run_id = store.open_run("empty", "t", "d", {})
+        store.start_session(run_id, {"command": "relaxbench compare", "device": "cpu"})
+        for i, arm in enumerate(ARMS[:3]):
+            store.ensure_cell(run_id, _cell("tiny-code", arm, i, "code-exec", 8))
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
+    text = " ".join(parse((tmp_path / "out" / "report.html").read_text()).text)
+    assert "No unit was finished by every arm" in text
+    assert (tmp_path / "out" / "report.pdf").stat().st_size > 0
+
+
+def run_main(capsys, *argv: str) -> CliResult:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)
+
+
+def test_bad_input_is_one_line(fixture_run, tmp_path: Path, capsys):
+    assert_one_line_error(run_main(capsys, "report", str(tmp_path)), "no results store")
+    assert_one_line_error(run_main(capsys, "report", str(fixture_run), "--format", "htm"),
+                          "unknown report format 'htm'", "did you mean 'html'")
+    assert_one_line_error(run_main(capsys, "report", str(fixture_run), "--out", str(tmp_path / "r.pdf")),
+                          "give a folder")
+    assert_one_line_error(run_main(capsys, "report", str(fixture_run), "--budget", "-1"), "must be >= 0")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_non_editable_install_has_the_template(tmp_path: Path):
+    """Build the wheel from a copy of the source tree, install it into a bare folder and render from there."""
+    root = Path(__file__).parent.parent
+    source = tmp_path / "src"
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "reports", "build",
+                                                                "*.egg-info", "__pycache__", ".pytest_cache"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "wheel"), str(source)], check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "wheel").glob("relaxbench-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    probe = ("import relaxbench.report.html as h; env = h._environment(); "
+             "print(h.__file__, len(env.loader.get_source(env, 'report.html.j2')[0]))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    where, size = proc.stdout.split()
+    assert where.startswith(str(tmp_path / "site")) and int(size) > 1000
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+def browser(html: Path, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess:
+    binary = chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (Debian package 'chromium'; make test installs it as root)")
+    return subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *mode, html.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_html_in_headless_chromium(written, tmp_path: Path):
+    from PIL import Image
+
+    shot = tmp_path / "shot.png"
+    proc = browser(written["html"], tmp_path, f"--screenshot={shot}", "--window-size=1280,2400")
+    assert shot.is_file(), proc.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.shape == (2400, 1280)
+    assert pixels.std() > 20  # text, tables and a figure, not a blank page
+    assert (pixels < 128).mean() > 0.01  # enough dark ink
+    rows = [pixels[y:y + 100] for y in range(0, 2400, 100)]
+    assert sum(r.std() > 5 for r in rows) > 12  # content down the page, not one line at the top
+
+    dom = browser(written["html"], tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered, source = parse(dom.stdout), parse(written["html"].read_text())
+    for task in TASKS:
+        key = f"{task}-table"
+        assert rendered.tables[key] == source.tables[key]  # the whole per-task table, cell by cell
+        assert len(rendered.tables[key]) == len(ARMS)
+    text = " ".join(rendered.text)
+    assert "speed and capability per arm" in text and "Δ vs AR" in text
+
+
+def poppler(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"no {tool} (Debian package 'poppler-utils'; make test installs it as root)")
+    return path
+
+
+def test_pdf_renders_every_page_and_names_every_method(written, tmp_path: Path):
+    pdf = written["pdf"]
+    info = subprocess.run([poppler("pdfinfo"), str(pdf)], capture_output=True, text=True, check=True).stdout
+    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.MULTILINE).group(1))
+    assert pages >= 1 + len(TASKS)  # multi-page: the summary, then each task
+    subprocess.run([poppler("pdftoppm"), "-r", "30", "-png", str(pdf), str(tmp_path / "page")], check=True,
+                   capture_output=True, timeout=300)
+    rendered = sorted(tmp_path.glob("page-*.png"))
+    assert len(rendered) == pages
+    from PIL import Image
+
+    for png in rendered:
+        assert np.asarray(Image.open(png).convert("L"), dtype=float).std() > 3, png.name  # nothing blank
+    text = subprocess.run([poppler("pdftotext"), "-layout", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    for name in ARM_NAMES + METHOD_NAMES + tuple(TASKS) + SECTION_TITLES:
+        assert name in text, name
+    assert "Δ vs AR" in text and "×" in text  # non-Latin-1 glyphs survive (embedded DejaVu fonts)
+
+
+def test_compare_writes_the_report(tmp_path: Path):
+    """``compare`` ends by writing the report of what it stored (here on the tiny models)."""
+    data = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
+    out, reports = tmp_path / "run", tmp_path / "reports"
+    code = main(["compare", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
+                 "--draft-dtype", "float64", "--methods", "exact", "--tasks", "jsonl", "--data-file",
+                 f"jsonl={data}", "--limit", "2", "--max-new-tokens", "6", "--warmup", "0", "--out", str(out),
+                 "--report-out", str(reports)])
+    assert code == 0
+    page = parse((reports / "report.html").read_text())
+    assert list(page.tables["jsonl-table"]) == ["ar", "exact"]
+    assert (reports / "report.pdf").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------------------------------ make bench
+
+
+def test_shipped_suites_plan_the_default_benchmark():
+    """``make bench`` / ``make bench-full`` run these suites: the pair, AR + the five families, the subset sizes."""
+    import argparse
+
+    from relaxbench.commands.compare import suite_from_args
+    from relaxbench.harness.plan import build_plan
+
+    def plan(name: str):
+        args = argparse.Namespace(suite=name, target=None, draft=None, methods=None, tasks=None, limit=None,
+                                  max_new_tokens=None, repeats=None, k=None, temperature=None, top_k=None,
+                                  top_p=None, seed=None, warmup=None, device="auto", dtype="auto",
+                                  draft_dtype="auto", data_file=[], task_limit=[])
+        return build_plan(suite_from_args(args))
+
+    default = plan("default")
+    assert (default.suite.target, default.suite.draft) == ("qwen2.5-coder-1.5b-instruct",
+                                                           "qwen2.5-coder-0.5b-instruct")
+    policies = [arm.method.policy for arm in default.arms]
+    assert policies == ["none", "exact", "fly", "judge", "margin", "typical"]
+    assert {job.task.name: (len(job.items), job.max_new_tokens) for job in default.jobs} == {
+        "humaneval-completion": (3, 64), "mt-bench": (1, 64)}
+    full = plan("full")
+    assert {job.task.name: len(job.items) for job in full.jobs} == {"humaneval-completion": 164, "mt-bench": 80}
+    families = {arm.base_method: arm.method.policy for arm in full.arms[1:]}
+    assert set(families.values()) == {"exact", "fly", "judge", "margin", "typical"}
+    assert sum(arm.base_method == "fly-sweep" for arm in full.arms) > 1  # sweeps: curves in the trade-off plot
+
+
+def test_suite_and_task_limit_errors_are_one_line(capsys):
+    base = ["compare", "--target", "tiny-random-target", "--methods", "exact", "--draft", "ngram"]
+    assert_one_line_error(run_main(capsys, *base, "--suite", "defualt"), "unknown suite 'defualt'",
+                          "did you mean 'default'")
+    assert_one_line_error(run_main(capsys, *base, "--tasks", "humaneval", "--task-limit", "mbpp=2"),
+                          "--task-limit names task 'mbpp'")
+    assert_one_line_error(run_main(capsys, *base, "--tasks", "humaneval", "--task-limit", "humaneval=0"),
+                          "positive integer")
+    assert_one_line_error(run_main(capsys, *base, "--tasks", "humaneval", "--report-format", "docx"),
+                          "unknown report format 'docx'")
