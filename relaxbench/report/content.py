@@ -262,8 +262,9 @@ def _lossless_reference(summary: TaskSummary) -> CellSummary | None:
 
 def headline(summary: TaskSummary, budget: float) -> str:
     ar = summary.baseline
-    unit = "pass@1" if summary.binary else "score"
-    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {pts(ar.score)}): "
+    unit, suffix = ("pass@1", "%") if summary.binary else ("score", " pts")
+    ar_score = "-" if ar.score is None else pts(ar.score) + suffix
+    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}): "
     best = best_within_budget(summary, budget)
     if best is None:
         text += f"no method is faster than AR while losing at most {budget:g} point(s)"
