@@ -33,7 +33,8 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "difference to AR (Δ vs AR), drawn around the score. AR is the star at 1.0×; lossless arms (exact match, "
         "speculative sampling) are squares; arms that share a method file (the points of a knob sweep) are joined "
         "in sweep order and labelled with the knob values that vary; a relaxed method without a sweep is a single "
-        "circle. Up and to the right is better."),
+        "circle. Up and to the right is better. Intervals far wider than the spread of the points are cut at the "
+        "axes; the tables give every interval."),
     "mal": (
         "Mean acceptance length per arm",
         "MAL = emitted tokens / verification rounds, over every sample of the task's paired units (bonus token "
@@ -122,6 +123,23 @@ def _err(value: float | None, low: float | None, high: float | None, scale: floa
     return [[max(0.0, (value - low) * scale)], [max(0.0, (high - value) * scale)]]
 
 
+def focus_limits(points: Sequence[float], bounds: Sequence[float], floor: float | None = None,
+                 ceil: float | None = None, min_pad: float = 0.0) -> tuple[float, float]:
+    """Axis limits that show every point with a margin and the intervals as far as one point-span beyond: a
+    few-sample CI ten times wider than the spread of the estimates would otherwise squash every point together.
+    Bars longer than that are cut at the axes (the tables give every interval)."""
+    lo, hi = min(points), max(points)
+    span = max(hi - lo, 0.1 * max(abs(hi), 1e-9), 1e-6)
+    pad = max(0.12 * span, min_pad)
+    low = max(min([lo - pad, *bounds]), lo - max(span, pad))
+    high = min(max([hi + pad, *bounds]), hi + max(span, pad))
+    if floor is not None:
+        low = max(low, floor)
+    if ceil is not None:
+        high = min(high, ceil)
+    return low, high
+
+
 def curves(summary: TaskSummary) -> dict[str, list[CellSummary]]:
     """Non-baseline arms grouped by their method (a sweep's points share it), in table order."""
     out: dict[str, list[CellSummary]] = {}
@@ -147,10 +165,13 @@ def _plottable(cell: CellSummary) -> bool:
 def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
     fig, ax = _new(7.2, 4.6)
     missing = []
+    xs_all, ys_all, x_bounds, y_bounds = [], [], [], []
     ar = summary.baseline
     if _plottable(ar):
         ax.plot([ar.speedup_total.value], [ar.score * POINTS], marker="*", markersize=16, color=AR_COLOR,
                 linestyle="none", label="AR (baseline)", zorder=5)
+        xs_all.append(ar.speedup_total.value)
+        ys_all.append(ar.score * POINTS)
     else:
         missing.append(ar.arm)
     ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
@@ -166,7 +187,13 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
         ys = [c.score * POINTS for c in points]
         xerr = [_err(c.speedup_total.value, c.speedup_total.low, c.speedup_total.high) for c in points]
         yerr = [_err(c.score_delta.value, c.score_delta.low, c.score_delta.high, POINTS) for c in points]
+        xs_all += xs
+        ys_all += ys
         for x, y, xe, ye in zip(xs, ys, xerr, yerr):
+            if xe is not None:
+                x_bounds += [x - xe[0][0], x + xe[1][0]]
+            if ye is not None:
+                y_bounds += [y - ye[0][0], y + ye[1][0]]
             if xe is not None or ye is not None:
                 ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="none", ecolor=color, alpha=0.45, elinewidth=1,
                             capsize=2, zorder=2)
@@ -178,6 +205,9 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
             for cell, x, y in zip(points, xs, ys):
                 ax.annotate(point_label(cell, varying), (x, y), textcoords="offset points", xytext=(5, 4),
                             fontsize=7, color=color)
+    if xs_all:
+        ax.set_xlim(*focus_limits(xs_all + [1.0], x_bounds, floor=0.0, min_pad=0.05))
+        ax.set_ylim(*focus_limits(ys_all, y_bounds, floor=-3.0, ceil=103.0, min_pad=3.0))
     ax.set_xlabel("speed-up over AR (×), 95% CI")
     ax.set_ylabel(f"{'pass@1 (%)' if summary.binary else 'score (points)'}, 95% CI of Δ vs AR")
     ax.set_title(f"{summary.task}: score vs speed-up (n = {summary.n_units})", fontsize=10, loc="left")
@@ -263,8 +293,9 @@ def modelled_vs_measured(summary: TaskSummary, palette: Mapping[str, str]) -> Fi
                     elinewidth=1, capsize=2, markersize=12 if cell.is_baseline else 6, alpha=0.9)
         ax.annotate(cell.arm, (cell.modelled_speedup, cell.speedup_total.value), textcoords="offset points",
                     xytext=(4, 3), fontsize=6.5, color=color)
-    values = [v for c in points for v in (c.modelled_speedup, c.speedup_total.value)] or [1.0]
-    low, high = min(values + [1.0]) * 0.9, max(values + [1.0]) * 1.1
+    values = [v for c in points for v in (c.modelled_speedup, c.speedup_total.value)] + [1.0]
+    bounds = [b for c in points for b in (c.speedup_total.low, c.speedup_total.high) if b is not None]
+    low, high = focus_limits(values, bounds, floor=0.0)
     ax.plot([low, high], [low, high], color="#999999", linestyle="--", linewidth=0.8)
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
