@@ -515,6 +515,16 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
 # ------------------------------------------------------------------------------------------------ the report
 
 
+def _agreement_note(scorer: str) -> str:
+    """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
+    from relaxbench.scoring import SCORERS
+
+    if scorer in SCORERS and SCORERS.get(scorer).needs_baseline:
+        return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
+                "100 there by definition and Δ measures how far an arm's text drifts from AR's.")
+    return ""
+
+
 def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float) -> TaskSection:
     cells = run.cells_of(summary.task)
     baseline = next(c for c in cells if c.is_baseline)
@@ -525,7 +535,7 @@ def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str
                  f" Δ vs AR = mean paired score difference; p = exact McNemar test "
                  f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
-                 "tokens / AR output tokens. Brackets: 95% paired-bootstrap CI.")
+                 "tokens / AR output tokens. Brackets: 95% paired-bootstrap CI." + _agreement_note(summary.scorer))
     diagnostics = Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
                         DIAGNOSTIC_COLUMNS, tuple(diagnostic_row(c) for c in summary.cells),
                         "Geomean speed-up = exp(mean log(AR time / method time)) over units; modelled = from counters "
