@@ -131,7 +131,7 @@ def run_policies(args: argparse.Namespace) -> int:
         timings = run_policy_bench(args.vocab, args.k, args.rounds, args.sampling_rounds, device, args.policy, modes,
                                    sampling)
     if not timings:
-        raise ConfigError("no policy supports the requested mode")
+        raise ConfigError(f"none of the chosen policies supports {' or '.join(modes)} decoding")
     baselines = baseline_medians(timings)
     table = Table(title=f"policy decision time per round: V={args.vocab:,}, k={args.k}, {device}, "
                         f"{torch.get_num_threads()} thread(s); sampling rows at T={args.temperature}, "

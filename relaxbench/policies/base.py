@@ -125,9 +125,10 @@ class VerificationPolicy:
     """Base class. Subclasses set ``name``, ``needs``, ``modes``, a frozen ``Knobs`` dataclass, and ``decide``.
 
     ``modes`` lists the decoding modes the rule supports ('greedy', 'sampling'); others are configuration errors.
-    ``strict_knobs`` is the knob setting at which a relaxed rule is its lossless baseline (exact match under greedy
-    decoding, speculative sampling under sampling); the tests hold every rule to it. ``greedy_drafts`` asks the
-    engine for greedy drafts even when the run samples (FLy's sampling mode verifies greedy drafts).
+    ``strict_knobs`` is the knob setting at which a relaxed rule is its lossless baseline: exact match under greedy
+    decoding, and speculative sampling under sampling for the rules whose sampling mode has a lossless end (FLy's
+    and typical acceptance's, as their authors run them, are lossy at every setting); the tests hold every rule to
+    it. ``greedy_drafts`` asks the engine for greedy drafts even when the run samples (FLy's sampling mode).
     """
 
     name: ClassVar[str] = ""

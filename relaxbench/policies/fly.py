@@ -16,7 +16,9 @@ Rule, per draft position ``i`` (0-based) of a block of ``k`` drafts:
   rejected; ``H_i == θ`` passes. The accepted length is the leading run of ``acc``; the next token is the target's
   argmax at the first rejected position (a bonus token when all ``k`` are accepted).
 
-``θ = inf`` rejects every mismatch, so the rule is exactly ``exact``. Loosening: smaller ``θ`` or smaller ``W``.
+``θ = inf`` rejects every mismatch, so the rule is exactly ``exact``; ``θ ≤ 0`` switches the gate off (the authors'
+code also switches it off for ``θ ≤ 0.01``; here ``0 < θ ≤ 0.01`` is an ordinary, very loose gate). Loosening:
+smaller ``θ`` or smaller ``W``.
 
 Sampling (as the authors' HF code, and lossy even before the window): drafts are greedy (the policy asks the
 engine for them); the target "draws two samples" per position and ``m_i = d_i ∈ {s1, s2}``; the correction token
@@ -75,8 +77,7 @@ class FLy(VerificationPolicy):
     name = "fly"
     greedy_drafts = True
     strict_knobs = {"theta": math.inf}
-    summary = ("FLy: accept a mismatch followed by W-1 matches in the block if the target's top-3 entropy >= theta "
-               "(sampling: two-sample match, lossy)")
+    summary = "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta"
 
     @dataclass(frozen=True)
     class Knobs:

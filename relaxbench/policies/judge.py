@@ -53,8 +53,7 @@ class ReflectiveJudge(VerificationPolicy):
     name = "judge"
     needs = frozenset({Need.EXTRA_TOKENS})
     strict_knobs = {"alpha": 0.0}
-    summary = ("reflective verification: the target re-reads the draft after a reflection prompt in the same pass; "
-               "fused logits (1-a)*z0 + a*zr can rescue drafts")
+    summary = "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt"
 
     @dataclass(frozen=True)
     class Knobs:
