@@ -18,18 +18,21 @@ DEFAULT_K = 5
 
 
 def build_drafter(spec: DrafterSpec, target: Any, draft: Any | None) -> Drafter:
-    import relaxbench.decoding.drafters  # noqa: F401  (registers the built-in drafters)
-
     return DRAFTERS.get(spec.kind).build(dict(spec.knobs), DrafterInputs(target, draft))
 
 
+# ``--draft`` values that name a model-free drafter instead of a draft model
+MODEL_FREE_DRAFTS = ("ngram", "layerskip")
+
+
 def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec | None:
-    """The drafter an arm really uses. ``--draft ngram`` stands in for a draft model: a method whose drafter
-    is the plain draft model then runs with prompt lookup. The AR baseline has none."""
+    """The drafter an arm really uses. ``--draft ngram`` / ``--draft layerskip`` stand in for a draft model: a
+    method whose drafter is the plain draft model then runs with prompt lookup / the target's own first layers.
+    The AR baseline has none."""
     if method.policy == "none":
         return None
-    if draft_name == "ngram" and method.drafter.kind == "model":
-        return DrafterSpec(kind="ngram")
+    if draft_name in MODEL_FREE_DRAFTS and method.drafter.kind == "model":
+        return DrafterSpec(kind=draft_name)
     return method.drafter
 
 
@@ -46,7 +49,7 @@ def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str 
     from relaxbench.models import check_shared_vocab, load_model
 
     target = load_model(target_name, dtype=dtype, device=device, quiet=quiet)
-    if draft_name in (None, "ngram", "layerskip"):
+    if draft_name is None or draft_name in MODEL_FREE_DRAFTS:
         return target, None
     draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet, role="draft")
     check_shared_vocab(target, draft)
@@ -58,7 +61,8 @@ def build_decoder(method: MethodSpec, target: Any, draft: Any | None, decode: De
     """A decoder for ``method`` with the decoding settings ``decode`` (its ``k`` from ``resolve_k``)."""
     policy = make_policy(method.policy, method.knobs)
     drafter_spec = effective_drafter(method, draft_name)
-    if drafter_spec is not None and drafter_spec.kind in ("model",) and draft is None:
-        raise ConfigError(f"method {method.name!r} needs a draft model: pass --draft NAME (or --draft ngram)")
+    if drafter_spec is not None and DRAFTERS.get(drafter_spec.kind).needs_draft_model and draft is None:
+        raise ConfigError(f"method {method.name!r} (drafter {drafter_spec.kind!r}) needs a draft model: "
+                          "pass --draft NAME (or --draft ngram / --draft layerskip for a model-free drafter)")
     drafter = build_drafter(drafter_spec, target, draft) if drafter_spec is not None else None
     return SpeculativeDecoder(target, drafter, policy, decode)

@@ -11,7 +11,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generate", help="generate one completion with one method and show its counters")
     g.add_argument("--target", required=True, help="local dir, .gguf file, packaged alias or hub id")
     g.add_argument("--draft", default=None,
-                   help="draft model name, or 'ngram' for prompt lookup (not needed with --policy none)")
+                   help="draft model name, 'ngram' (prompt lookup) or 'layerskip' (the target's first layers); "
+                        "not needed with --policy none")
     g.add_argument("--method", default=None, help="a method (methods/NAME.yaml or a YAML path) instead of --policy")
     g.add_argument("--policy", default=None, help="verification policy; 'none' = autoregressive baseline")
     g.add_argument("--knob", action="append", metavar="KEY=VALUE", help="policy knob (repeatable)")
@@ -30,6 +31,7 @@ def method_from_args(args: argparse.Namespace):
     """The method named by --method, or one assembled from --policy/--knob/--drafter/--drafter-knob."""
     from dataclasses import replace
 
+    from relaxbench.arms import MODEL_FREE_DRAFTS
     from relaxbench.config import DrafterSpec, MethodSpec, load_method
     from relaxbench.errors import ConfigError
 
@@ -41,8 +43,8 @@ def method_from_args(args: argparse.Namespace):
     drafter = method.drafter
     if args.drafter is not None:
         drafter = DrafterSpec(kind=args.drafter, knobs=drafter_knobs)
-    elif args.draft == "ngram" and drafter.kind == "model":
-        drafter = DrafterSpec(kind="ngram", knobs=drafter_knobs)
+    elif args.draft in MODEL_FREE_DRAFTS and drafter.kind == "model":
+        drafter = DrafterSpec(kind=args.draft, knobs=drafter_knobs)
     elif drafter_knobs:
         drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **drafter_knobs})
     return replace(method, knobs={**method.knobs, **knobs}, drafter=drafter)
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from relaxbench.arms import build_decoder, load_pair, resolve_k
+    from relaxbench.decoding.drafters import DRAFTERS
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import encode_prompt
     from relaxbench.decoding.sampling import SamplingParams
@@ -60,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     device = configure_runtime(args)
     method = method_from_args(args)
-    if method.policy != "none" and args.draft is None and method.drafter.kind in ("model", "ngram+lm"):
-        raise ConfigError(f"policy {method.policy!r} needs --draft NAME or --draft ngram")
+    if method.policy != "none" and args.draft is None and DRAFTERS.get(method.drafter.kind).needs_draft_model:
+        raise ConfigError(f"method {method.name!r} (drafter {method.drafter.kind!r}) needs --draft NAME, "
+                          "or --draft ngram / --draft layerskip")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     decode = DecodeConfig(k=resolve_k(method, args.k), max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from relaxbench.decoding.cache import CachedLM
+from relaxbench.decoding.cache import CachedLM, common_prefix_length
 from relaxbench.decoding.sampling import SamplingParams, next_token
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import parse_knobs
@@ -158,3 +158,66 @@ class PromptLookupDrafter(Drafter):
     def propose(self, context, k, sampling, generator) -> Proposal:
         tokens = prompt_lookup(context, self.knobs.max_ngram, self.knobs.min_ngram, min(k, self.knobs.num_tokens))
         return Proposal(tokens, None)
+
+
+@register_drafter
+class NgramVerifiedByDraftLM(Drafter):
+    """FLy's multi-level drafter: prompt-lookup n-grams verified greedily by the draft LM, repeated until the
+    round has ``k`` drafts (AMD-AGI/FLy ``SPDGenerate.draft_with_ngram``).
+
+    One step: look up an n-gram continuation of the current context (n from ``max_ngram`` down to ``min_ngram``,
+    earliest match, ``num_tokens`` tokens); feed it to the draft LM in one forward; keep the longest prefix the LM
+    agrees with (its argmax) plus the LM's own next token. Repeat on the extended context until at least ``k``
+    tokens exist, then cut to ``k`` (the engine's contract: a proposal has at most ``k`` tokens; the authors also
+    cut to ``k``). When no n-gram matches, a step is one plain greedy step of the draft LM (the authors re-feed the
+    previous n-gram, whose acceptance then yields the same single LM token).
+
+    Drafts are greedy whatever the run's temperature (the authors verify the n-grams at temperature 0), and they
+    are not samples from a distribution, so this drafter provides none: rules that need ``q`` are refused with it.
+    """
+
+    name = "ngram+lm"
+    needs_draft_model = True
+    summary = "FLy's drafter: prompt-lookup n-grams verified greedily by the draft LM until k drafts exist"
+
+    @dataclass(frozen=True)
+    class Knobs:
+        max_ngram: int = 4
+        min_ngram: int = 1
+        num_tokens: int = 6
+
+        def __post_init__(self) -> None:
+            if not 1 <= self.min_ngram <= self.max_ngram:
+                raise ValueError("need 1 <= min_ngram <= max_ngram")
+            if self.num_tokens < 1:
+                raise ValueError("num_tokens must be >= 1")
+
+    def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
+        super().__init__(knobs, inputs)
+        self.lm = CachedLM(inputs.draft.model)
+        self.model_name = inputs.draft.name
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        self.lm.reset()
+
+    def propose(self, context, k, sampling, generator) -> Proposal:
+        knobs, lm, start = self.knobs, self.lm, int(context.shape[0])
+        lm.sync_to(context)
+        while int(context.shape[0]) - start < k:
+            guess = prompt_lookup(context, knobs.max_ngram, knobs.min_ngram, knobs.num_tokens)
+            n_guess = int(guess.shape[0])
+            logits = lm.run(torch.cat([lm.pending(context), guess]), n_logits=n_guess + 1).logits
+            own = logits.argmax(dim=-1)  # own[j]: the LM's next token after guess[:j]
+            agreed = common_prefix_length(guess, own[:n_guess])
+            context = torch.cat([context, guess[:agreed], own[agreed: agreed + 1]])
+            lm.sync_to(context)  # drops the cache entries of rejected n-gram tokens
+        return Proposal(context[start: start + k], None)
+
+    def commit(self, context: torch.Tensor) -> None:
+        self.lm.sync_to(context)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model": self.model_name}
+
+
+from relaxbench.decoding import layerskip  # noqa: E402,F401  (registers the 'layerskip' drafter)

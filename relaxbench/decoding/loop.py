@@ -56,8 +56,10 @@ class SpeculativeDecoder:
         self.clock = Clock(target.device)
         self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
+        # what the drafter samples with: the run's settings, or greedy for a policy that verifies greedy drafts
+        self.draft_sampling = SamplingParams() if policy.greedy_drafts else config.sampling
         if drafter is not None:
-            drafter.keep_logits = Need.DRAFT_PROBS in policy.needs or not config.sampling.greedy
+            drafter.keep_logits = Need.DRAFT_PROBS in policy.needs or not self.draft_sampling.greedy
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
 
     @torch.inference_mode()
@@ -77,7 +79,7 @@ class SpeculativeDecoder:
         while (emitted := context.shape[0] - prompt.shape[0]) < cfg.max_new_tokens:
             t0 = clock.now()
             k = min(k_max, cfg.max_new_tokens - emitted - 1)
-            proposal = self.drafter.propose(context, k, cfg.sampling, generator) if k > 0 else _EMPTY
+            proposal = self.drafter.propose(context, k, self.draft_sampling, generator) if k > 0 else _EMPTY
             drafts = proposal.tokens.to(context.device)
             extra = self.policy.extra_verify_tokens(drafts)
             n_extra = 0 if extra is None else int(extra.shape[0])

@@ -52,6 +52,45 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return torch.softmax(logits, dim=-1)
 
 
+def greedy_argmax(logits: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """``logits.argmax(-1)`` exactly (the first index of the maximum), computed faster on CPU.
+
+    torch's CPU argmax is not vectorised: over a 152k vocabulary it takes ~8x as long as ``amax``. Here ``amax``
+    runs per chunk, ``argmax`` picks the first chunk holding the maximum, and only that chunk is searched for its
+    first maximal index — the same index ``argmax`` returns, ties included. Other devices use ``argmax`` directly.
+    """
+    vocab = int(logits.shape[-1])
+    n_chunks = vocab // chunk
+    if logits.device.type != "cpu" or n_chunks < 2:
+        return logits.argmax(dim=-1)
+    flat = logits.reshape(-1, vocab)
+    maxima = flat[:, : n_chunks * chunk].reshape(flat.shape[0], n_chunks, chunk).amax(dim=-1)
+    if n_chunks * chunk < vocab:
+        maxima = torch.cat([maxima, flat[:, n_chunks * chunk:].amax(dim=-1, keepdim=True)], dim=-1)
+    start = maxima.argmax(dim=-1) * chunk
+    # the last chunk may be short: clamped indices repeat the final logit *after* its real position
+    index = (start.unsqueeze(-1) + torch.arange(chunk, device=logits.device)).clamp_max(vocab - 1)
+    return (start + flat.gather(-1, index).argmax(dim=-1)).reshape(logits.shape[:-1])
+
+
+def top_values(logits: torch.Tensor, n: int, chunk: int = 1024) -> torch.Tensor:
+    """``torch.topk(logits, n).values`` exactly (descending, ties repeated), computed faster on CPU.
+
+    The n largest values lie in the n chunks with the largest maxima (a value outside them has n chunk maxima at
+    least as large above it), so only those chunks are searched. torch's CPU topk over 152k logits costs ~0.4 ms
+    a row; this costs ~0.05 ms. Other devices, and short rows, use ``topk`` directly."""
+    vocab = int(logits.shape[-1])
+    n_chunks = vocab // chunk
+    if logits.device.type != "cpu" or n_chunks < 2 * n:
+        return torch.topk(logits, min(n, vocab), dim=-1).values
+    flat = logits.reshape(-1, vocab)
+    head = flat[:, : n_chunks * chunk].reshape(flat.shape[0], n_chunks, chunk)
+    best = torch.topk(head.amax(dim=-1), n, dim=-1).indices  # [R, n] chunks holding the n largest
+    candidates = head.gather(1, best.unsqueeze(-1).expand(-1, -1, chunk)).reshape(flat.shape[0], n * chunk)
+    candidates = torch.cat([candidates, flat[:, n_chunks * chunk:]], dim=-1)  # the short tail is always searched
+    return torch.topk(candidates, n, dim=-1).values.reshape(*logits.shape[:-1], n)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of ``probs`` [..., V] (returns [...])."""
     flat = probs.reshape(-1, probs.shape[-1])

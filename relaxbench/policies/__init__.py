@@ -1,6 +1,16 @@
 """Verification policies. Importing this package registers every built-in policy."""
 
-from relaxbench.policies import exact, none, speculative_sampling  # noqa: F401
+from relaxbench.policies import (  # noqa: F401  (each import registers its rules)
+    exact,
+    fly,
+    judge,
+    margin,
+    none,
+    relaxed_target,
+    speculative_sampling,
+    topk,
+    typical,
+)
 from relaxbench.policies.base import (
     POLICIES,
     Block,

@@ -11,14 +11,14 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
 
-from relaxbench.decoding.sampling import SamplingParams, logits_to_probs, next_token
+from relaxbench.decoding.sampling import SamplingParams, greedy_argmax, logits_to_probs, next_token
 from relaxbench.errors import ConfigError
 from relaxbench.registry import Registry, did_you_mean
 
@@ -64,8 +64,8 @@ class Block:
 
     @cached_property
     def target_argmax(self) -> torch.Tensor:
-        """t: [k+1] greedy target tokens."""
-        return self.target_logits.argmax(dim=-1)
+        """t: [k+1] greedy target tokens (``greedy_argmax``: argmax's exact result, faster on CPU)."""
+        return greedy_argmax(self.target_logits)
 
     @cached_property
     def matches(self) -> torch.Tensor:
@@ -85,6 +85,23 @@ def accepted_prefix_length(accept: torch.Tensor) -> int:
     if accept.numel() == 0:
         return 0
     return int(torch.cumprod(accept.to(torch.int32), dim=0).sum())
+
+
+def matches_or(block: Block, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """[k] accept mask of a greedy rule that relaxes position by position: exact matches, plus the mismatches at
+    ``rows`` that ``relax(rows)`` ([n] long -> [n] bool, vectorised over the rows) accepts.
+
+    The first mismatch is judged alone first: when it is rejected (the usual case) no later position can change
+    the verdict, so the relaxation — often a full-vocabulary pass per row — is never computed for the others."""
+    accept = block.matches.clone()
+    rows = (~accept).nonzero().flatten()
+    if rows.numel() == 0:
+        return accept
+    first = relax(rows[:1])
+    accept[rows[:1]] = first
+    if rows.numel() > 1 and bool(first[0]):
+        accept[rows[1:]] = relax(rows[1:])
+    return accept
 
 
 def greedy_verdict(block: Block, accept: torch.Tensor) -> Verdict:
@@ -108,6 +125,10 @@ class VerificationPolicy:
     """Base class. Subclasses set ``name``, ``needs``, ``modes``, a frozen ``Knobs`` dataclass, and ``decide``.
 
     ``modes`` lists the decoding modes the rule supports ('greedy', 'sampling'); others are configuration errors.
+    ``strict_knobs`` is the knob setting at which a relaxed rule is its lossless baseline: exact match under greedy
+    decoding, and speculative sampling under sampling for the rules whose sampling mode has a lossless end (FLy's
+    and typical acceptance's, as their authors run them, are lossy at every setting); the tests hold every rule to
+    it. ``greedy_drafts`` asks the engine for greedy drafts even when the run samples (FLy's sampling mode).
     """
 
     name: ClassVar[str] = ""
@@ -115,6 +136,8 @@ class VerificationPolicy:
     modes: ClassVar[frozenset[str]] = frozenset({"greedy", "sampling"})
     lossless: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    strict_knobs: ClassVar[Mapping[str, Any]] = types.MappingProxyType({})
+    greedy_drafts: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Knobs:

@@ -1,0 +1,624 @@
+"""The relaxed verification rules on hand-built and random blocks (tensors only, no model).
+
+* hand-built logits with known answers, covering each rule's edges;
+* the strict end: every rule at its ``strict_knobs`` gives exactly the lossless baseline's verdicts;
+* monotonicity: loosening a knob never lowers the accepted count on the same block (same uniforms);
+* ``n_relaxed`` is the number of accepted drafts the strict test would have rejected;
+* the shared rejection sampler's acceptance probability and residual, including its point-mass and ``relax`` paths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from scipy.spatial.distance import jensenshannon
+
+from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
+from relaxbench.errors import ConfigError
+from relaxbench.policies import POLICIES, make_policy
+from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict
+from relaxbench.policies.fly import top3_entropy, window_candidates
+from relaxbench.policies.judge import ReflectiveJudge
+from relaxbench.policies.rejection import rejection_sample
+
+GREEDY = SamplingParams()
+SAMPLING_SETTINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=8, top_p=0.95)]
+NEG = -30.0  # "absent" logit: probability ~1e-13 relative to the tokens that matter
+
+
+# -- building blocks ----------------------------------------------------------------------------------------------
+def row(v: int, scores: dict[int, float], rest: float = NEG) -> torch.Tensor:
+    out = torch.full((v,), rest)
+    for token, score in scores.items():
+        out[token] = score
+    return out
+
+
+def greedy_block(logits: torch.Tensor, drafts: list[int], extras: dict | None = None) -> Block:
+    return Block(torch.tensor(drafts), logits.float(), None, GREEDY, None, extras or {})
+
+
+def decide(policy_name: str, block: Block, **knobs) -> Verdict:
+    return make_policy(policy_name, knobs).verify(block)
+
+
+def random_greedy_block(seed: int, k: int = 15, vocab: int = 48) -> Block:
+    """Logits of varied sharpness and offset (so z1 <= 0 occurs); drafts mostly the argmax, else a near miss."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(k + 1, vocab, generator=g) * (0.3 + 3 * torch.rand(k + 1, 1, generator=g))
+    logits += 3 * torch.randn(k + 1, 1, generator=g)
+    order = logits.argsort(dim=-1, descending=True)
+    ranks = torch.where(torch.rand(k, generator=g) < 0.7, 0, torch.randint(1, 5, (k,), generator=g))
+    drafts = order[torch.arange(k), ranks]
+    return Block(drafts, logits, None, GREEDY, None, {})
+
+
+def random_judge_extras(seed: int, block: Block, n_prompt: int = 3) -> dict[str, torch.Tensor]:
+    """Reflective logits for the judge: rows for the prompt tokens and the duplicated drafts."""
+    g = torch.Generator().manual_seed(seed + 10_000)
+    return {"extra_logits": 2 * torch.randn(n_prompt + block.k, block.target_logits.shape[-1], generator=g)}
+
+
+def random_sampling_case(seed: int, sampling: SamplingParams, k: int = 6, vocab: int = 12):
+    """(drafts, target logits, draft logits) with drafts sampled from q, as a draft model would."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randn(k + 1, vocab, generator=g) * 2
+    draft = target[:k] + torch.randn(k, vocab, generator=g) * 1.5
+    q = logits_to_probs(draft, sampling)
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(-1)
+    return drafts, target, draft
+
+
+def sampling_block(case, sampling: SamplingParams, seed: int, extras: dict | None = None,
+                   with_q: bool = True) -> Block:
+    drafts, target, draft = case
+    return Block(drafts, target, draft if with_q else None, sampling, torch.Generator().manual_seed(seed),
+                 extras or {})
+
+
+# -- FLy ----------------------------------------------------------------------------------------------------------
+def test_top3_entropy_is_over_the_full_softmax_not_renormalised():
+    z = torch.log(torch.tensor([[0.5, 0.25, 0.25, 1e-30], [0.4, 0.3, 0.2, 0.1]]))
+    expected = [1.5 * math.log(2), -(0.4 * math.log(0.4) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2))]
+    torch.testing.assert_close(top3_entropy(z), torch.tensor(expected), rtol=1e-5, atol=1e-6)
+    assert float(top3_entropy(torch.zeros(1, 1000))) < math.log(3)  # at most ln 3 (three of 1000 equal tokens)
+
+
+def test_window_pattern_and_block_end():
+    m = torch.tensor([False, True, True, False, True, False, True, True, True, True])
+    # W = 3: a mismatch followed by two matches, and i + 3 < 10
+    assert window_candidates(m, 3).nonzero().flatten().tolist() == [0, 5]
+    # position 5 with W = 5 needs i + 5 < 10: 5 + 5 = 10 is in the last W positions, so strict
+    assert window_candidates(m, 5).nonzero().flatten().tolist() == []
+    assert window_candidates(m, 4).nonzero().flatten().tolist() == [5]  # 5 + 4 = 9 < 10, m[6..8] all true
+    assert not window_candidates(m[:3], 3).any()  # k <= W: no window at all
+
+
+V = 8
+HIGH = {0: 1.0, 1: 0.9, 2: 0.8}  # flat top-3: entropy near ln 3; argmax 0; top-2 is 1
+LOW = {0: 10.0, 1: 0.0}  # near-deterministic: entropy ~ 0
+
+
+def fly_logits(kinds: list[str]) -> torch.Tensor:
+    return torch.stack([row(V, HIGH if kind == "high" else LOW) for kind in kinds])
+
+
+def test_fly_accepts_a_mismatch_followed_by_w_minus_1_matches_at_high_entropy():
+    logits = fly_logits(["high"] * 9)  # k = 8
+    # mismatch at 0 (draft 1), then 7 matches; W = 3 → 0 + 3 < 8
+    v = decide("fly", greedy_block(logits, [1, 0, 0, 0, 0, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.n_relaxed) == (8, 1)
+    # the same block at low entropy: the gate rejects the mismatch
+    v = decide("fly", greedy_block(fly_logits(["low"] * 9), [1, 0, 0, 0, 0, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.next_token) == (0, 0)
+
+
+def test_fly_a_second_mismatch_inside_the_window_rejects_the_first():
+    logits = fly_logits(["high"] * 9)
+    v = decide("fly", greedy_block(logits, [1, 0, 1, 0, 0, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.next_token, v.n_relaxed) == (0, 0, 0)
+    # outside the window (at distance W) the second mismatch does not matter to the first
+    v = decide("fly", greedy_block(logits, [1, 0, 0, 1, 0, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.n_relaxed) == (8, 2)  # the second one has its own window
+
+
+def test_fly_window_reaching_the_block_end_is_strict():
+    logits = fly_logits(["high"] * 9)
+    # mismatch at 5 with W = 3: 5 + 3 = 8 = k, in the last W positions → rejected even though 6, 7 match
+    v = decide("fly", greedy_block(logits, [0, 0, 0, 0, 0, 1, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.next_token) == (5, 0)
+    # at 4: 4 + 3 = 7 < 8 → accepted
+    v = decide("fly", greedy_block(logits, [0, 0, 0, 0, 1, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.n_relaxed) == (8, 1)
+
+
+def test_fly_entropy_exactly_at_theta_passes():
+    logits = fly_logits(["high"] * 9)
+    block_drafts = [1, 0, 0, 0, 0, 0, 0, 0]
+    h = float(top3_entropy(logits[:1].float())[0])
+    assert decide("fly", greedy_block(logits, block_drafts), theta=h, window=3).n_accepted == 8
+    above = float(torch.nextafter(torch.tensor(h), torch.tensor(math.inf)))  # the next float32 above H
+    assert decide("fly", greedy_block(logits, block_drafts), theta=above, window=3).n_accepted == 0
+
+
+def test_fly_theta_inf_is_exact_and_knobs_are_checked():
+    logits = fly_logits(["high"] * 9)
+    v = decide("fly", greedy_block(logits, [1, 0, 0, 0, 0, 0, 0, 0]), theta="inf", window=3)
+    assert (v.n_accepted, v.n_relaxed) == (0, 0)
+    with pytest.raises(ConfigError, match="window"):
+        make_policy("fly", {"window": 0})
+    assert make_policy("fly").knobs.theta == 0.3 and make_policy("fly").knobs.window == 6
+
+
+# -- margin (MARS) and margin-first (AdaptiveSpec) -------------------------------------------------------------
+def test_margin_top2_with_ratio_above_theta():
+    logits = torch.stack([row(V, {0: 10.0, 1: 9.5, 2: 9.4}), row(V, {0: 10.0, 1: 8.0}), row(V, {3: 1.0})])
+    assert decide("margin", greedy_block(logits[[0, 2]], [1]), theta=0.9).n_accepted == 1  # 9.5/10 > 0.9
+    v = decide("margin", greedy_block(logits[[1, 2]], [1]), theta=0.9)  # 8/10 < 0.9
+    assert (v.n_accepted, v.next_token) == (0, 0)
+    assert decide("margin", greedy_block(logits[[1, 2]], [1]), theta=0.7).n_accepted == 1  # 8/10 > 0.7
+
+
+def test_margin_rejects_a_top3_draft_however_close():
+    logits = torch.stack([row(V, {0: 10.0, 1: 9.99, 2: 9.98}), row(V, {3: 1.0})])
+    assert decide("margin", greedy_block(logits, [1]), theta=0.9).n_accepted == 1
+    assert decide("margin", greedy_block(logits, [2]), theta=0.9).n_accepted == 0  # 9.98/10 but third
+
+
+def test_margin_refuses_the_relaxation_when_z1_is_not_positive():
+    # z1 <= 0: z2/z1 = 1.5 > 0.9 would accept a wide gap; the rule falls back to exact match
+    logits = torch.stack([row(V, {0: -2.0, 1: -3.0}, rest=-40.0), row(V, {3: 1.0})])
+    v = decide("margin", greedy_block(logits, [1]), theta=0.9)
+    assert (v.n_accepted, v.next_token) == (0, 0)
+    logits = torch.stack([row(V, {0: 0.0, 1: -1e-6}, rest=-40.0), row(V, {3: 1.0})])
+    assert decide("margin", greedy_block(logits, [1]), theta=0.9).n_accepted == 0
+    # z1 > 0 >= z2: the ratio is <= 0 and fails
+    logits = torch.stack([row(V, {0: 0.5, 1: -0.01}, rest=-40.0), row(V, {3: 1.0})])
+    assert decide("margin", greedy_block(logits, [1]), theta=0.0).n_accepted == 0
+    assert decide("margin", greedy_block(logits, [0]), theta=0.9).n_accepted == 1  # a match is a match
+
+
+def test_margin_first_promotes_only_the_first_mismatch():
+    # p(d)/p(top1) = e^-0.1 ≈ 0.905 at both mismatches
+    close = row(V, {0: 5.0, 1: 4.9})
+    logits = torch.stack([close, row(V, {2: 5.0}), close, row(V, {3: 5.0})])
+    v = decide("margin-first", greedy_block(logits, [1, 2, 1]), kappa=0.9)
+    assert (v.n_accepted, v.next_token, v.n_relaxed) == (2, 0, 1)
+    assert decide("margin-first", greedy_block(logits, [1, 2, 1]), kappa=0.91).n_accepted == 0
+    assert decide("margin-first", greedy_block(logits, [1, 2, 1]), kappa=math.inf).n_accepted == 0
+    # the first mismatch is the one judged, even when a later one would pass
+    far = row(V, {0: 5.0, 1: 1.0})
+    logits = torch.stack([far, close, row(V, {3: 5.0})])
+    assert decide("margin-first", greedy_block(logits, [1, 1]), kappa=0.5).n_accepted == 0
+
+
+def test_greedy_only_rules_refuse_sampling_and_contrastive_refuses_greedy():
+    from relaxbench.decoding.loop import check_compatible
+
+    for name in ("margin", "margin-first", "topk", "exact"):
+        with pytest.raises(ConfigError, match="does not support sampling"):
+            check_compatible(make_policy(name), None, SamplingParams(1.0))
+    with pytest.raises(ConfigError, match="does not support greedy"):
+        check_compatible(make_policy("contrastive"), None, GREEDY)
+
+
+# -- typical acceptance ------------------------------------------------------------------------------------------
+def medusa_floor(probs: np.ndarray, epsilon: float, delta: float) -> float:
+    entropy = -sum(p * math.log(p) for p in probs if p > 0)
+    return min(epsilon, delta * math.exp(-entropy))
+
+
+def test_typical_flat_vs_peaked():
+    flat = torch.zeros(V)
+    flat[0] = 0.05  # near-uniform over 8 tokens: floor = 0.3·exp(−H) ≈ 0.3/8 < 0.09
+    probs = torch.softmax(flat, -1).double().numpy()
+    assert probs[1] > medusa_floor(probs, 0.09, 0.3)
+    logits = torch.stack([flat, row(V, {3: 1.0})])
+    assert decide("typical", greedy_block(logits, [1])).n_accepted == 1
+    # peaked: the floor is epsilon = 0.09; a token at 0.05 is rejected, one at ~0.095 accepted
+    peaked = torch.log(torch.tensor([0.80, 0.05, 0.095, 0.055, 0, 0, 0, 0]).clamp_min(1e-30))
+    probs = torch.softmax(peaked, -1).double().numpy()
+    assert medusa_floor(probs, 0.09, 0.3) == 0.09
+    logits = torch.stack([peaked, row(V, {3: 1.0})])
+    assert decide("typical", greedy_block(logits, [1])).n_accepted == 0
+    assert decide("typical", greedy_block(logits, [2])).n_accepted == 1
+    assert decide("typical", greedy_block(logits, [2]), epsilon=0.1).n_accepted == 0  # floor 0.1 > 0.095
+    assert decide("typical", greedy_block(logits, [2]), epsilon="inf", delta="inf").n_accepted == 0
+
+
+# -- top-K ----------------------------------------------------------------------------------------------------
+def test_topk_membership():
+    logits = torch.stack([row(V, {0: 3.0, 1: 2.0, 2: 1.0}), row(V, {3: 1.0})])
+    assert decide("topk", greedy_block(logits, [1]), top=2).n_accepted == 1
+    assert decide("topk", greedy_block(logits, [2]), top=2).n_accepted == 0
+    assert decide("topk", greedy_block(logits, [2]), top=3).n_accepted == 1
+    assert decide("topk", greedy_block(logits, [1]), top=1).n_accepted == 0
+    with pytest.raises(ConfigError):
+        make_policy("topk", {"top": 0})
+
+
+# -- judge (reflective verification) -----------------------------------------------------------------------------
+class WordTokenizer:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [len(word) % V for word in text.split()]
+
+
+def bound_judge(**knobs) -> ReflectiveJudge:
+    judge = make_policy("judge", knobs)
+    judge.bind(PolicyEnv(WordTokenizer(), V, torch.device("cpu")))
+    return judge
+
+
+def test_judge_appends_the_prompt_and_the_duplicated_drafts():
+    judge = bound_judge(prompt="one three four")
+    assert judge.extra_verify_tokens(torch.tensor([5, 6])).tolist() == [3, 5, 4, 5, 6]
+    assert judge.extra_verify_tokens(torch.tensor([], dtype=torch.long)) is None
+    with pytest.raises(ConfigError, match="tokenizes to nothing"):
+        bound_judge(prompt="   ")
+
+
+def test_judge_fuses_the_reflective_row_aligned_to_each_position():
+    # target: argmax 0 everywhere; the reflective rows (after R = 3 tokens) prefer the drafts
+    k, n_prompt = 2, 3
+    target = torch.stack([row(V, {0: 2.0, 5: 1.0}), row(V, {0: 2.0, 6: 1.0}), row(V, {0: 2.0})])
+    extra = torch.stack([row(V, {7: 9.0})] * (n_prompt + k))  # misaligned rows point at token 7
+    extra[n_prompt - 1] = row(V, {5: 9.0})  # read after R: predicts d_1
+    extra[n_prompt] = row(V, {6: 9.0})  # read after R, d_1: predicts d_2
+    block = greedy_block(target, [5, 6], {"extra_logits": extra})
+    v = bound_judge(alpha=0.5).verify(block)
+    assert (v.n_accepted, v.n_relaxed) == (2, 2)
+    assert bound_judge(alpha=0.0).verify(block).n_accepted == 0
+    # a weak reflective preference does not move the fused argmax
+    extra[n_prompt - 1] = row(V, {5: 2.5, 0: 2.0})
+    assert bound_judge(alpha=0.3).verify(greedy_block(target, [5, 6], {"extra_logits": extra})).n_accepted == 0
+
+
+# -- the relaxed-target family: π by hand on a 4-token example ----------------------------------------------------
+P4 = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+Q4 = torch.tensor([[0.2, 0.6, 0.1, 0.1]])
+
+
+def family_targets(name: str, drafts: list[int], target_logits=None, draft_logits=None, **knobs):
+    policy = make_policy(name, knobs)
+    target_logits = torch.cat([P4.log(), P4.log()]) if target_logits is None else target_logits
+    draft_logits = Q4.log() if draft_logits is None else draft_logits
+    block = Block(torch.tensor(drafts), target_logits, draft_logits, SamplingParams(1.0), None, {})
+    p, q = block.target_probs[:-1], block.draft_probs
+    pi_accept, pi_residual = policy.targets(block, p, q)
+    residual = pi_residual(0) if callable(pi_residual) else pi_residual[0]
+    accept_at_x = pi_accept[0] if pi_accept.dim() == 1 else pi_accept[0, drafts[0]]
+    return float(accept_at_x), residual
+
+
+def test_mentored_and_ensemble_accept_ratios():
+    accept, residual = family_targets("mentored", [1], alpha=0.5)
+    assert accept == pytest.approx(0.3 / 0.5)  # π_accept(x) = p(x)/(1−α); accepted iff u·q(x) < that
+    torch.testing.assert_close(residual, P4[0])
+    accept, residual = family_targets("ensemble", [1], w=0.8)
+    assert accept / 0.6 == pytest.approx(0.2 + 0.8 * 0.3 / 0.6)  # (1−w) + w·p/q
+    torch.testing.assert_close(residual, P4[0])
+
+
+def test_cactus_boosts_the_drafted_token_and_rescales_the_rest():
+    accept, residual = family_targets("cactus", [1], delta=0.25)
+    gamma = min(0.3 + math.sqrt(2 * 0.25 * 0.3 * 0.7), 1)
+    assert accept == pytest.approx(gamma)
+    expected = P4[0] * (1 - gamma) / 0.7
+    expected[1] = gamma
+    torch.testing.assert_close(residual, expected)
+    assert float(residual.sum()) == pytest.approx(1.0)
+    assert family_targets("cactus", [1], delta=0.0)[0] == pytest.approx(0.3)
+
+
+def test_casc_opt_defers_to_the_target_only_when_it_is_more_confident():
+    tv = float((P4 - Q4).clamp_min(0).sum())  # 0.35; max p = 0.5, max q = 0.6
+    # defer iff 0.6 < 0.5 − α·0.35, i.e. α < −2/7: then π = p, else π = q (always accept)
+    accept, residual = family_targets("casc-opt", [1], alpha=-0.3)
+    assert accept == pytest.approx(0.3) and torch.allclose(residual, P4[0])
+    accept, residual = family_targets("casc-opt", [1], alpha=-0.28)
+    assert accept == pytest.approx(0.6) and torch.allclose(residual, Q4[0])
+    assert tv == pytest.approx(0.35)
+
+
+def test_casc_tok_top_set_and_mixture():
+    # T_α = {v: p(v) ≥ (1−α)·0.5}: α = 0.5 → {0, 1}; η = q(2) + q(3) = 0.2; π = q·1[T] + 0.2·p
+    accept, residual = family_targets("casc-tok", [2], alpha=0.5)
+    expected = torch.tensor([0.2, 0.6, 0.0, 0.0]) + 0.2 * P4[0]
+    torch.testing.assert_close(residual, expected)
+    assert accept == pytest.approx(0.2 * 0.15)
+    assert float(residual.sum()) == pytest.approx(1.0)
+    _, strict = family_targets("casc-tok", [2], alpha=-0.5)  # α < 0: T empty, π = p
+    torch.testing.assert_close(strict, P4[0])
+    _, loose = family_targets("casc-tok", [2], alpha=1.0)  # α = 1: every token in T, π = q
+    torch.testing.assert_close(loose, Q4[0])
+
+
+def test_fuzzy_uses_the_draft_where_js_is_below_the_threshold():
+    js = float(jensenshannon(P4[0].double().numpy(), Q4[0].double().numpy())) ** 2  # JS divergence, nats
+    _, residual = family_targets("fuzzy", [1], threshold=js * 1.01)
+    torch.testing.assert_close(residual, Q4[0])
+    _, residual = family_targets("fuzzy", [1], threshold=js * 0.99)
+    torch.testing.assert_close(residual, P4[0])
+    with pytest.raises(ConfigError, match="divergence"):
+        make_policy("fuzzy", {"divergence": "tv"})
+
+
+def test_contrastive_target():
+    zp, zq = P4.log(), Q4.log()
+    _, residual = family_targets("contrastive", [1], beta=0.5)
+    expected = torch.softmax(1.5 * zp[0] - 0.5 * zq[0], -1)
+    torch.testing.assert_close(residual, expected)
+    _, residual = family_targets("contrastive", [1], beta=0.5, alpha=0.5)  # plausible: p ≥ 0.5·max p → {0, 1}
+    on_support = torch.softmax(1.5 * zp[0, :2] - 0.5 * zq[0, :2], -1)
+    torch.testing.assert_close(residual, torch.cat([on_support, torch.zeros(2)]))
+    _, residual = family_targets("contrastive", [1], beta=0.0)
+    torch.testing.assert_close(residual, P4[0])
+
+
+# -- properties on random blocks ---------------------------------------------------------------------------------
+RELAXED = sorted(name for name, cls in POLICIES.items() if not cls.lossless)
+GREEDY_RELAXED = [name for name in RELAXED if "greedy" in POLICIES.get(name).modes]
+
+
+def test_every_relaxed_rule_declares_its_strict_end():
+    for name in RELAXED:
+        cls = POLICIES.get(name)
+        assert cls.strict_knobs, f"{name} has no strict_knobs"
+        make_policy(name, dict(cls.strict_knobs))  # and they are valid knob values
+
+
+def greedy_inputs(name: str, seed: int) -> Block:
+    block = random_greedy_block(seed)
+    if Need.EXTRA_TOKENS in POLICIES.get(name).needs:
+        block = Block(block.draft_tokens, block.target_logits, None, GREEDY, None,
+                      random_judge_extras(seed, block))
+    return block
+
+
+def make_bound(name: str, knobs: dict):
+    policy = make_policy(name, knobs)
+    if isinstance(policy, ReflectiveJudge):
+        policy.bind(PolicyEnv(WordTokenizer(), 48, torch.device("cpu")))
+    return policy
+
+
+@pytest.mark.parametrize("name", GREEDY_RELAXED)
+def test_greedy_strict_end_equals_exact(name):
+    strict = make_bound(name, dict(POLICIES.get(name).strict_knobs))
+    loose = make_bound(name, {})
+    differs = 0
+    for seed in range(60):
+        block = greedy_inputs(name, seed)
+        reference = make_policy("exact").verify(block)
+        assert strict.verify(block) == reference
+        differs += loose.verify(block) != reference
+    # the family's greedy mode *is* exact match; every other rule must actually relax on these blocks
+    if Need.DRAFT_PROBS not in POLICIES.get(name).needs:
+        assert differs > 0, f"{name} at its defaults never differed from exact: the blocks test nothing"
+
+
+# sampling-mode rules whose strict knobs give speculative sampling; fly and typical are lossy at every setting
+# (their sampling modes follow the authors, see their docstrings)
+SAMPLING_LOSSLESS_AT_STRICT = [name for name in RELAXED
+                               if "sampling" in POLICIES.get(name).modes and name not in ("fly", "typical")]
+
+
+@pytest.mark.parametrize("name", SAMPLING_LOSSLESS_AT_STRICT)
+@pytest.mark.parametrize("sampling", SAMPLING_SETTINGS, ids=["T=1", "T=0.8,top-k,top-p"])
+def test_sampling_strict_end_equals_speculative_sampling(name, sampling):
+    strict = make_bound(name, dict(POLICIES.get(name).strict_knobs))
+    loose = make_bound(name, {})
+    reference_policy = make_policy("speculative-sampling")
+    differs = 0
+    for seed in range(60):
+        case = random_sampling_case(seed, sampling)
+        extras = random_judge_extras(seed, sampling_block(case, sampling, 0))
+        reference = reference_policy.verify(sampling_block(case, sampling, seed))
+        assert strict.verify(sampling_block(case, sampling, seed, extras)) == reference
+        differs += loose.verify(sampling_block(case, sampling, seed, extras)) != reference
+    assert differs > 0, f"{name} at its defaults never differed from speculative sampling"
+
+
+# knob, values from strict to loose: every step may only add acceptances
+GREEDY_LADDERS = {
+    "fly": [("theta", [math.inf, 1.0, 0.6, 0.3, 0.1, 0.0]), ("window", [16, 8, 6, 4, 3, 2, 1])],
+    "margin": [("theta", [1.0, 0.95, 0.9, 0.8, 0.5, 0.0])],
+    "margin-first": [("kappa", [math.inf, 0.9, 0.5, 0.1, 0.0])],
+    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.02, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.05, 0.0])],
+    "topk": [("top", [1, 2, 3, 5, 48])],
+}
+SAMPLING_LADDERS = {
+    "mentored": [("alpha", [0.0, 0.3, 0.7, 0.95])],
+    "cactus": [("delta", [0.0, 0.1, 0.25, 1.0, 10.0])],
+    "casc-opt": [("alpha", [-math.inf, -0.1, 0.0, 0.05, 1.0])],
+    "fuzzy": [("threshold", [0.0, 0.05, 0.2, 0.3, 1.0])],
+    "ensemble": [("w", [1.0, 0.95, 0.9, 0.8, 0.0])],
+    "fly": [("theta", [math.inf, 0.6, 0.3, 0.0]), ("window", [8, 6, 3, 1])],
+    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.0])],
+}
+
+
+def test_every_relaxed_rule_is_in_a_monotonicity_ladder_or_documented_as_not_monotone():
+    not_monotone = {"judge", "casc-tok", "contrastive"}  # mixing weights: see their docstrings
+    assert set(RELAXED) == set(GREEDY_LADDERS) | set(SAMPLING_LADDERS) | not_monotone
+
+
+@pytest.mark.parametrize("name", sorted(GREEDY_LADDERS))
+def test_greedy_loosening_never_lowers_acceptance(name):
+    for knob, ladder in GREEDY_LADDERS[name]:
+        policies = [make_policy(name, {knob: value}) for value in ladder]
+        gained = 0
+        for seed in range(120):
+            block = random_greedy_block(seed)
+            counts = [policy.verify(block).n_accepted for policy in policies]
+            assert counts == sorted(counts), (knob, ladder, counts)
+            gained += counts[-1] > counts[0]
+        assert gained > 0, f"{name}: loosening {knob} never changed anything on these blocks"
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLING_LADDERS))
+def test_sampling_loosening_never_lowers_acceptance_with_the_same_uniforms(name):
+    sampling = SamplingParams(1.0)
+    for knob, ladder in SAMPLING_LADDERS[name]:
+        policies = [make_policy(name, {knob: value}) for value in ladder]
+        gained = 0
+        for seed in range(80):
+            case = random_sampling_case(seed, sampling, k=10)
+            counts = [policy.verify(sampling_block(case, sampling, seed)).n_accepted for policy in policies]
+            assert counts == sorted(counts), (knob, ladder, counts)
+            gained += counts[-1] > counts[0]
+        assert gained > 0
+
+
+def test_judge_never_accepts_less_than_the_strict_rule():
+    judge = make_bound("judge", {"alpha": 0.7})
+    for seed in range(60):
+        block = greedy_inputs("judge", seed)
+        assert judge.verify(block).n_accepted >= make_policy("exact").verify(block).n_accepted
+    sampling = SamplingParams(1.0)
+    for seed in range(60):
+        case = random_sampling_case(seed, sampling)
+        extras = random_judge_extras(seed, sampling_block(case, sampling, 0))
+        assert (judge.verify(sampling_block(case, sampling, seed, extras)).n_accepted
+                >= make_policy("speculative-sampling").verify(sampling_block(case, sampling, seed)).n_accepted)
+
+
+@pytest.mark.parametrize("name", GREEDY_RELAXED)
+def test_n_relaxed_counts_accepted_drafts_exact_would_reject_greedy(name):
+    policy = make_bound(name, {})
+    for seed in range(40):
+        block = greedy_inputs(name, seed)
+        v = policy.verify(block)
+        argmax = block.target_logits.argmax(-1)
+        assert v.n_relaxed == sum(int(block.draft_tokens[i] != argmax[i]) for i in range(v.n_accepted))
+        assert v.next_token == int(argmax[v.n_accepted])  # correction (or bonus) is the target's argmax
+
+
+@pytest.mark.parametrize("name", [n for n in RELAXED if "sampling" in POLICIES.get(n).modes])
+def test_n_relaxed_counts_accepted_drafts_speculative_sampling_would_reject(name):
+    sampling = SamplingParams(1.0)
+    policy = make_bound(name, {"beta": 1.0} if name == "contrastive" else {})
+    point_mass = name in ("fly", "typical")  # rules that ignore q treat drafts as point masses
+    total_relaxed = 0
+    for seed in range(60):
+        case = random_sampling_case(seed, sampling)
+        block = sampling_block(case, sampling, seed, random_judge_extras(seed, sampling_block(case, sampling, 0)))
+        v = policy.verify(block)
+        # replay the uniforms the rejection sampler drew first, and run the strict test with them
+        u = torch.rand(block.k, generator=torch.Generator().manual_seed(seed))
+        p = block.target_probs[:-1].gather(-1, block.draft_tokens[:, None]).squeeze(-1)
+        q = torch.ones_like(p) if point_mass else block.draft_probs.gather(-1, block.draft_tokens[:, None]).squeeze(-1)
+        strict_rejects = ~(u * q < p)
+        assert v.n_relaxed == int(strict_rejects[: v.n_accepted].sum())
+        total_relaxed += v.n_relaxed
+    if name == "contrastive":
+        # π ∝ p^(1+β) q^(−β) exceeds p only where p > q, where speculative sampling accepts anyway: with the same
+        # uniforms SCD never accepts what speculative sampling rejects (it changes the residual instead)
+        assert total_relaxed == 0
+    else:
+        assert total_relaxed > 0
+
+
+# -- the shared rejection sampler --------------------------------------------------------------------------------
+def outcome_frequencies(n_trials: int, **call) -> np.ndarray:
+    counts = np.zeros(5)
+    for seed in range(n_trials):
+        v = rejection_sample(generator=torch.Generator().manual_seed(seed), **call)
+        counts[4 if v.n_accepted else v.next_token] += 1
+    return counts
+
+
+@pytest.mark.parametrize("point_mass", [False, True], ids=["q", "point-mass"])
+def test_rejection_sampler_accepts_with_min_1_pi_over_q_and_draws_the_residual(point_mass):
+    """One draft x = 1: P(accept) = min(1, π(x)/q(x)); after a rejection the token follows norm((π_res − q)+)."""
+    q = None if point_mass else torch.tensor([[0.2, 0.5, 0.2, 0.1]])
+    q_row = torch.tensor([0.0, 1.0, 0.0, 0.0]) if point_mass else q[0]
+    pi_accept = torch.tensor([0.35])  # gathered at x
+    pi_residual = torch.tensor([0.4, 0.35, 0.05, 0.2])
+    accept = min(1.0, 0.35 / float(q_row[1]))
+    residual = (pi_residual - q_row).clamp_min(0)
+    expected = np.append(((1 - accept) * residual / residual.sum()).numpy(), accept)
+    counts = outcome_frequencies(3000, draft_tokens=torch.tensor([1]), q=q, pi_accept=pi_accept,
+                                 pi_residual=lambda n: pi_residual, bonus=torch.ones(4))
+    keep = expected > 0
+    assert counts[~keep].sum() == 0
+    expected = expected[keep].astype(np.float64)
+    assert stats.chisquare(counts[keep], expected / expected.sum() * counts.sum()).pvalue > 1e-3
+
+
+def test_rejection_sampler_relax_may_only_add_acceptances():
+    call = dict(draft_tokens=torch.tensor([1, 2]), q=None, pi_accept=torch.tensor([1.0, 0.0]),
+                pi_residual=torch.full((2, 4), 0.25), bonus=torch.ones(4), generator=torch.Generator())
+    assert rejection_sample(**call, relax=lambda m: torch.ones_like(m)).n_accepted == 2
+    with pytest.raises(AssertionError):
+        rejection_sample(**call, relax=lambda m: torch.zeros_like(m))
+
+
+def emitted_frequencies(policy_name: str, target_logits: torch.Tensor, drafts: list[int], n_trials: int,
+                        **knobs) -> np.ndarray:
+    """Counts of the first emitted token over seeds (index V: the first draft was accepted)."""
+    policy = make_policy(policy_name, knobs)
+    vocab = target_logits.shape[-1]
+    counts = np.zeros(vocab + 1)
+    for seed in range(n_trials):
+        block = Block(torch.tensor(drafts), target_logits, None, SamplingParams(1.0),
+                      torch.Generator().manual_seed(seed), {})
+        v = policy.verify(block)
+        counts[vocab if v.n_accepted else v.next_token] += 1
+    return counts
+
+
+def assert_frequencies(counts: np.ndarray, expected: np.ndarray) -> None:
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, counts
+    assert stats.chisquare(counts[keep], expected[keep] / expected[keep].sum() * counts.sum()).pvalue > 1e-3
+
+
+def test_fly_sampling_is_the_authors_two_sample_match():
+    """Two independent target samples s1, s2; accept iff d ∈ {s1, s2}; else emit s1.
+    So P(accept) = 1 − (1 − p_d)² and P(emit y) = p(y)·(1 − p_d) for y ≠ d (s1 = y and s2 ≠ d)."""
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = torch.tensor(np.log(p), dtype=torch.float32).repeat(2, 1)
+    d = 1
+    expected = np.append(p * (1 - p[d]), 1 - (1 - p[d]) ** 2)
+    expected[d] = 0
+    assert_frequencies(emitted_frequencies("fly", logits, [d], 3000), expected)
+
+
+def test_typical_sampling_draws_from_the_typical_set_after_a_rejection():
+    # H ≈ 1.14 → floor = min(0.09, 0.3·e^−H ≈ 0.096) = 0.09: token 3 (0.05) is rejected and outside the set
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = torch.tensor(np.log(p), dtype=torch.float32).repeat(2, 1)
+    expected = np.array([0.5, 0.3, 0.15, 0.0, 0.0])  # never accepted; never re-emitted; renormalised on the set
+    assert_frequencies(emitted_frequencies("typical", logits, [3], 2000), expected)
+    assert emitted_frequencies("typical", logits, [1], 200)[-1] == 200  # p(1) = 0.3 > 0.09: always accepted
+
+
+def test_greedy_argmax_is_argmax_exactly_ties_and_short_last_chunk_included():
+    from relaxbench.decoding.sampling import greedy_argmax
+
+    g = torch.Generator().manual_seed(0)
+    for vocab in (7, 1024, 2048, 3000, 5121, 151_936):
+        ties = torch.randint(-2, 3, (6, vocab), generator=g).float()  # many tied maxima across chunks
+        smooth = torch.randn(6, vocab, generator=g)
+        for logits in (ties, smooth):
+            assert torch.equal(greedy_argmax(logits), logits.argmax(-1))
+    x = torch.full((3, 5000), -1.0)
+    x[0, 4999] = 2.0  # the maximum is the very last logit (inside the short last chunk)
+    x[1, [100, 4999]] = 2.0  # tie: the first wins
+    x[2, [4096, 4097]] = 5.0  # tie at a chunk boundary
+    assert torch.equal(greedy_argmax(x), x.argmax(-1)) and greedy_argmax(x).tolist() == [4999, 100, 4096]
+
+
+def test_top_values_is_topk_exactly():
+    from relaxbench.decoding.sampling import top_values
+
+    g = torch.Generator().manual_seed(1)
+    for vocab in (3, 1024, 3000, 5121, 40_000, 151_936):
+        for n in (1, 2, 3, 10):
+            for logits in (torch.randint(-2, 3, (4, vocab), generator=g).float(), torch.randn(4, vocab, generator=g)):
+                assert torch.equal(top_values(logits, n), torch.topk(logits, min(n, vocab), dim=-1).values)
