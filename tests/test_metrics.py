@@ -155,3 +155,20 @@ def test_mcnemar_known_cases():
                                   [False, False, True, False, False, False, False, True])
     assert discordant == (6, 1)
     assert p == pytest.approx(2 * (1 + 7) / 2 ** 7)  # P(X <= 1) for Binomial(7, 1/2), doubled
+
+
+def test_modelled_speedup_uses_the_arms_own_calibration(tmp_path: Path):
+    """The three unit costs of one calibration are measured back to back; AR's calibration, taken at another time
+    (another machine load), must not enter an arm's modelled speed-up."""
+    with Store(tmp_path / "results.sqlite") as store:
+        run_id = store.open_run("cal", "t", "d", {})
+        session = store.start_session(run_id, {"command": "test"})
+        ar = store.ensure_cell(run_id, cell_def("cal", "ar", 0))
+        arm = store.ensure_cell(run_id, cell_def("cal", "arm", 1))
+        store.add_calibration(ar, session, 10, 0, 0.050, None, None, {})  # a busy moment: 5x slower
+        store.add_calibration(arm, session, 10, 4, 0.010, 0.012, 0.002, {})
+        store.add_sample(sample(ar, session, "i", 0, time=1.0, rounds=[(0, 0, 1)] * 4))
+        store.add_sample(sample(arm, session, "i", 0, time=1.0, rounds=[(4, 3, 4)]))
+    cell = summarize_run(load_run(tmp_path))[0].cells[1]
+    # 4 emitted tokens, 1 round, 4 drafted: 4 * 0.010 / (0.012 + 4 * 0.002)
+    assert cell.modelled_speedup == pytest.approx(0.04 / 0.020)

@@ -220,6 +220,22 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
     assert "Outputs cut at max_new_tokens" in text
 
 
+def test_a_modelled_speedup_far_from_the_measured_one_is_flagged(fixture_run, summaries):
+    from dataclasses import replace
+
+    from relaxbench.report.content import task_notices
+
+    run = load_run(fixture_run)
+    summary = summaries["tiny-code"]
+    calm = [n.text for n in task_notices(summary, run.cells_of("tiny-code"))]
+    assert not any("Measured and modelled" in text for text in calm)
+    exact = summary.cells[1]
+    noisy = replace(summary, cells=(summary.cells[0], replace(exact, modelled_speedup=exact.speedup_total.value / 3),
+                                    *summary.cells[2:]))
+    flagged = [n for n in task_notices(noisy, run.cells_of("tiny-code")) if "Measured and modelled" in n.text]
+    assert len(flagged) == 1 and flagged[0].level == "warning" and "exact (" in flagged[0].text
+
+
 def test_tradeoff_plot_draws_ar_lossless_and_sweep_curves(fixture_run):
     from relaxbench.report.content import load_report
 

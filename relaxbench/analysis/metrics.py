@@ -42,7 +42,7 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores only)"),
     ("accuracy retained", "method mean score / AR mean score"),
     ("modelled speed-up", "emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), with the unit "
-                          "costs calibrated in the same run"),
+                          "costs from the arm's own calibration in the same run (measured back to back)"),
     ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed)"),
     ("unit", "one (item, turn); an arm's time for a unit is the mean over its repeats; only units every arm of "
              "the task finished are used"),
@@ -182,17 +182,19 @@ def mcnemar_exact(baseline_passed: Sequence[bool], method_passed: Sequence[bool]
     return float(stats.binomtest(lost, lost + gained, 0.5).pvalue), (lost, gained)
 
 
-def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord, baseline: CellRecord) -> float | None:
-    """What the counters predict with the measured unit costs (see calibrate.py)."""
+def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float | None:
+    """What the counters predict with the measured unit costs (see calibrate.py). All three costs come from the
+    arm's own calibration, measured back to back, so a machine whose load changes between arms' calibrations
+    shifts them together and the ratio stays comparable."""
     if cell.is_baseline:
         return 1.0
-    if cell.calibration is None or baseline.calibration is None or cell.calibration.t_verify is None:
+    if cell.calibration is None or cell.calibration.t_verify is None:
         return None
     emitted = sum(s.n_output_tokens for s in samples)
     rounds = sum(s.n_rounds for s in samples)
     drafted = sum(s.n_drafted for s in samples)
     cost = rounds * cell.calibration.t_verify + drafted * (cell.calibration.t_draft_step or 0.0)
-    return emitted * baseline.calibration.t_target_step / cost if cost > 0 else None
+    return emitted * cell.calibration.t_target_step / cost if cost > 0 else None
 
 
 # ------------------------------------------------------------------------------------------------ counters
@@ -312,7 +314,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         acceptance_by_position=acceptance_by_position(samples),
         relaxed_fraction=_ratio(sum(s.n_relaxed for s in samples), emitted),
         output_length_ratio=_ratio(tokens, base_tokens),
-        speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell, baseline),
+        speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell),
         latency_mean=float(times.mean()) if units else None,
         latency_median=float(np.median(times)) if units else None,
         tokens_per_second=_ratio(emitted, time_sum),

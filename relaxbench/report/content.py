@@ -25,6 +25,7 @@ DEFAULT_BUDGET = 1.0  # capability-loss budget for the summary, in score points
 FEW_UNITS = 30  # below this many paired units, intervals are wide and McNemar has little power
 WIDE_SPEEDUP = 0.25  # CI width / value above which a speed-up interval is called wide
 WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
+MODEL_GAP = 2.0  # measured / modelled speed-up beyond this factor (either way) is flagged
 BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
 
 
@@ -374,6 +375,14 @@ def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Noti
         notices.append(Notice("warning" if ar_share > 0.25 else "info",
                               f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a "
                               "complete one would pass, and truncation caps any length change."))
+    apart = [f"{c.arm} ({c.speedup_total.value:.2f}× measured, {c.modelled_speedup:.2f}× modelled)"
+             for c in summary.cells if not c.is_baseline and c.modelled_speedup and c.speedup_total.value
+             and not 1 / MODEL_GAP <= c.speedup_total.value / c.modelled_speedup <= MODEL_GAP]
+    if apart:
+        notices.append(Notice("warning", f"Measured and modelled speed-ups differ by more than {MODEL_GAP:g}×: "
+                                         f"{'; '.join(apart)}. Overheads the model leaves out rarely explain that "
+                                         "much; timing noise (load spikes during some samples) usually does. The "
+                                         "geomean speed-up and the modelled figure are less sensitive to it."))
     no_model = [c.arm for c in summary.cells if c.modelled_speedup is None]
     if no_model:
         notices.append(Notice("info", f"No modelled speed-up (no calibration stored) for: {', '.join(no_model)}."))

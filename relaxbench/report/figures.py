@@ -52,8 +52,8 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
     "modelled": (
         "Modelled vs measured speed-up",
         "x: modelled speed-up = emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), from the "
-        "arm's counters and the unit costs calibrated in the same run (a 1-token target step, a (k+1)-token verify "
-        "pass, a draft step per drafted token). y: measured speed-up with its 95% CI. Points below the diagonal "
+        "arm's counters and the unit costs of the arm's own calibration in the run (a 1-token target step, a "
+        "(k+1)-token verify pass and a draft step per drafted token, measured back to back). y: measured speed-up with its 95% CI. Points below the diagonal "
         "lose time to what the model leaves out (prefill, policy, Python overhead); a run on a busy machine "
         "scatters around it."),
 }
