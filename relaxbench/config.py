@@ -176,9 +176,13 @@ class TaskSpec:
     scorer_args: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     origin: str = ""  # the YAML file it came from
+    lm_eval: Mapping[str, Any] | None = None  # lm_eval:NAME tasks: lm-eval's resolved task (its identity)
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        if record["lm_eval"] is None:  # records (and run keys) of relaxbench's own tasks stay as they were
+            del record["lm_eval"]
+        return record
 
 
 TASK_FIELDS = {"name", "format", "source", "prompt", "system", "chat", "stop", "max_new_tokens", "scorer",
@@ -268,6 +272,14 @@ def _check_template(spec: TaskSpec, where: str) -> None:
                           f"{exc.message})") from None
 
 
+LM_EVAL_PREFIX = "lm_eval:"
+
+
+def is_lm_eval_name(name: str) -> bool:
+    """``lm_eval:NAME`` names a task of lm-evaluation-harness (see integrations/lm_eval_source.py)."""
+    return name.startswith(LM_EVAL_PREFIX)
+
+
 def task_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
     """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win)."""
     found: dict[str, Path] = {}
@@ -315,11 +327,17 @@ class SuiteSpec:
     draft_dtype: str = "auto"
     warmup: int = 1
     data_files: Mapping[str, str] = field(default_factory=dict)
+    num_fewshot: int | None = None  # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    include_paths: tuple[str, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
+    apply_chat_template: bool = False  # lm_eval:NAME tasks: render prompts with the target's chat template
     limits: Mapping[str, int] = field(default_factory=dict)  # per-task item limits (task name -> N)
 
     def key_fields(self) -> dict[str, Any]:
+        """The fields that identify the run. The lm-eval options are left out: what they change is in the tasks'
+        records (lm-eval's resolved task config), which the run key includes."""
         data = asdict(self)
-        for volatile in ("limit", "repeats", "warmup", "data_files", "limits"):
+        for volatile in ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths",
+                         "apply_chat_template", "limits"):
             data.pop(volatile)
         return data
 
@@ -335,12 +353,20 @@ def suite_from_dict(data: Any, where: str) -> dict[str, Any]:
     out = dict(data)
     kinds: dict[str, tuple[type, ...]] = {"limit": (int,), "repeats": (int,), "max_new_tokens": (int,), "k": (int,),
                                           "top_k": (int,), "seed": (int,), "warmup": (int,),
+                                          "num_fewshot": (int,), "apply_chat_template": (bool,),
                                           "temperature": (int, float), "top_p": (int, float), "target": (str,),
                                           "draft": (str,), "device": (str,), "dtype": (str,), "draft_dtype": (str,),
                                           "data_files": (Mapping,), "limits": (Mapping,)}
     for key, kind in kinds.items():
-        if out.get(key) is not None and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
+        if out.get(key) is not None and (not isinstance(out[key], kind)
+                                         or (isinstance(out[key], bool) and bool not in kind)):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({out[key]!r})")
+    if out.get("include_paths") is not None:
+        paths = out["include_paths"]
+        paths = [paths] if isinstance(paths, str) else paths
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ConfigError(f"{where}: 'include_paths' must be a folder or a list of folders")
+        out["include_paths"] = tuple(paths)
     for task, n in (out.get("limits") or {}).items():
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"{where}: limits: {task!r} must be a positive integer, got {n!r}")

@@ -73,6 +73,27 @@ def test_stop_string_cuts_text_and_tokens_identically_for_every_arm(tiny_target,
     assert outs[0].output_ids == outs[1].output_ids
 
 
+def test_a_special_token_stop_string_stops_every_arm(tiny_target, tiny_draft):
+    """An ``until`` entry that is a special token other than EOS (lm-eval tasks list ``<|im_end|>``, ``</s>``)
+    ends generation at that token, as lm-eval's own HF model does, though the output text has no special tokens."""
+    from relaxbench.decoding.prompts import encode_prompt
+
+    tokenizer = tiny_target.tokenizer
+    stop = "<|im_start|>"  # special, not the EOS (<|im_end|>)
+    stop_id = tokenizer.convert_tokens_to_ids(stop)
+    assert stop_id not in tiny_target.eos_token_ids
+    prompt = encode_prompt(tokenizer, "abc")  # greedily, the tiny target emits <|im_start|> after some text
+    free = run(AR, tiny_target, None, prompt, k=0, max_new_tokens=40)
+    assert stop_id in free.output_ids[1:-1], "the check needs a special token in the middle of the output"
+    cut = free.output_ids.index(stop_id) + 1
+    for method in (AR, EXACT):
+        out = run(method, tiny_target, tiny_draft, prompt, k=4, max_new_tokens=40, stop_strings=(stop, "never"))
+        assert out.stop_reason == "stop"
+        assert out.output_ids == free.output_ids[:cut]  # the special token is kept in the ids, like EOS
+        assert out.text == tokenizer.decode(free.output_ids[: cut - 1], skip_special_tokens=True)
+        assert stop not in out.text
+
+
 def test_prompt_lookup_takes_the_earliest_match_and_backs_off():
     t = torch.tensor
     context = t([1, 2, 3, 9, 1, 2, 3, 8, 5, 1, 2, 3])

@@ -200,4 +200,6 @@ def test_humaneval_task_from_the_wheel(tmp_path):
     assert len(docs) == 164 and docs[0]["task_id"] == "HumanEval/0"
     assert task.doc_to_text(docs[0]) == docs[0]["prompt"]
     assert task.doc_to_target(docs[0]).endswith(f"check({docs[0]['entry_point']})\n")
-    assert "bypass" in task._metric_fn_list  # generation only until sandboxed scoring is wired in
+    # pass@1 through relaxbench's sandbox (tests/test_lm_eval_compare.py checks passing and failing completions)
+    assert list(task.aggregation()) == ["pass@1"] and task.higher_is_better() == {"pass@1": True}
+    assert task.process_results(docs[0], ["    return None\n"]) == {"pass@1": 0.0}

@@ -208,3 +208,18 @@ def torch_tensor(rows):
     import torch
 
     return torch.tensor(rows, dtype=torch.long)
+
+
+def test_a_completion_that_exits_before_the_tests_does_not_pass():
+    """Exit status 0 alone is not a pass: the tests must have run (the end-of-tests marker is printed last)."""
+    task = load_task("humaneval")
+    items, _ = load_items(task)
+    item = items[0]
+    row = json.loads(_humaneval_lines(1)[0])
+    scorer = make_scorer("code-exec", {"timeout": 10})
+    for escape in ("import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit(0)"):
+        early_exit = f"{row['canonical_solution']}\n{escape}\n"
+        result = scorer.score(item, early_exit, ScoringContext(0))
+        assert result.details["returncode"] == 0  # the process did exit cleanly ...
+        assert not result.passed and not result.details["reached_end_of_tests"]  # ... but the tests never ran
+    assert scorer.score(item, row["canonical_solution"], ScoringContext(0)).details["reached_end_of_tests"]

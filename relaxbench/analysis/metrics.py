@@ -6,6 +6,10 @@ every arm of the task has finished are used, so every figure of a task's table i
 
 Definitions: ``METRIC_DEFINITIONS`` below (also in the README, and printed in every report).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
+
+Target-alone tasks (lm-eval tasks answered by likelihoods: multiple choice, loglikelihood[_rolling]) are stored in
+the AR cell only, since no verification rule changes a likelihood. Their summaries give every method AR's score
+with Δ = 0 by definition (``by_definition``), and no speed or counter figures for any arm (nothing was generated).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -112,6 +116,7 @@ class CellSummary:
     details: Mapping[str, float] = field(default_factory=dict)
     by_category: Mapping[str, GroupScore] = field(default_factory=dict)
     stop_reasons: Mapping[str, int] = field(default_factory=dict)  # over the paired samples ("length" = truncated)
+    by_definition: bool = False  # a method on a target-alone task: AR's score, not measured
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class TaskSummary:
     binary: bool  # every score is pass/fail (McNemar applies)
     n_units: int
     cells: tuple[CellSummary, ...]  # the AR baseline first
+    target_alone: bool = False  # scored by the target's likelihoods: no generation, methods equal AR by definition
 
     @property
     def baseline(self) -> CellSummary:
@@ -239,11 +245,20 @@ def _first(group: list[SampleRecord]) -> SampleRecord:
     return min(group, key=lambda s: s.repeat)
 
 
-def detail_metrics(scorer: str) -> tuple[str, ...]:
-    """The score-detail keys that are metrics for ``scorer`` (averaged in the summaries)."""
+def detail_metrics(cell: CellRecord) -> tuple[str, ...]:
+    """The score-detail keys that are metrics (averaged in the summaries): the scorer's, or for an lm-eval task
+    every ``METRIC,FILTER`` of the task."""
     from relaxbench.scoring import SCORERS
 
-    return SCORERS.get(scorer).detail_metrics if scorer in SCORERS else ()
+    lm_eval = cell.task_spec.get("lm_eval")
+    if lm_eval:
+        return tuple(lm_eval.get("metric_keys", ()))
+    return SCORERS.get(cell.scorer).detail_metrics if cell.scorer in SCORERS else ()
+
+
+def is_target_alone(cell: CellRecord) -> bool:
+    """An lm-eval task answered by the target's likelihoods (see the module docstring)."""
+    return bool((cell.task_spec.get("lm_eval") or {}).get("target_alone"))
 
 
 def _details_means(groups: Sequence[list[SampleRecord]], keys: tuple[str, ...]) -> dict[str, float]:
@@ -287,7 +302,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
     base_passed = [_first(base_groups[u]).passed for u in units]
     binary = bool(units) and all(p is not None for p in passed + base_passed)
     p_value, discordant = mcnemar_exact(base_passed, passed) if binary else (None, None)
-    keys = detail_metrics(cell.scorer)
+    keys = detail_metrics(cell)
     emitted = sum(s.n_output_tokens for s in samples)
     time_sum = sum(s.time_total for s in samples)
     base_tokens = sum(statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units)
@@ -341,10 +356,29 @@ def summarize_task(run: RunRecord, task: str) -> TaskSummary:
     if baseline is None:
         raise ValueError(f"task {task!r} has no AR baseline cell")
     cells = [baseline] + [c for c in cells if not c.is_baseline]
+    if is_target_alone(baseline):
+        return summarize_target_alone(task, baseline, cells[1:])
     units = complete_units(cells)
     summaries = tuple(summarize_cell(c, baseline, units) for c in cells)
     binary = bool(units) and all(s.passed is not None for c in cells for s in c.samples)
     return TaskSummary(task, baseline.scorer, binary, len(units), summaries)
+
+
+def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[CellRecord]) -> TaskSummary:
+    """A task the target alone scores: AR's score from its samples; each method the same by definition. No arm
+    generated anything, so speed and counter figures are None (not 1.0x, not 0 tokens/s)."""
+    units = complete_units([baseline])
+    measured = summarize_cell(baseline, baseline, units)
+    base = replace(measured, mean_acceptance_length=None, acceptance_rate=None, acceptance_by_position=(),
+                   relaxed_fraction=None, output_length_ratio=None, speedup_total=Estimate(None),
+                   speedup_geomean=Estimate(None), modelled_speedup=None, latency_mean=None, latency_median=None,
+                   tokens_per_second=None)
+    same = [replace(base, arm=c.arm, method=c.method, policy=c.policy, knobs=dict(c.knobs),
+                    drafter=None if c.drafter is None else str(c.drafter.get("kind")), k=c.k, is_baseline=False,
+                    lossless=c.lossless, n_samples=0, score_delta=Estimate(0.0, 0.0, 0.0),
+                    accuracy_retained=1.0 if base.score else None, by_definition=True) for c in methods]
+    binary = bool(units) and all(s.passed is not None for s in baseline.samples)
+    return TaskSummary(task, baseline.scorer, binary, len(units), (base, *same), target_alone=True)
 
 
 def summarize_run(run: RunRecord) -> tuple[TaskSummary, ...]:

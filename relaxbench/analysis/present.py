@@ -39,6 +39,8 @@ def _reproduced(cell: CellSummary) -> str:
 
 def task_table(summary: TaskSummary) -> Table:
     """Method, MAL, acceptance rate, speed-up [CI], score, Δ vs AR [CI], p — one row per arm."""
+    if summary.target_alone:
+        return target_alone_table(summary)
     table = Table(title=f"{summary.task}  ({summary.n_units} samples, scorer {summary.scorer})", title_justify="left")
     columns = ("method", "MAL", "acc. rate", "speed-up [95% CI]", "geomean", "modelled", "latency s",
                "score", "Δ vs AR [95% CI]", "p", "reproduced AR")
@@ -52,6 +54,20 @@ def task_table(summary: TaskSummary) -> Table:
             fmt(cell.modelled_speedup, ".2f", "x"), fmt(cell.latency_mean, ".2f"), fmt(cell.score, score_spec),
             "-" if cell.is_baseline else fmt_ci(cell.score_delta, "+.3f"), fmt_p(cell.mcnemar_p),
             _reproduced(cell))
+    return table
+
+
+def target_alone_table(summary: TaskSummary) -> Table:
+    """A task scored by the target's likelihoods: AR's score, and every method equal to it by definition."""
+    table = Table(title=f"{summary.task}  ({summary.n_units} samples, {summary.scorer}: likelihoods of the target "
+                        "alone; no generation, so no speed figures)", title_justify="left")
+    for i, name in enumerate(("method", "score", "Δ vs AR", "why")):
+        table.add_column(name, justify="left" if i in (0, 3) else "right", no_wrap=i == 0)
+    score_spec = ".1%" if summary.binary else ".3f"
+    for cell in summary.cells:
+        delta = "-" if cell.is_baseline else fmt(cell.score_delta.value, "+.3f")
+        why = "= AR by definition: no rule changes a likelihood" if cell.by_definition else "measured"
+        table.add_row(cell.arm, fmt(cell.score, score_spec), delta, why)
     return table
 
 

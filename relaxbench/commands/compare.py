@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--draft", default=None, help="draft model name, or 'ngram' for prompt lookup")
     c.add_argument("--methods", default=None, help="comma-separated methods (methods/*.yaml names, YAML paths, "
                                                    "or policy names); each sweep point is its own arm")
-    c.add_argument("--tasks", default=None, help="comma-separated tasks (tasks/*.yaml names or YAML paths)")
+    c.add_argument("--tasks", default=None, help="comma-separated tasks (tasks/*.yaml names or YAML paths, or "
+                                                 "lm_eval:NAME for an lm-evaluation-harness task)")
     c.add_argument("--limit", type=int, default=None, help="first N items of each task (default: all)")
     c.add_argument("--task-limit", action="append", metavar="TASK=N", default=[],
                    help="first N items of TASK, over --limit (repeatable)")
@@ -38,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
     c.add_argument("--executor", default="in-process", help="where jobs run (default: in-process)")
+    c.add_argument("--num-fewshot", type=int, default=None,
+                   help="lm_eval:NAME tasks: few-shot examples (lm-eval's rules: a task that sets 0 keeps 0)")
+    c.add_argument("--include-path", action="append", metavar="DIR", default=None,
+                   help="lm_eval:NAME tasks: a folder of lm-eval task YAMLs, searched first (repeatable)")
+    c.add_argument("--apply-chat-template", action="store_true", default=None,
+                   help="lm_eval:NAME tasks: render prompts with the target's chat template, few-shot examples as "
+                        "turns (as lm-eval's --apply_chat_template)")
     add_report_args(c, prefix="report-")
     add_runtime_args(c)
     c.set_defaults(handler=run)
@@ -61,7 +69,8 @@ def suite_from_args(args: argparse.Namespace):
     flags = {"target": args.target, "draft": args.draft, "methods": args.methods, "tasks": args.tasks,
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-             "warmup": args.warmup}
+             "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
+             "include_paths": tuple(args.include_path) if args.include_path else None}
     fields.update({key: value for key, value in flags.items() if value is not None})
     for key in ("device", "dtype", "draft_dtype"):
         if getattr(args, key) != "auto" or key not in fields:
@@ -161,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
         session_id = store.start_session(run_id, describe_environment(target, draft, device, getattr(args, "argv", None)))
         worker = Worker(target, draft, suite.draft, store, run_id, session_id, warmup=suite.warmup)
         err.print(f"run {plan.key} in {out_dir / 'results.sqlite'}: {len(plan.arms)} arms × {len(plan.jobs)} tasks")
+        for note in plan.notes():
+            err.print(note, markup=False, highlight=False)
         with RichProgress() as progress:
             executor.run(plan.jobs, worker, progress)
         status = "finished"

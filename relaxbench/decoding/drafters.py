@@ -94,8 +94,23 @@ def draft_autoregressively(lm: CachedLM, context: torch.Tensor, k: int, sampling
     return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None)
 
 
+class LMDrafter(Drafter):
+    """A drafter backed by a causal LM with its own KV cache (``self.lm``): reset and roll back alike."""
+
+    lm: CachedLM
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        self.lm.reset()
+
+    def propose(self, context, k, sampling, generator) -> Proposal:
+        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
+
+    def commit(self, context: torch.Tensor) -> None:
+        self.lm.sync_to(context)
+
+
 @register_drafter
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(LMDrafter):
     """An independent (smaller) draft LM with its own KV cache."""
 
     name = "model"
@@ -107,15 +122,6 @@ class DraftModelDrafter(Drafter):
         super().__init__(knobs, inputs)
         self.lm = CachedLM(inputs.draft.model)
         self.model_name = inputs.draft.name
-
-    def reset(self, prompt: torch.Tensor) -> None:
-        self.lm.reset()
-
-    def propose(self, context, k, sampling, generator) -> Proposal:
-        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
-
-    def commit(self, context: torch.Tensor) -> None:
-        self.lm.sync_to(context)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name}
@@ -136,6 +142,21 @@ def prompt_lookup(context: torch.Tensor, max_ngram: int, min_ngram: int, num_tok
     return context[:0]
 
 
+@dataclass(frozen=True)
+class NgramKnobs:
+    """Prompt-lookup settings: n-gram sizes tried (max_ngram down to min_ngram) and tokens copied per match."""
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+    num_tokens: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        if self.num_tokens < 1:
+            raise ValueError("num_tokens must be >= 1")
+
+
 @register_drafter
 class PromptLookupDrafter(Drafter):
     """Prompt-lookup n-grams (no model, no distribution): copy what followed an earlier occurrence."""
@@ -143,17 +164,7 @@ class PromptLookupDrafter(Drafter):
     name = "ngram"
     summary = "prompt-lookup n-grams: copy the continuation of the earliest earlier match of the last n tokens"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        max_ngram: int = 3
-        min_ngram: int = 1
-        num_tokens: int = 10
-
-        def __post_init__(self) -> None:
-            if not 1 <= self.min_ngram <= self.max_ngram:
-                raise ValueError("need 1 <= min_ngram <= max_ngram")
-            if self.num_tokens < 1:
-                raise ValueError("num_tokens must be >= 1")
+    Knobs = NgramKnobs
 
     def propose(self, context, k, sampling, generator) -> Proposal:
         tokens = prompt_lookup(context, self.knobs.max_ngram, self.knobs.min_ngram, min(k, self.knobs.num_tokens))
@@ -161,7 +172,7 @@ class PromptLookupDrafter(Drafter):
 
 
 @register_drafter
-class NgramVerifiedByDraftLM(Drafter):
+class NgramVerifiedByDraftLM(LMDrafter):
     """FLy's multi-level drafter: prompt-lookup n-grams verified greedily by the draft LM, repeated until the
     round has ``k`` drafts (AMD-AGI/FLy ``SPDGenerate.draft_with_ngram``).
 
@@ -181,24 +192,14 @@ class NgramVerifiedByDraftLM(Drafter):
     summary = "FLy's drafter: prompt-lookup n-grams verified greedily by the draft LM until k drafts exist"
 
     @dataclass(frozen=True)
-    class Knobs:
+    class Knobs(NgramKnobs):  # FLy's defaults: n = 4 down to 1, 6 tokens
         max_ngram: int = 4
-        min_ngram: int = 1
         num_tokens: int = 6
-
-        def __post_init__(self) -> None:
-            if not 1 <= self.min_ngram <= self.max_ngram:
-                raise ValueError("need 1 <= min_ngram <= max_ngram")
-            if self.num_tokens < 1:
-                raise ValueError("num_tokens must be >= 1")
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
         self.lm = CachedLM(inputs.draft.model)
         self.model_name = inputs.draft.name
-
-    def reset(self, prompt: torch.Tensor) -> None:
-        self.lm.reset()
 
     def propose(self, context, k, sampling, generator) -> Proposal:
         knobs, lm, start = self.knobs, self.lm, int(context.shape[0])
@@ -212,9 +213,6 @@ class NgramVerifiedByDraftLM(Drafter):
             context = torch.cat([context, guess[:agreed], own[agreed: agreed + 1]])
             lm.sync_to(context)  # drops the cache entries of rejected n-gram tokens
         return Proposal(context[start: start + k], None)
-
-    def commit(self, context: torch.Tensor) -> None:
-        self.lm.sync_to(context)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name}

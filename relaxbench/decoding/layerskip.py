@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from relaxbench.decoding.cache import CachedLM
-from relaxbench.decoding.drafters import Drafter, DrafterInputs, Proposal, draft_autoregressively, register_drafter
+from relaxbench.decoding.drafters import DrafterInputs, LMDrafter, register_drafter
 from relaxbench.errors import ConfigError
 
 
@@ -54,7 +54,7 @@ def shallow_model(target: torch.nn.Module, n_layers: int) -> torch.nn.Module:
 
 
 @register_drafter
-class LayerSkipDrafter(Drafter):
+class LayerSkipDrafter(LMDrafter):
     """Self-speculation with the target's first ``layers`` decoder layers and its own KV cache."""
 
     name = "layerskip"
@@ -71,15 +71,6 @@ class LayerSkipDrafter(Drafter):
         depth = int(target.config.num_hidden_layers)
         self.n_layers = knobs.layers if knobs.layers is not None else max(1, depth // 2)
         self.lm = CachedLM(shallow_model(target, self.n_layers))
-
-    def reset(self, prompt: torch.Tensor) -> None:
-        self.lm.reset()
-
-    def propose(self, context, k, sampling, generator) -> Proposal:
-        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
-
-    def commit(self, context: torch.Tensor) -> None:
-        self.lm.sync_to(context)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "layers": self.n_layers}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.arms import effective_drafter, resolve_k
-from relaxbench.config import DrafterSpec, MethodSpec, SuiteSpec, TaskSpec, load_method, load_task
+from relaxbench.config import DrafterSpec, MethodSpec, SuiteSpec, TaskSpec, is_lm_eval_name, load_method, load_task
 from relaxbench.data import TaskItem, load_items
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.sampling import SamplingParams
@@ -55,10 +55,16 @@ class TaskJob:
     max_new_tokens: int
     sampling: SamplingParams
     seed: int
+    lm_eval: Any = None  # for lm_eval:NAME tasks, the LmEvalTask (integrations/lm_eval_source.py)
 
     def decode_config(self, arm: Arm) -> DecodeConfig:
         return DecodeConfig(k=arm.k, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
                             stop_strings=self.task.stop, seed=self.seed)
+
+    @property
+    def target_alone(self) -> bool:
+        """An lm-eval task answered by the target's likelihoods: no generation, the same for every arm."""
+        return self.lm_eval is not None and self.lm_eval.target_alone
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,21 @@ class RunPlan:
 
     def needs_draft_model(self) -> bool:
         return any(arm.needs_draft_model() for arm in self.arms)
+
+    def notes(self) -> list[str]:
+        """What a user should know before the run starts (settings of lm-eval tasks that compare reads but
+        does not act on, tasks that only the target scores)."""
+        out = []
+        for job in self.jobs:
+            if job.lm_eval is None:
+                continue
+            if job.lm_eval.ignored_gen_kwargs:
+                out.append(f"{job.task.name}: generation kwargs ignored by relaxbench's engine: "
+                           f"{', '.join(job.lm_eval.ignored_gen_kwargs)}")
+            if job.target_alone:
+                out.append(f"{job.task.name}: {job.lm_eval.output_type} task, scored by the target's likelihoods "
+                           "once (in the AR cell); every method scores the same by definition")
+        return out
 
 
 def split_names(value: str | tuple[str, ...] | list[str], what: str) -> tuple[str, ...]:
@@ -114,24 +135,71 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     if suite.k is not None and suite.k < 1:
         raise ConfigError(f"-k must be >= 1, got {suite.k}")
     arms = build_arms(suite)
-    tasks = [load_task(name) for name in suite.tasks]
-    names = [t.name for t in tasks]
+    if suite.limit is not None and suite.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {suite.limit}")
+    own = [name for name in suite.tasks if not is_lm_eval_name(name)]
+    tasks = {name: load_task(name) for name in own}
+    lm_eval_tasks = _load_lm_eval_tasks(suite)
+    names = [tasks[n].name for n in own] + [t.name for loaded in lm_eval_tasks.values() for t in loaded]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
-    for option, given_names in (("--data-file", suite.data_files), ("--task-limit", suite.limits)):
-        unknown = sorted(set(given_names) - set(names) - set(suite.tasks))
-        if unknown:
-            raise ConfigError(f"{option} names task {unknown[0]!r}, which is not in --tasks "
-                              f"({', '.join(names)}){did_you_mean(unknown[0], names)}")
+    readers = {tasks[n].name for n in own} | set(own)
+    unknown = sorted(set(suite.data_files) - readers)
+    if unknown:
+        raise ConfigError(f"--data-file names task {unknown[0]!r}, which is not in --tasks "
+                          f"({', '.join(names)}){did_you_mean(unknown[0], names)}"
+                          + ("; lm_eval:NAME tasks read lm-eval's own data" if is_lm_eval_name(unknown[0]) else ""))
+    unknown = sorted(set(suite.limits) - readers - set(suite.tasks))
+    if unknown:
+        raise ConfigError(f"--task-limit names task {unknown[0]!r}, which is not in --tasks "
+                          f"({', '.join(names)}){did_you_mean(unknown[0], names)}")
     sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
-    for given, task in zip(suite.tasks, tasks):
+    for given in suite.tasks:
+        if given in lm_eval_tasks:
+            jobs.extend(_lm_eval_job(task, arms, suite, sampling) for task in lm_eval_tasks[given])
+            continue
+        task = tasks[given]
         data_file = suite.data_files.get(task.name, suite.data_files.get(given))
         limit = suite.limits.get(task.name, suite.limits.get(given, suite.limit))
         items, fingerprint = load_items(task, data_file, limit)
         jobs.append(TaskJob(task, tuple(items), fingerprint, arms, suite.repeats,
                             suite.max_new_tokens or task.max_new_tokens, sampling, suite.seed))
-    return RunPlan(suite, tuple(jobs), run_key(suite, arms, tasks))
+    return RunPlan(suite, tuple(jobs), run_key(suite, arms, [job.task for job in jobs]))
+
+
+def _load_lm_eval_tasks(suite: SuiteSpec) -> dict[str, list[Any]]:
+    """Every ``lm_eval:NAME`` of the suite, loaded through lm-eval: given name → its tasks (a group or tag gives
+    several). lm-eval is imported only when a suite asks for one of its tasks."""
+    given = [name for name in suite.tasks if is_lm_eval_name(name)]
+    if not given:
+        return {}
+    from relaxbench.integrations.lm_eval_source import ChatTemplate, load_lm_eval_tasks
+
+    chat = None
+    if suite.apply_chat_template:  # prompts rendered with the target's chat template need its tokenizer (only)
+        from relaxbench.models import load_tokenizer
+
+        chat = ChatTemplate(load_tokenizer(suite.target), suite.target.replace("/", "__"))
+    by_limit: dict[int | None, list[str]] = {}  # one load per distinct item limit (--task-limit)
+    for name in given:
+        by_limit.setdefault(suite.limits.get(name, suite.limit), []).append(name)
+    loaded: dict[str, list[Any]] = {}
+    for limit, names in by_limit.items():
+        loaded.update(load_lm_eval_tasks(names, include_paths=suite.include_paths, limit=limit,
+                                         num_fewshot=suite.num_fewshot, chat=chat))
+    return {name: loaded[name] for name in given}
+
+
+def _lm_eval_job(task: Any, arms: tuple[Arm, ...], suite: SuiteSpec, sampling: SamplingParams) -> TaskJob:
+    """A job for an lm-eval task. Its generation settings are the task's (stop strings, max_gen_toks, sampling),
+    as in an ``lm_eval`` run; --max-new-tokens overrides max_gen_toks, and --temperature/--top-k/--top-p override
+    the task's sampling when any of them is set away from greedy decoding's defaults."""
+    spec = task.task_spec()
+    task_sampling = task.settings.sampling if task.settings is not None else SamplingParams()
+    return TaskJob(spec, tuple(task.items()), task.fingerprint, arms, suite.repeats,
+                   suite.max_new_tokens or spec.max_new_tokens,
+                   sampling if sampling != SamplingParams() else task_sampling, suite.seed, lm_eval=task)
 
 
 def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], tasks: list[TaskSpec]) -> str:

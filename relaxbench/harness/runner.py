@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -25,6 +25,7 @@ from relaxbench.harness.plan import Arm, TaskJob, method_record
 from relaxbench.harness.store import CellDefinition, Store, dumps, now
 from relaxbench.policies import POLICIES
 from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
+from relaxbench.timing import Clock
 
 WARMUP_TOKENS = 8
 
@@ -71,17 +72,38 @@ class Worker:
     run_id: int
     session_id: int
     warmup: int = 1
+    _target_lm: Any = field(default=None, init=False, repr=False)
 
-    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun:
+    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun | TargetAloneRun:
         """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
-        return TaskRun(self, job, progress)
+        return TargetAloneRun(self, job, progress) if job.target_alone else TaskRun(self, job, progress)
+
+    def target_lm(self) -> Any:
+        """The target alone behind lm-eval's model interface (``RelaxbenchLM`` with method ``none``): how lm-eval
+        tasks' prompts are tokenized and their likelihoods computed, the same code as ``--model relaxbench``."""
+        if self._target_lm is None:
+            from relaxbench.integrations.lm_eval import RelaxbenchLM
+
+            self._target_lm = RelaxbenchLM.from_models(self.target, method="none")
+        return self._target_lm
+
+
+def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
+    policy = POLICIES.get(arm.method.policy)
+    decode = job.decode_config(arm)
+    return CellDefinition(
+        task=job.task.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
+        method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
+        knobs=dict(arm.method.knobs), method_spec=method_record(arm.method),
+        drafter=None if arm.drafter is None else asdict(arm.drafter), k=arm.k, decode=asdict(decode),
+        task_spec=job.task.to_record(), scorer=job.task.scorer, data_fingerprint=job.fingerprint)
 
 
 class TaskRun:
     def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
         self.w, self.job, self.progress = worker, job, progress
-        self.scorer: Scorer = make_scorer(job.task.scorer, job.task.scorer_args)
-        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, self._cell_definition(i, arm))
+        self.scorer: Scorer = _scorer(job)
+        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, cell_definition(job, i, arm))
                       for i, arm in enumerate(job.arms)}
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
         self.decoders: dict[str, SpeculativeDecoder] = {}
@@ -90,17 +112,6 @@ class TaskRun:
                                    for item, repeat, turn in keys) for arm in job.arms}
         for arm in job.arms:
             progress.cell(job.task.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
-
-    def _cell_definition(self, position: int, arm: Arm) -> CellDefinition:
-        policy = POLICIES.get(arm.method.policy)
-        decode = self.job.decode_config(arm)
-        return CellDefinition(
-            task=self.job.task.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
-            method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
-            knobs=dict(arm.method.knobs), method_spec=method_record(arm.method),
-            drafter=None if arm.drafter is None else asdict(arm.drafter), k=arm.k, decode=asdict(decode),
-            task_spec=self.job.task.to_record(), scorer=self.job.task.scorer,
-            data_fingerprint=self.job.fingerprint)
 
     def keys(self) -> list[tuple[TaskItem, int, int]]:
         """Every (item, repeat, turn) in run order."""
@@ -143,7 +154,10 @@ class TaskRun:
     # -------------------------------------------------------------------------------------- samples
 
     def _encode(self, item: TaskItem, turn: int, history: list[str]) -> list[int]:
-        """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message."""
+        """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message. An lm-eval
+        task's item is its request's context, tokenized as ``--model relaxbench`` tokenizes it."""
+        if self.job.lm_eval is not None:
+            return self.w.target_lm().encode_context(item.turns[0], self.job.max_new_tokens)
         messages: list[dict[str, str]] = []
         for i in range(turn):
             messages.append({"role": "user", "content": render_turn(self.job.task, item, i)})
@@ -234,6 +248,57 @@ class TaskRun:
                        "why": "an earlier turn differed, so this turn's prompt differs from AR's"}
         found = diagnose_divergence(self.w.target, out.prompt_ids, baseline.output_ids, out.output_ids)
         return 0, found.to_record()
+
+
+class TargetAloneRun:
+    """An lm-eval task answered by likelihoods (multiple choice, loglikelihood, loglikelihood_rolling). The target
+    alone computes them, so no verification rule can change a score: each document is scored once, in the AR cell,
+    and every method's cell is registered with no samples (its score is AR's by definition; the summaries say so
+    and show no speed figures). A sample's ``time_total`` is the measured time of its likelihood forwards."""
+
+    def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
+        self.w, self.job, self.progress = worker, job, progress
+        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, cell_definition(job, i, arm))
+                      for i, arm in enumerate(job.arms)}
+        self.baseline = next(arm for arm in job.arms if arm.is_baseline)
+        done = worker.store.done_keys(self.cells[self.baseline.name])
+        self.todo = [item for item in job.items if (item.item_id, 0, 0) not in done]
+        progress.cell(job.task.name, self.baseline.name, len(job.items), len(job.items) - len(self.todo))
+
+    def run(self) -> None:
+        if not self.todo:
+            return
+        lm = self.w.target_lm()
+        clock = Clock(self.w.target.device)
+        for item in self.todo:
+            self.w.store.mark_started(self.w.session_id)
+            start = clock.now()
+            score = self.job.lm_eval.score_likelihoods(lm, item)
+            seconds = clock.now() - start
+            self.w.store.add_sample({
+                "cell_id": self.cells[self.baseline.name], "session_id": self.w.session_id, "item_id": item.item_id,
+                "item_index": self.job.items.index(item), "turn": 0, "repeat": 0, "category": item.category,
+                "created_at": now(), "prompt_ids": "[]", "output_ids": "[]", "output_text": "",
+                "stop_reason": LIKELIHOOD_STOP_REASON, "n_prompt_tokens": 0, "n_output_tokens": 0, "n_rounds": 0,
+                "n_drafted": 0, "n_accepted": 0, "n_relaxed": 0, "time_total": seconds, "time_prefill": seconds,
+                "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0, **{column: "[]" for column in ROUND_COLUMNS},
+                "score": score.value, "passed": None if score.passed is None else int(score.passed),
+                "score_details": dumps(score.details), "matches_baseline": None, "divergence": None,
+            })
+            self.progress.advance(self.job.task.name, self.baseline.name)
+
+
+LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
+ROUND_COLUMNS = ("round_drafted", "round_accepted", "round_relaxed", "round_emitted", "round_t_draft",
+                 "round_t_verify", "round_t_policy")
+
+
+def _scorer(job: TaskJob) -> Scorer:
+    if job.lm_eval is not None:
+        from relaxbench.integrations.lm_eval_source import LmEvalScorer
+
+        return LmEvalScorer(job.lm_eval)
+    return make_scorer(job.task.scorer, job.task.scorer_args)
 
 
 @torch.inference_mode()

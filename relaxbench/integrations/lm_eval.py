@@ -118,6 +118,16 @@ def _as_int(value: Any, key: str) -> int:
         raise ConfigError(f"model_args {key}={value!r}: expected an integer") from None
 
 
+def _resolve_arm(args: ModelArgs) -> tuple[MethodSpec, str | None]:
+    """The method and the draft model name it uses (None for the target alone or a drafter without a model)."""
+    method = resolve_method(args)
+    draft_name = None if method.policy == "none" else args.draft
+    if draft_name is None and method.policy != "none" and DRAFTERS.get(method.drafter.kind).needs_draft_model:
+        raise ConfigError(f"method {method.name!r} needs a draft: add draft=NAME (a draft model) or draft=ngram "
+                          "to --model_args")
+    return method, draft_name
+
+
 def resolve_method(args: ModelArgs) -> MethodSpec:
     """The method named by ``method=`` with the model args' knobs and drafter settings applied (the same rules
     as ``relaxbench generate``: ``draft=ngram`` stands in for the method's draft model)."""
@@ -146,24 +156,54 @@ def resolve_method(args: ModelArgs) -> MethodSpec:
     return replace(method, knobs={**method.knobs, **args.knobs}, drafter=drafter, sweep={})
 
 
-def decode_config_from_gen_kwargs(gen_kwargs: Mapping[str, Any], *, k: int, default_max_gen_toks: int,
-                                  max_length: int, seed: int) -> tuple[DecodeConfig, set[str]]:
-    """An lm-eval request's generation kwargs (normalised by lm-eval's own helper, so aliases such as
-    ``max_new_tokens`` and the do_sample/temperature rules match its other models) as a relaxbench DecodeConfig,
-    with the keys the engine has no use for."""
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What an lm-eval request's generation kwargs ask of the engine (the draft length ``k`` is the arm's)."""
+
+    max_new_tokens: int
+    stop_strings: tuple[str, ...]
+    sampling: SamplingParams
+    ignored: frozenset[str]  # keys the engine has no use for
+
+    def decode_config(self, k: int, seed: int) -> DecodeConfig:
+        return DecodeConfig(k=k, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
+                            stop_strings=self.stop_strings, seed=seed)
+
+
+def generation_settings(gen_kwargs: Mapping[str, Any], default_max_gen_toks: int) -> GenerationSettings:
+    """An lm-eval request's generation kwargs, normalised by lm-eval's own helper (so aliases such as
+    ``max_new_tokens`` and the do_sample/temperature rules match its other models)."""
     kwargs = dict(normalize_gen_kwargs(dict(gen_kwargs), default_max_gen_toks))
     stops = tuple(s for s in kwargs.pop("until") if s)
-    max_new_tokens = kwargs.pop("max_gen_toks")
-    if max_new_tokens >= max_length:
-        raise ConfigError(f"max_gen_toks={max_new_tokens} leaves no room for a prompt in max_length {max_length}")
+    max_new_tokens = int(kwargs.pop("max_gen_toks"))
     sample = bool(kwargs.pop("do_sample", False))
     temperature = float(kwargs.pop("temperature", 0.0))
     temperature = temperature if sample else 0.0  # do_sample=False means greedy, whatever the temperature
     top_k = kwargs.pop("top_k", None)
     top_p = kwargs.pop("top_p", None)
     sampling = SamplingParams(temperature, int(top_k or 0), 1.0 if top_p is None else float(top_p))
-    decode = DecodeConfig(k=k, max_new_tokens=max_new_tokens, sampling=sampling, stop_strings=stops, seed=seed)
-    return decode, set(kwargs)
+    return GenerationSettings(max_new_tokens, stops, sampling, frozenset(kwargs))
+
+
+def decode_config_from_gen_kwargs(gen_kwargs: Mapping[str, Any], *, k: int, default_max_gen_toks: int,
+                                  max_length: int, seed: int) -> tuple[DecodeConfig, set[str]]:
+    """An lm-eval request's generation kwargs as a relaxbench DecodeConfig, with the keys the engine has no use
+    for."""
+    settings = generation_settings(gen_kwargs, default_max_gen_toks)
+    check_room(settings.max_new_tokens, max_length)
+    return settings.decode_config(k, seed), set(settings.ignored)
+
+
+def check_room(max_new_tokens: int, max_length: int) -> None:
+    if max_new_tokens >= max_length:
+        raise ConfigError(f"max_gen_toks={max_new_tokens} leaves no room for a prompt in max_length {max_length}")
+
+
+def render_chat(tokenizer: Any, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """lm-eval's chat-template hook: the conversation as the tokenizer's chat template renders it (a prompt ending
+    in an assistant prefix is continued rather than closed)."""
+    return tokenizer.apply_chat_template(chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=not add_generation_prompt)
 
 
 @dataclass
@@ -253,14 +293,27 @@ class RelaxbenchLM(TemplateLM):
         if batch_size not in (None, 1, "1"):
             log.warning("relaxbench decodes one request at a time; ignoring batch_size=%s", batch_size)
         args = ModelArgs.parse(model_args)
-        method = resolve_method(args)
-        draft_name = None if method.policy == "none" else args.draft
-        if draft_name is None and method.policy != "none" and DRAFTERS.get(method.drafter.kind).needs_draft_model:
-            raise ConfigError(f"method {method.name!r} needs a draft: add draft=NAME (a draft model) or draft=ngram "
-                              "to --model_args")
+        method, draft_name = _resolve_arm(args)
         device = configure_runtime(SimpleNamespace(device=device or "auto", threads=args.threads))
+        target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype, quiet=True)
+        self._setup(args, method, draft_name, target, draft)
+        log.info("relaxbench arm: %s", json.dumps(self.stats.arm))
+
+    @classmethod
+    def from_models(cls, target: Any, draft: Any | None = None, **model_args: Any) -> RelaxbenchLM:
+        """An instance over models that are already loaded (``relaxbench compare`` scores lm-eval tasks with the
+        target alone through ``from_models(target, method="none")``). ``target=`` is taken from ``target``."""
+        lm = cls.__new__(cls)
+        TemplateLM.__init__(lm)
+        args = ModelArgs.parse({**model_args, "target": target.name})
+        method, draft_name = _resolve_arm(args)
+        lm._setup(args, method, draft_name, target, draft)
+        return lm
+
+    def _setup(self, args: ModelArgs, method: MethodSpec, draft_name: str | None, target: Any,
+               draft: Any | None) -> None:
         self.args, self.method, self.draft_name = args, method, draft_name
-        self.target, self.draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype, quiet=True)
+        self.target, self.draft = target, draft
         self.k = resolve_k(method, args.k)
         # configuration errors (a rule that needs draft probabilities with an n-gram drafter, ...) surface now,
         # not after lm-eval has built every request
@@ -272,7 +325,6 @@ class RelaxbenchLM(TemplateLM):
         self._clock = Clock(self.target.device)
         self._ignored_gen_kwargs: set[str] = set()
         self.stats = RunStats(arm=self._describe_arm())
-        log.info("relaxbench arm: %s", json.dumps(self.stats.arm))
 
     # -- what lm-eval asks of a model -------------------------------------------------------------------------------
     @property
@@ -309,13 +361,17 @@ class RelaxbenchLM(TemplateLM):
             options = {"add_special_tokens": False}
         return list(self.tokenizer.encode(string, **options))
 
+    def encode_context(self, context: str, max_new_tokens: int) -> list[int]:
+        """The prompt ids of a generation request: the newest tokens of ``context`` that leave room for
+        ``max_new_tokens`` within ``max_length``; an empty context is the prefix token alone."""
+        check_room(max_new_tokens, self.max_length)
+        return self.tok_encode(context)[-(self.max_length - max_new_tokens):] or [self.prefix_token_id]
+
     def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt,
-                                                  continue_final_message=not add_generation_prompt)
+        return render_chat(self.tokenizer, chat_history, add_generation_prompt)
 
     def get_model_info(self) -> dict[str, Any]:
         """lm-eval merges this into ``results["config"]``: the counters land in its results file. Called once,
@@ -383,8 +439,7 @@ class RelaxbenchLM(TemplateLM):
             context, gen_kwargs = request.args
             seed = self.args.seed + index  # distinct per request, so repeats of a sampled task differ
             decode = self._decode_config(gen_kwargs, seed)
-            # the newest tokens that leave room for the generation; an empty context is the prefix token alone
-            prompt_ids = self.tok_encode(context)[-(self.max_length - decode.max_new_tokens):] or [self.prefix_token_id]
+            prompt_ids = self.encode_context(context, decode.max_new_tokens)
             decoder = build_decoder(self.method, self.target, self.draft, decode, self.draft_name)
             result = decoder.generate(prompt_ids)
             self.stats.add_generation(request, result, seed)

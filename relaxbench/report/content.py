@@ -323,8 +323,16 @@ def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Noti
     notices: list[Notice] = []
     baseline = next(c for c in cells if c.is_baseline)
     stored_units = len(by_unit(baseline.samples))
+    if summary.target_alone:
+        notices.append(Notice("info", "Scored by the target's likelihoods alone (no generation): no verification "
+                                      "rule changes a likelihood, so every method has AR's score by definition "
+                                      "and there are no speed or acceptance figures for this task."))
     if summary.n_units == 0:
         notices.append(Notice("warning", "No unit was finished by every arm: this task has no figures yet."))
+        return notices
+    if summary.target_alone:
+        if summary.n_units < FEW_UNITS:
+            notices.append(Notice("warning", f"Only {summary.n_units} units: AR's score has a wide interval."))
         return notices
     if stored_units > summary.n_units:
         notices.append(Notice("info", f"{stored_units - summary.n_units} of the {stored_units} AR units are left "
@@ -557,7 +565,8 @@ def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str
         tables.append(categories)
     return TaskSection(task=summary.task, description=str(baseline.task_spec.get("description") or ""),
                        scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget),
-                       tables=tuple(tables), figures=tuple(task_figures(summary, palette)),
+                       tables=tuple(tables),
+                       figures=() if summary.target_alone else tuple(task_figures(summary, palette)),
                        notices=tuple(task_notices(summary, cells)))
 
 

@@ -1,11 +1,14 @@
 """Code tasks: pull the program out of a model's answer, append the problem's tests, run it in the sandbox.
 
-pass@1 with one greedy sample per problem: a problem passes when the program exits 0 within the limits.
+pass@1 with one greedy sample per problem: a problem passes when the program runs to its end within the limits:
+it exits 0 *and* prints a random end-of-tests marker placed after the tests, so a completion that exits early
+(``sys.exit(0)`` in a ``__main__`` block, ``os._exit(0)``) before the tests ran does not pass.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 from relaxbench.data.items import TaskItem
@@ -38,10 +41,10 @@ def defines(code: str, name: str) -> bool:
     return re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
 
 
-def build_program(item: TaskItem, text: str) -> str:
+def build_program(item: TaskItem, text: str, end_marker: str | None = None) -> str:
     """Completion + tests. A full function from the model gets the problem's import lines; a continuation of the
     problem's code prefix (plain completion) is appended to it. ``check(entry_point)`` runs when the tests define
-    ``check`` (the HumanEval convention)."""
+    ``check`` (the HumanEval convention); ``end_marker``, when given, is printed last."""
     code = extract_code(text, item.entry_point)
     prefix = item.code_prefix or ""
     if item.entry_point and prefix and not defines(code, item.entry_point):
@@ -53,6 +56,8 @@ def build_program(item: TaskItem, text: str) -> str:
     program += "\n\n" + tests + "\n"
     if item.entry_point and re.search(r"^def\s+check\s*\(", tests, re.MULTILINE):
         program += f"\ncheck({item.entry_point})\n"
+    if end_marker is not None:
+        program += f"\nprint({end_marker!r}, flush=True)\n"
     return program
 
 
@@ -64,18 +69,22 @@ def _limits(args: dict[str, Any]) -> Limits:
 
 @register_scorer
 class CodeExecutionScorer(Scorer):
-    """pass@1: the program (answer + the item's tests) exits 0 in the sandbox within the limits."""
+    """pass@1: the program (answer + the item's tests) runs to its end in the sandbox: exit 0, within the limits,
+    and the end-of-tests marker printed."""
 
     name = "code-exec"
-    summary = "run the answer with the problem's tests in the sandbox; pass = exit 0 within the limits"
+    summary = "run the answer with the problem's tests in the sandbox; pass = ran to the end, exit 0, within limits"
     allowed_args = frozenset({"timeout", "memory_mb"})
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
-        program = build_program(item, text)
-        result = run_python(program, _limits(self.args))
+        marker = f"relaxbench-end-of-tests-{secrets.token_hex(8)}"
+        result = run_python(build_program(item, text, marker), _limits(self.args))
+        reached_end = result.stdout.rstrip().endswith(marker)
+        passed = result.passed and reached_end
         tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
-        return Score(float(result.passed), result.passed,
+        return Score(float(passed), passed,
                      {"status": result.status, "returncode": result.returncode, "error": tail,
+                      "reached_end_of_tests": reached_end,
                       "seconds": round(result.wall_seconds, 3), "containment": result.containment})
 
 
