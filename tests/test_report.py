@@ -276,6 +276,41 @@ def test_a_run_without_finished_samples_still_reports(tmp_path: Path):
     assert (tmp_path / "out" / "report.pdf").stat().st_size > 0
 
 
+def test_a_target_alone_task_has_tables_but_no_speed_figures(tmp_path: Path):
+    """lm-eval likelihood tasks are stored in the AR cell only; every method has AR's score by definition."""
+    from dataclasses import replace
+
+    from relaxbench.harness.store import Store
+    from tests.report_fixture import _cell
+
+    with Store(tmp_path / "run" / "results.sqlite") as store:
+        run_id = store.open_run("alone", "t", "d", {})
+        session = store.start_session(run_id, {"command": "relaxbench compare", "device": "cpu"})
+        cells = []
+        for i, arm in enumerate(ARMS[:3]):
+            definition = _cell("mc", arm, i, "lm-eval", 1)
+            cells.append(store.ensure_cell(run_id, replace(
+                definition, task_spec={**definition.task_spec, "lm_eval": {"target_alone": True}})))
+        for index in range(4):
+            store.add_sample({
+                "cell_id": cells[0], "session_id": session, "item_id": str(index), "item_index": index, "turn": 0,
+                "repeat": 0, "category": None, "created_at": "x", "prompt_ids": "[1]", "output_ids": "[]",
+                "output_text": "", "stop_reason": "loglikelihood", "n_prompt_tokens": 1, "n_output_tokens": 0,
+                "n_rounds": 0, "n_drafted": 0, "n_accepted": 0, "n_relaxed": 0, "time_total": 0.1,
+                "time_prefill": 0.1, "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0,
+                "round_drafted": "[]", "round_accepted": "[]", "round_relaxed": "[]", "round_emitted": "[]",
+                "round_t_draft": "[]", "round_t_verify": "[]", "round_t_policy": "[]", "score": float(index % 2),
+                "passed": index % 2, "score_details": "{}", "matches_baseline": None, "divergence": None})
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
+    html = (tmp_path / "out" / "report.html").read_text()
+    page = parse(html)
+    text = " ".join(page.text)
+    assert "Scored by the target's likelihoods alone" in text and "<svg" not in html
+    rows = page.tables["mc-table"]
+    assert [float(cells_by_metric(rows[a.arm])["score"]["data-value"]) for a in ARMS[:3]] == [0.5, 0.5, 0.5]
+    assert (tmp_path / "out" / "report.pdf").stat().st_size > 0
+
+
 def run_main(capsys, *argv: str) -> CliResult:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -399,17 +434,12 @@ def test_compare_writes_the_report(tmp_path: Path):
 
 def test_shipped_suites_plan_the_default_benchmark():
     """``make bench`` / ``make bench-full`` run these suites: the pair, AR + the five families, the subset sizes."""
-    import argparse
-
+    from relaxbench.cli import build_parser
     from relaxbench.commands.compare import suite_from_args
     from relaxbench.harness.plan import build_plan
 
     def plan(name: str):
-        args = argparse.Namespace(suite=name, target=None, draft=None, methods=None, tasks=None, limit=None,
-                                  max_new_tokens=None, repeats=None, k=None, temperature=None, top_k=None,
-                                  top_p=None, seed=None, warmup=None, device="auto", dtype="auto",
-                                  draft_dtype="auto", data_file=[], task_limit=[])
-        return build_plan(suite_from_args(args))
+        return build_plan(suite_from_args(build_parser().parse_args(["compare", "--suite", name])))
 
     default = plan("default")
     assert (default.suite.target, default.suite.draft) == ("qwen2.5-coder-1.5b-instruct",
