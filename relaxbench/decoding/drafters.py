@@ -208,7 +208,7 @@ class NgramVerifiedByDraftLM(LMDrafter):
             guess = prompt_lookup(context, knobs.max_ngram, knobs.min_ngram, knobs.num_tokens)
             n_guess = int(guess.shape[0])
             logits = lm.run(torch.cat([lm.pending(context), guess]), n_logits=n_guess + 1).logits
-            own = logits.argmax(dim=-1)  # own[j]: the LM's next token after guess[:j]
+            own = greedy_argmax(logits)  # own[j]: the LM's next token after guess[:j]
             agreed = common_prefix_length(guess, own[:n_guess])
             context = torch.cat([context, guess[:agreed], own[agreed: agreed + 1]])
             lm.sync_to(context)  # drops the cache entries of rejected n-gram tokens

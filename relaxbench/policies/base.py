@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from relaxbench.decoding.sampling import SamplingParams, greedy_argmax, logits_to_probs, next_token
+from relaxbench.decoding.sampling import (
+    SamplingParams,
+    chunk_maxima,
+    greedy_argmax,
+    logits_to_probs,
+    next_token,
+    top_values,
+)
 from relaxbench.errors import ConfigError
 from relaxbench.registry import Registry, did_you_mean
 
@@ -41,6 +48,7 @@ class Block:
     sampling: SamplingParams
     generator: torch.Generator | None
     extras: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    _top_values: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def k(self) -> int:
@@ -63,9 +71,37 @@ class Block:
         return logits_to_probs(self.draft_logits, self.sampling)
 
     @cached_property
+    def target_maxima(self) -> torch.Tensor:
+        """[k+1, chunks] chunk maxima of the target logits: the one full-vocabulary pass a greedy round makes,
+        shared by the argmax and every top-n read (``chunk_maxima``)."""
+        return chunk_maxima(self.target_logits)
+
+    @cached_property
     def target_argmax(self) -> torch.Tensor:
         """t: [k+1] greedy target tokens (``greedy_argmax``: argmax's exact result, faster on CPU)."""
-        return greedy_argmax(self.target_logits)
+        return greedy_argmax(self.target_logits, maxima=self.target_maxima)
+
+    @cached_property
+    def target_max(self) -> torch.Tensor:
+        """[k+1] the largest target logit of each row (float)."""
+        return self.target_maxima.amax(dim=-1).float()
+
+    @cached_property
+    def target_logit_of_drafts(self) -> torch.Tensor:
+        """[k] the target's logit of each draft token (float)."""
+        return self.target_logits[: self.k].gather(-1, self.draft_tokens.unsqueeze(-1)).squeeze(-1).float()
+
+    def target_top_values(self, n: int) -> torch.Tensor:
+        """[k+1, n] the n largest target logits of every row, descending (float). From the shared chunk maxima, so
+        it reads only n chunks per row; computed once per n."""
+        if n not in self._top_values:
+            self._top_values[n] = top_values(self.target_logits, n, maxima=self.target_maxima).float()
+        return self._top_values[n]
+
+    def target_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """[n, V] target logits (float) at ``rows``: a view when the rows are consecutive (a relaxation judged one
+        row at a time), so it does not copy a full-vocabulary row before reading it."""
+        return take_rows(self.target_logits, rows).float()
 
     @cached_property
     def matches(self) -> torch.Tensor:
@@ -80,27 +116,39 @@ class Verdict:
     n_relaxed: int = 0  # accepted tokens that strict verification would have rejected
 
 
+def take_rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``tensor[rows]`` for a 1-D long ``rows``: a slice (no copy) when the rows are consecutive, else a gather."""
+    first, count = int(rows[0]), int(rows.numel())
+    if int(rows[-1]) - first + 1 == count:
+        return tensor[first: first + count]
+    return tensor.index_select(0, rows)
+
+
 def accepted_prefix_length(accept: torch.Tensor) -> int:
-    """Length of the leading run of True in a 1-D bool tensor."""
-    if accept.numel() == 0:
-        return 0
-    return int(torch.cumprod(accept.to(torch.int32), dim=0).sum())
+    """Length of the leading run of True in a 1-D bool tensor (on the host: k is small, tensor ops are not)."""
+    flags = accept.tolist()
+    return next((i for i, flag in enumerate(flags) if not flag), len(flags))
 
 
 def matches_or(block: Block, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """[k] accept mask of a greedy rule that relaxes position by position: exact matches, plus the mismatches at
-    ``rows`` that ``relax(rows)`` ([n] long -> [n] bool, vectorised over the rows) accepts.
+    ``rows`` that ``relax(rows)`` ([n] long -> [n] bool, vectorised over the rows) accepts."""
+    return relax_mismatches(block.matches, relax)
 
-    The first mismatch is judged alone first: when it is rejected (the usual case) no later position can change
-    the verdict, so the relaxation — often a full-vocabulary pass per row — is never computed for the others."""
-    accept = block.matches.clone()
-    rows = (~accept).nonzero().flatten()
-    if rows.numel() == 0:
-        return accept
-    first = relax(rows[:1])
-    accept[rows[:1]] = first
-    if rows.numel() > 1 and bool(first[0]):
-        accept[rows[1:]] = relax(rows[1:])
+
+def relax_mismatches(matches: torch.Tensor, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """[k] ``matches`` plus the mismatches that ``relax(rows)`` accepts, judged in order up to the first one it
+    rejects.
+
+    Only the accepted prefix decides a round, so once a mismatch is rejected no later position can change the
+    verdict: later mismatches are left rejected and the relaxation — often a full-vocabulary pass per row — is
+    never computed for them. Each row is passed alone (a one-row slice), so it reads a view, not a copy."""
+    accept = matches.clone()
+    for row in (~matches).nonzero().flatten().tolist():
+        accepted = bool(relax(torch.tensor([row], device=matches.device))[0])
+        accept[row] = accepted
+        if not accepted:
+            break
     return accept
 
 
@@ -108,7 +156,7 @@ def greedy_verdict(block: Block, accept: torch.Tensor) -> Verdict:
     """Verdict of a greedy rule from its per-position accept mask: the correction/bonus token is the target's
     argmax at the first rejected position, and relaxed acceptances are accepted mismatches."""
     n = accepted_prefix_length(accept)
-    n_relaxed = int((~block.matches[:n]).sum()) if n else 0
+    n_relaxed = n - sum(block.matches[:n].tolist()) if n else 0
     return Verdict(n, int(block.target_argmax[n]), n_relaxed)
 
 

@@ -33,20 +33,34 @@ speculative sampling of a greedy draft) would have rejected, with the same unifo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from relaxbench.decoding.sampling import top_values
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import (
+    Block,
+    Verdict,
+    VerificationPolicy,
+    greedy_verdict,
+    register_policy,
+    relax_mismatches,
+)
 from relaxbench.policies.rejection import rejection_sample
 
 
-def top3_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """FLy's entropy of each row of raw ``logits`` [n, V]: over the 3 largest probabilities of the full softmax."""
-    top = top_values(logits.float(), 3)
+def top3_entropy(logits: torch.Tensor, top: torch.Tensor | None = None) -> torch.Tensor:
+    """FLy's entropy of each row of raw ``logits`` [n, V]: over the 3 largest probabilities of the full softmax.
+    ``top`` ([n, 3], the rows' three largest logits) may be passed when already known."""
+    top = top_values(logits.float(), 3) if top is None else top
     log_p = top - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
     return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+def block_top3_entropy(block: Block) -> Callable[[torch.Tensor], torch.Tensor]:
+    """rows -> FLy's entropy of the target at ``rows``, reading the round's shared chunk maxima."""
+    return lambda rows: top3_entropy(block.target_rows(rows), block.target_top_values(3).index_select(0, rows))
 
 
 def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
@@ -61,15 +75,22 @@ def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
     return out
 
 
-def fly_accept(matches: torch.Tensor, logits: torch.Tensor, theta: float, window: int) -> torch.Tensor:
-    """acc = m or (window candidate and H ≥ θ); the entropy is computed only where it can matter."""
+def fly_accept(matches: torch.Tensor, entropy: Callable[[torch.Tensor], torch.Tensor], theta: float,
+               window: int) -> torch.Tensor:
+    """acc = m or (window candidate and H ≥ θ), ``entropy(rows)`` giving H at ``rows``. The entropy is computed
+    only where it can change the verdict: at candidates up to the first rejected position (H ≥ 0, so θ ≤ 0 never
+    needs it)."""
     candidates = window_candidates(matches, window)
     if math.isinf(theta) and theta > 0 or not bool(candidates.any()):
         return matches
-    rows = candidates.nonzero().flatten()
-    passed = torch.zeros_like(matches)
-    passed[rows] = top3_entropy(logits[rows]) >= theta
-    return matches | passed
+
+    def relax(rows: torch.Tensor) -> torch.Tensor:
+        passed = candidates[rows]
+        if theta > 0 and bool(passed.any()):
+            passed[passed.clone()] = entropy(rows[passed]) >= theta
+        return passed
+
+    return relax_mismatches(matches, relax)
 
 
 @register_policy
@@ -92,13 +113,13 @@ class FLy(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         theta, window = self.knobs.theta, self.knobs.window
-        draft_logits_rows = block.target_logits[: block.k]
+        entropy = block_top3_entropy(block)
         if block.greedy:
-            return greedy_verdict(block, fly_accept(block.matches, draft_logits_rows, theta, window))
+            return greedy_verdict(block, fly_accept(block.matches, entropy, theta, window))
         p = block.target_probs
         p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
         two_sample_hit = 1 - (1 - p_d) ** 2
         return rejection_sample(
             block.draft_tokens, None, two_sample_hit, p[:-1], p[-1], block.generator, strict_p=p_d,
-            relax=lambda m: fly_accept(m, draft_logits_rows, theta, window),
+            relax=lambda m: fly_accept(m, entropy, theta, window),
         )

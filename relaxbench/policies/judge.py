@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.sampling import logits_to_probs
+from relaxbench.decoding.sampling import greedy_argmax, logits_to_probs
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import (
     Block,
@@ -42,6 +42,7 @@ from relaxbench.policies.base import (
     greedy_verdict,
     matches_or,
     register_policy,
+    take_rows,
 )
 from relaxbench.policies.rejection import rejection_sample
 
@@ -87,20 +88,23 @@ class ReflectiveJudge(VerificationPolicy):
         m = int(extra.shape[0]) - block.k
         return extra[m - 1: m + block.k]
 
-    def fused_logits(self, block: Block, rows: torch.Tensor | slice) -> torch.Tensor:
+    def fused_logits(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
         alpha = self.knobs.alpha
-        return (1 - alpha) * block.target_logits[rows].float() + alpha * self.reflective_logits(block)[rows].float()
+        return torch.add((1 - alpha) * block.target_rows(rows),
+                         take_rows(self.reflective_logits(block), rows).float(), alpha=alpha)
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
             if self.knobs.alpha == 0:
                 return greedy_verdict(block, block.matches)
             return greedy_verdict(block, matches_or(
-                block, lambda rows: self.fused_logits(block, rows).argmax(dim=-1) == block.draft_tokens[rows]))
+                block, lambda rows: greedy_argmax(self.fused_logits(block, rows)) == take_rows(block.draft_tokens,
+                                                                                             rows)))
         p = block.target_probs
         pi = p[:-1]
         if self.knobs.alpha > 0:
-            pi = torch.maximum(pi, logits_to_probs(self.fused_logits(block, slice(0, block.k)), block.sampling))
+            all_drafts = torch.arange(block.k, device=block.draft_tokens.device)
+            pi = torch.maximum(pi, logits_to_probs(self.fused_logits(block, all_drafts), block.sampling))
         q = block.draft_probs if block.draft_logits is not None else None
         return rejection_sample(block.draft_tokens, q, pi, p[:-1], p[-1], block.generator, strict_p=p[:-1])
 

@@ -26,24 +26,17 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.sampling import top_values
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, matches_or, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
 
 
 def top2_ratio_accept(block: Block, theta: float) -> torch.Tensor:
-    """[k] bool: MARS's relaxation, evaluated only at mismatched positions (matches are accepted anyway)."""
+    """[k] bool: exact matches, plus MARS's relaxation (cheap: it reads only the round's shared top-2 logits)."""
     if theta >= 1:
         return block.matches
-
-    def relax(rows: torch.Tensor) -> torch.Tensor:
-        logits = block.target_logits[rows].float()
-        top = top_values(logits, 2)
-        z1, z2 = top[:, 0], top[:, -1]
-        z_d = logits.gather(-1, block.draft_tokens[rows].unsqueeze(-1)).squeeze(-1)
-        is_top2 = z_d >= z2  # a mismatch with the second-largest logit (or tied with it)
-        return is_top2 & (z1 > 0) & (z2 / z1 > theta)
-
-    return matches_or(block, relax)
+    top = block.target_top_values(2)[: block.k]
+    z1, z2 = top[:, 0], top[:, 1]
+    is_top2 = block.target_logit_of_drafts >= z2  # a mismatch with the second-largest logit (or tied with it)
+    return block.matches | (is_top2 & (z1 > 0) & (z2 / z1 > theta))
 
 
 @register_policy
@@ -85,7 +78,7 @@ class MarginFirst(VerificationPolicy):
         mismatches = (~accept).nonzero().flatten()
         if mismatches.numel() and self.knobs.kappa <= 1:
             j = int(mismatches[0])
-            row = block.target_logits[j].float()
-            gap = row[block.draft_tokens[j]] - row[block.target_argmax[j]]  # ln p(d)/p(top1) ≤ 0
-            accept[j] = bool(gap >= math.log(self.knobs.kappa)) if self.knobs.kappa > 0 else True
+            row = block.target_logits[j]
+            gap = float(row[int(block.draft_tokens[j])].float() - row[int(block.target_argmax[j])].float())  # ln p(d)/p(t)
+            accept[j] = gap >= math.log(self.knobs.kappa) if self.knobs.kappa > 0 else True
         return greedy_verdict(block, accept)

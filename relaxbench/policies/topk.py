@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from relaxbench.decoding.sampling import top_values
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, matches_or, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
 
 
 @register_policy
@@ -36,9 +33,5 @@ class LenientTopK(VerificationPolicy):
         if self.knobs.top == 1:
             return greedy_verdict(block, block.matches)
 
-        def relax(rows: torch.Tensor) -> torch.Tensor:
-            logits = block.target_logits[rows].float()
-            kth = top_values(logits, self.knobs.top)[:, -1]
-            return logits.gather(-1, block.draft_tokens[rows].unsqueeze(-1)).squeeze(-1) >= kth
-
-        return greedy_verdict(block, matches_or(block, relax))
+        kth = block.target_top_values(self.knobs.top)[: block.k, -1]
+        return greedy_verdict(block, block.matches | (block.target_logit_of_drafts >= kth))

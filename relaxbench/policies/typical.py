@@ -34,10 +34,29 @@ def safe_log(probs: torch.Tensor) -> torch.Tensor:
     return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
 
 
-def typical_threshold(probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """[n] Medusa's acceptance floor ``min(ε, δ·exp(−H(p)))`` for each row of ``probs`` [n, V]."""
-    entropy = -(probs * safe_log(probs)).sum(dim=-1)
+def typical_floor(entropy: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
+    """Medusa's acceptance floor ``min(ε, δ·exp(−H))`` for entropies ``H``."""
     return torch.clamp(delta * torch.exp(-entropy), max=epsilon)
+
+
+def typical_threshold(probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
+    """[n] Medusa's acceptance floor for each row of ``probs`` [n, V]."""
+    return typical_floor(-(probs * safe_log(probs)).sum(dim=-1), epsilon, delta)
+
+
+def typical_accept_greedy(block: Block, rows: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
+    """[len(rows)] ``p(d) > min(ε, δ·exp(−H(p)))`` at ``rows`` of the raw target softmax, without materialising p:
+    with ``s = z − max z``, ``S = Σ e^s``: ``H = ln S − Σ e^s·s / S`` and ``p(d) = e^{s_d} / S``."""
+    row_max = block.target_max.index_select(0, rows)
+    shifted = block.target_rows(rows) - row_max.unsqueeze(-1)
+    weights = shifted.exp()
+    total = weights.sum(dim=-1)
+    weighted = (weights.unsqueeze(-2) @ shifted.unsqueeze(-1)).reshape(-1)  # Σ e^s·s as a dot product, one pass
+    if bool(weighted.isnan().any()):  # a -inf logit: e^s·s is 0·(−inf); count it as 0
+        weighted = torch.where(weights > 0, weights * shifted, 0.0).sum(dim=-1)
+    entropy = total.log() - weighted / total
+    p_d = (block.target_logit_of_drafts.index_select(0, rows) - row_max).exp() / total
+    return p_d > typical_floor(entropy, epsilon, delta)
 
 
 @register_policy
@@ -61,12 +80,7 @@ class TypicalAcceptance(VerificationPolicy):
             if math.isinf(eps) and math.isinf(delta):
                 return greedy_verdict(block, block.matches)
 
-            def relax(rows: torch.Tensor) -> torch.Tensor:
-                probs = torch.softmax(block.target_logits[rows].float(), dim=-1)
-                p_d = probs.gather(-1, block.draft_tokens[rows].unsqueeze(-1)).squeeze(-1)
-                return p_d > typical_threshold(probs, eps, delta)
-
-            return greedy_verdict(block, matches_or(block, relax))
+            return greedy_verdict(block, matches_or(block, lambda rows: typical_accept_greedy(block, rows, eps, delta)))
         p = block.target_probs
         floor = typical_threshold(p, eps, delta)  # [k+1]
         p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
