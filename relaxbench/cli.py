@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from relaxbench.errors import ConfigError, RelaxbenchError
 
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the usage banner goes to --help)."""
 

@@ -4,7 +4,6 @@ and bad input (one line, exit 2, nothing stored lost)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess

@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
-from relaxbench.decoding.drafters import DraftModelDrafter, DrafterInputs
+from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy

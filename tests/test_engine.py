@@ -157,9 +157,10 @@ def test_divergence_is_located_and_classified(tiny_target):
 
 
 def test_policy_knobs_are_validated():
+    from dataclasses import dataclass
+
     from relaxbench.errors import ConfigError
     from relaxbench.policies.base import parse_knobs
-    from dataclasses import dataclass
 
     @dataclass(frozen=True)
     class Knobs:

@@ -25,3 +25,27 @@ def test_quiet_load_draws_no_progress_bar(capfd):
     assert "Loading weights" in loud  # the bar exists, so its absence below means something
     assert "Loading weights" not in quiet
     assert still_enabled
+
+
+def test_auto_dtype_follows_the_measured_cpu_table():
+    import torch
+
+    from relaxbench.models.load import BF16_TARGET_MIN_PARAMS, default_dtype
+
+    big, small = 1_500_000_000, 135_000_000
+    assert BF16_TARGET_MIN_PARAMS > small
+    # CPU with bf16 units: large targets in bf16, small targets and drafts in fp32
+    assert default_dtype("cpu", "target", big, bf16_units=True) == torch.bfloat16
+    assert default_dtype("cpu", "target", small, bf16_units=True) == torch.float32
+    assert default_dtype("cpu", "draft", big, bf16_units=True) == torch.float32
+    # CPU without them (AVX2): fp32 target, bf16 draft, whatever the size
+    assert default_dtype("cpu", "target", big, bf16_units=False) == torch.float32
+    assert default_dtype("cpu", "draft", small, bf16_units=False) == torch.bfloat16
+    assert default_dtype("cuda", "draft", small) == torch.bfloat16
+
+
+def test_parameter_count_reads_the_config_only(tiny_target):
+    from relaxbench.models.load import materialize, parameter_count, resolve_model
+
+    ref = materialize(resolve_model("tiny-random-target"), quiet=True)
+    assert parameter_count(ref, offline=True) == sum(p.numel() for p in tiny_target.model.parameters())

@@ -16,7 +16,7 @@ import torch
 from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
 from relaxbench.config import DrafterSpec, MethodSpec
-from relaxbench.decoding.drafters import DraftModelDrafter, DrafterInputs, NgramVerifiedByDraftLM
+from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, NgramVerifiedByDraftLM
 from relaxbench.decoding.layerskip import LayerSkipDrafter
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.sampling import SamplingParams

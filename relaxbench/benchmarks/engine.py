@@ -4,8 +4,8 @@
 * our ``exact`` arm     vs ``model.generate(assistant_model=draft)``, same k  target ≥ 1.0×
 * our ``exact`` + ngram vs ``model.generate(prompt_lookup_num_tokens=...)``   target ≥ 1.0×
 
-Arms are interleaved per prompt and repeat (HF, ours, HF, ours, ...) so machine drift hits both alike; outputs are
-asserted identical; the figure is the median over repeats of the paired tokens/s ratio.
+Arms are interleaved per prompt and repeat (HF, ours, then ours, HF in the next repeat, ...) so machine drift and
+order effects hit both alike; outputs are asserted identical; the figure is the median over repeats of the paired tokens/s ratio.
 """
 
 from __future__ import annotations
@@ -87,12 +87,17 @@ def timed(clock: Clock, fn: Callable[[], list[int]]) -> tuple[list[int], float]:
 
 def compare_pairwise(comparison: Comparison, prompts: list[list[int]], repeats: int, clock: Clock,
                      ours: Callable[[list[int]], list[int]], reference: Callable[[list[int]], list[int]]) -> None:
-    """Interleave reference and ours per prompt and repeat; record tokens/s per repeat (summed over prompts)."""
-    for _ in range(repeats):
+    """Interleave reference and ours per prompt and repeat (which runs first alternates between repeats); record
+    tokens/s per repeat (summed over prompts)."""
+    for repeat in range(repeats):
         ours_tokens = ours_time = ref_tokens = ref_time = 0.0
         for prompt in prompts:
-            ref_out, ref_dt = timed(clock, lambda: reference(prompt))
-            our_out, our_dt = timed(clock, lambda: ours(prompt))
+            if repeat % 2:  # alternate which side runs first, so an order effect cancels over repeats
+                our_out, our_dt = timed(clock, lambda: ours(prompt))
+                ref_out, ref_dt = timed(clock, lambda: reference(prompt))
+            else:
+                ref_out, ref_dt = timed(clock, lambda: reference(prompt))
+                our_out, our_dt = timed(clock, lambda: ours(prompt))
             comparison.identical &= our_out == ref_out
             ours_tokens, ours_time = ours_tokens + len(our_out), ours_time + our_dt
             ref_tokens, ref_time = ref_tokens + len(ref_out), ref_time + ref_dt

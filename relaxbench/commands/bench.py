@@ -38,6 +38,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--threads", type=int, default=None)
     f.set_defaults(handler=run_forward)
 
+    eff = bsub.add_parser("efficiency", help="measured / modelled speed-up of exact and fly against our AR arm")
+    eff.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    eff.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    eff.add_argument("--methods", default="exact,fly",
+                     help="comma-separated methods (methods/*.yaml names or YAML paths), each with its own k")
+    eff.add_argument("--check", default="exact,fly", help="methods held to the efficiency target (default: exact,fly)")
+    eff.add_argument("-k", "--k", type=int, default=None, help="override every method's k")
+    eff.add_argument("--max-new-tokens", type=int, default=64)
+    eff.add_argument("--prompts", type=int, default=2, help="number of code prompts (max 3)")
+    eff.add_argument("--repeats", type=int, default=2)
+    eff.add_argument("--dtype", default="auto")
+    eff.add_argument("--draft-dtype", default="auto")
+    eff.add_argument("--device", default="auto")
+    eff.add_argument("--threads", type=int, default=None)
+    eff.set_defaults(handler=run_efficiency)
+
+    mem = bsub.add_parser("memory", help="peak RSS of a relaxbench compare run on the offline pair")
+    mem.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    mem.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    mem.add_argument("--methods", default="exact,fly,judge,margin,typical")
+    mem.add_argument("--tasks", default="humaneval-completion")
+    mem.add_argument("--limit", type=int, default=1)
+    mem.add_argument("--max-new-tokens", type=int, default=32)
+    mem.add_argument("--out", default=None, help="run folder (default: a temporary one, removed afterwards)")
+    mem.add_argument("--threads", type=int, default=None)
+    mem.set_defaults(handler=run_memory)
+
     p = bsub.add_parser("policies", help="median policy decision time per round for every policy")
     p.add_argument("--vocab", type=int, default=151_936, help="vocabulary size V (default: Qwen2.5's 151,936)")
     p.add_argument("-k", "--k", type=int, default=15, help="draft tokens per round (default: FLy's 15)")
@@ -81,6 +108,79 @@ def run_engine(args: argparse.Namespace) -> int:
                       "yes" if row.holds else "NO")
     out.print(table)
     return 0 if all(row.holds for row in rows) else 1
+
+
+def run_efficiency(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from relaxbench.arms import load_pair
+    from relaxbench.benchmarks.efficiency import EFFICIENCY_TARGET, bench_efficiency
+    from relaxbench.config import load_method
+    from relaxbench.errors import ConfigError
+    from relaxbench.ui import console
+
+    device = configure_runtime(args)
+    methods = [load_method(name.strip()) for name in args.methods.split(",") if name.strip()]
+    if not methods or any(m.policy == "none" for m in methods):
+        raise ConfigError("--methods needs at least one speculative method (the AR arm is always run)")
+    if not 1 <= args.prompts <= 3 or args.repeats < 1:
+        raise ConfigError("need 1 <= --prompts <= 3 and --repeats >= 1")
+    out = console()
+    target, draft = load_pair(args.target, args.draft, device, args.dtype, args.draft_dtype, quiet=False)
+    out.print(f"target {target.name} ({target.dtype}), draft {draft.name} ({draft.dtype}), "
+              f"{args.prompts} prompts × {args.repeats} repeats, {args.max_new_tokens} new tokens", highlight=False)
+    checked = frozenset(name.strip() for name in args.check.split(","))
+    ar, rows = bench_efficiency(target, draft, methods, args.k, args.max_new_tokens, args.repeats, args.prompts,
+                                checked)
+    table = Table(title="efficiency = measured speed-up / modelled speed-up (decode phase, vs our AR arm)")
+    for col in ("method", "k", "MAL", "measured", "modelled", "efficiency", "target", "holds",
+                "draft / verify / policy+commit s"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for row in rows:
+        a = row.arm
+        table.add_row(a.method, str(a.k), f"{a.mean_acceptance_length:.2f}",
+                      f"{row.measured:.3f}× ({' '.join(f'{v:.3f}' for v in row.measured_speedups)})",
+                      "-" if row.modelled is None else f"{row.modelled:.3f}×",
+                      "-" if row.efficiency is None else f"{row.efficiency:.3f}",
+                      "-" if row.target is None else f"≥ {row.target:.2f}",
+                      "-" if row.holds is None else ("yes" if row.holds else "[red]NO[/red]"),
+                      f"{a.t_draft:.1f} / {a.t_verify:.1f} / {a.t_policy:.2f}")
+    out.print(table)
+    for row in rows:
+        cal = row.arm.calibration
+        if cal is not None:
+            out.print(f"{row.arm.method}: unit costs at a {cal.context_tokens}-token cache: target step "
+                      f"{cal.t_target_step * 1e3:.0f} ms, verify of {cal.k + 1} tokens {cal.t_verify * 1e3:.0f} ms, "
+                      f"draft step {cal.t_draft_step * 1e3:.0f} ms/token", highlight=False)
+    out.print(f"AR arm: {ar.emitted} tokens, decode s per repeat {' '.join(f'{t:.1f}' for t in ar.decode_s)}; "
+              f"target: efficiency ≥ {EFFICIENCY_TARGET} for {', '.join(sorted(checked))}", highlight=False)
+    return 0 if all(row.holds is not False for row in rows) else 1
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from relaxbench.benchmarks.memory import MEMORY_TARGET_GIB, compare_command, peak_rss_of
+    from relaxbench.ui import console
+
+    out_dir = args.out or tempfile.mkdtemp(prefix="relaxbench-memory-")
+    command_args = ["--target", args.target, "--draft", args.draft, "--methods", args.methods, "--tasks", args.tasks, "--limit",
+                    str(args.limit), "--max-new-tokens", str(args.max_new_tokens), "--out", out_dir,
+                    "--report-format", "html"]
+    if args.threads is not None:
+        command_args += ["--threads", str(args.threads)]
+    err = console(stderr=True)
+    try:
+        with err.status("running relaxbench compare in a child process"):
+            run = peak_rss_of(compare_command(command_args))
+    finally:
+        if args.out is None:
+            shutil.rmtree(out_dir, ignore_errors=True)
+    console().print(f"peak RSS of `relaxbench compare {' '.join(command_args)}`: {run.peak_rss_gib:.2f} GiB "
+                    f"(target < {MEMORY_TARGET_GIB:g} GiB), exit code {run.exit_code}, {run.wall_s:.0f} s — "
+                    f"{'holds' if run.holds else 'MISSED'}", highlight=False)
+    return 0 if run.holds else 1
 
 
 def run_forward(args: argparse.Namespace) -> int:

@@ -112,8 +112,14 @@ class RichProgress:
     """Bars per cell and overall, with ETA, on stderr."""
 
     def __init__(self) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         from relaxbench.ui import console
 

@@ -51,7 +51,6 @@ def method_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.ui import console
     from rich.table import Table
 
     from relaxbench.arms import build_decoder, load_pair, resolve_k
@@ -60,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.decoding.prompts import encode_prompt
     from relaxbench.decoding.sampling import SamplingParams
     from relaxbench.errors import ConfigError
+    from relaxbench.ui import console
 
     device = configure_runtime(args)
     method = method_from_args(args)

@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import relaxbench.integrations.lm_eval  # noqa: F401  (registers --model relaxbench)
     from lm_eval.__main__ import cli_evaluate
+
+    import relaxbench.integrations.lm_eval  # noqa: F401  (registers --model relaxbench)
 
     saved, sys.argv = sys.argv, ["lm-eval", *args.lm_eval_args]  # lm-eval's CLI reads sys.argv itself
     try:

@@ -17,10 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from relaxbench.ui import console
     from rich.table import Table
 
     from relaxbench.models.zoo import MODELS, PackagedModel, cache_root
+    from relaxbench.ui import console
 
     table = Table(title=f"packaged models (cache: {cache_root()})")
     for col in ("alias", "source", "size", "state", "description"):

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from relaxbench.decoding.cache import CachedLM, common_prefix_length
-from relaxbench.decoding.sampling import SamplingParams, next_token
+from relaxbench.decoding.sampling import SamplingParams, greedy_argmax, next_token
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import parse_knobs
 from relaxbench.registry import Registry
@@ -100,7 +100,11 @@ class LMDrafter(Drafter):
     lm: CachedLM
 
     def reset(self, prompt: torch.Tensor) -> None:
+        """New sequence: prefill the drafter's cache with the prompt (all but its last token, as the target), so
+        the prefill is timed with the target's and not charged to the first round's draft steps."""
         self.lm.reset()
+        if prompt.shape[0] > 1:
+            self.lm.run(prompt[:-1].to(self.lm.device), n_logits=0)
 
     def propose(self, context, k, sampling, generator) -> Proposal:
         return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)

@@ -39,8 +39,13 @@ from relaxbench.config import LM_EVAL_PREFIX as PREFIX
 from relaxbench.config import SourceSpec, TaskSpec, is_lm_eval_name
 from relaxbench.data.items import TaskItem
 from relaxbench.errors import ConfigError, DataError, UnknownNameError
-from relaxbench.integrations.lm_eval import (DEFAULT_MAX_GEN_TOKS, GenerationSettings, RelaxbenchLM,
-                                             generation_settings, render_chat)
+from relaxbench.integrations.lm_eval import (
+    DEFAULT_MAX_GEN_TOKS,
+    GenerationSettings,
+    RelaxbenchLM,
+    generation_settings,
+    render_chat,
+)
 from relaxbench.integrations.lm_eval_tasks import ensure_prepared, shipped_tasks
 from relaxbench.registry import did_you_mean
 from relaxbench.scoring.base import Score, Scorer, ScoringContext

@@ -92,29 +92,56 @@ def cpu_has_bf16_units() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def default_dtype(device: str | torch.device, role: str) -> torch.dtype:
-    """The dtype 'auto' means, per device and role ('target' or 'draft'), chosen from measurements
-    (docs/performance.md): on CUDA bf16; on a CPU with bf16 units the target in bf16 (a 16-token verify pass costs
-    about 1.3 one-token passes, and one-token passes are faster than fp32) and the draft in fp32 (its one-token
-    steps are faster in fp32); on a CPU without them the target in fp32 (bf16 is emulated, so a k-token verify costs
-    about k one-token passes) and the draft in bf16 (one-token steps are memory-bound, half the bytes)."""
+# below this many parameters a target stays in fp32 even on a CPU with bf16 units: SmolLM2-135M measured 41 ms
+# (fp32) vs 75 ms (bf16) for a 1-token forward and 83 vs 83 ms for 11 tokens (docs/performance.md)
+BF16_TARGET_MIN_PARAMS = 300_000_000
+
+
+def default_dtype(device: str | torch.device, role: str, n_params: int | None = None,
+                  bf16_units: bool | None = None) -> torch.dtype:
+    """The dtype 'auto' means, per device, role ('target' or 'draft') and model size, chosen from measurements
+    (docs/performance.md):
+
+    * CUDA: bf16.
+    * CPU with bf16 units (AVX512-BF16 / AMX): a target of ``BF16_TARGET_MIN_PARAMS`` or more in bf16 (a 6- or
+      16-token verify pass costs about one 1-token pass, and the 1.5B's 1-token pass is faster than in fp32), a
+      smaller target in fp32 (bf16's fixed costs dominate there), and the draft in fp32 (its 1-token steps are
+      faster in fp32).
+    * CPU without them: the target in fp32 (bf16 is emulated, so a k-token verify costs about k 1-token passes) and
+      the draft in bf16 (1-token steps are memory-bound: half the bytes).
+
+    ``bf16_units`` overrides the CPU detection (``cpu_has_bf16_units``).
+    """
     if torch.device(device).type == "cuda":
         return torch.bfloat16
-    if cpu_has_bf16_units():
-        return torch.bfloat16 if role == "target" else torch.float32
+    if cpu_has_bf16_units() if bf16_units is None else bf16_units:
+        big = n_params is None or n_params >= BF16_TARGET_MIN_PARAMS
+        return torch.bfloat16 if role == "target" and big else torch.float32
     return torch.float32 if role == "target" else torch.bfloat16
 
 
-def parse_dtype(value: str | torch.dtype, device: str | torch.device = "cpu", role: str = "target") -> torch.dtype:
-    """A dtype name, or 'auto' for the per-device, per-role default (see ``default_dtype``)."""
+def parse_dtype(value: str | torch.dtype, device: str | torch.device = "cpu", role: str = "target",
+                n_params: int | None = None) -> torch.dtype:
+    """A dtype name, or 'auto' for the per-device, per-role, per-size default (see ``default_dtype``)."""
     if isinstance(value, torch.dtype):
         return value
     if value == "auto":
-        return default_dtype(device, role)
+        return default_dtype(device, role, n_params)
     try:
         return DTYPES[value.lower()]
     except KeyError:
         raise ConfigError(f"unknown dtype {value!r}{did_you_mean(value, list(DTYPES))}") from None
+
+
+def parameter_count(ref: str, offline: bool) -> int:
+    """Exact parameter count of the checkpoint at ``ref``, from its config alone (built on the meta device: no
+    weights are read or allocated)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(ref, local_files_only=offline)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
 
 
 def resolve_model(name: str) -> ModelLocation:
@@ -252,9 +279,11 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     """Resolve, fetch if needed, and load ``name`` with its tokenizer, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = parse_dtype(dtype, device, role)
+    parse_dtype(dtype, device, role)  # a bad name fails before anything is fetched
     location, ref, offline = _locate(name, quiet)
     with _load_errors(name, location, ref, offline), transformers_progress_bars(enabled=not quiet):
+        n_params = parameter_count(ref, offline) if dtype == "auto" and torch.device(device).type == "cpu" else None
+        torch_dtype = parse_dtype(dtype, device, role, n_params)
         tokenizer = AutoTokenizer.from_pretrained(ref, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(ref, dtype=torch_dtype, local_files_only=offline)
     model.to(device)

@@ -12,8 +12,8 @@ import secrets
 from typing import Any
 
 from relaxbench.data.items import TaskItem
-from relaxbench.scoring.answers import ExactMatchScorer
 from relaxbench.scoring.agreement import AgreementScorer
+from relaxbench.scoring.answers import ExactMatchScorer
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
 from relaxbench.scoring.sandbox import Limits, run_python
 

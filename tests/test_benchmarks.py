@@ -1,0 +1,79 @@
+"""The benchmark scripts: their figures come from real runs, and a missed target is a non-zero exit.
+
+Speed itself is never asserted here (the machine is noisy); these tests check that the benches compare identical
+outputs, compute their ratios from what they timed, and fail when a target is missed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from relaxbench.benchmarks.efficiency import ArmTotals, EfficiencyRow, bench_efficiency
+from relaxbench.benchmarks.engine import Comparison, bench_draft_model, bench_prompt_lookup
+from relaxbench.benchmarks.memory import MEMORY_TARGET_GIB, MemoryRun, peak_rss_of
+from relaxbench.config import load_method
+
+
+def test_engine_comparisons_assert_identical_outputs_and_time_both_sides(tiny_target, tiny_draft):
+    rows = bench_draft_model(tiny_target, tiny_draft, k=3, max_new_tokens=12, repeats=2, n_prompts=1)
+    rows += bench_prompt_lookup(tiny_target, num_tokens=4, max_ngram=2, max_new_tokens=12, repeats=1, n_prompts=1)
+    assert [r.target_ratio for r in rows] == [0.95, 1.0, 1.0]
+    for row in rows:
+        assert row.identical, row.label  # our arms reproduce transformers' greedy output token for token
+        assert len(row.ours_tps) == len(row.ref_tps) >= 1
+        assert all(v > 0 and math.isfinite(v) for v in row.ours_tps + row.ref_tps)
+
+
+def test_a_comparison_holds_only_when_identical_and_at_target():
+    fast = Comparison("x", 1.0, ours_tps=[2.0, 2.2], ref_tps=[2.0, 2.0])
+    slow = Comparison("x", 1.0, ours_tps=[1.8, 1.9], ref_tps=[2.0, 2.0])
+    wrong = Comparison("x", 1.0, ours_tps=[3.0], ref_tps=[2.0], identical=False)
+    assert fast.holds and math.isclose(fast.median_ratio, 1.05)
+    assert not slow.holds and not wrong.holds
+
+
+def test_efficiency_is_measured_over_modelled_from_real_counters(tiny_target, tiny_draft):
+    exact = load_method("exact")
+    ar, rows = bench_efficiency(tiny_target, tiny_draft, [exact], k=3, max_new_tokens=10, repeats=1, n_prompts=1,
+                                checked=frozenset({"exact"}))
+    (row,) = rows
+    assert row.arm.emitted == ar.emitted > 0  # a lossless arm emits what the AR arm emits
+    assert row.arm.rounds < row.arm.emitted and row.arm.drafted > 0
+    cal = row.arm.calibration
+    assert cal is not None and cal.t_verify > 0 and cal.t_target_step > 0 and cal.t_draft_step > 0
+    expected = row.arm.emitted * cal.t_target_step / (row.arm.rounds * cal.t_verify + row.arm.drafted
+                                                      * cal.t_draft_step)
+    assert math.isclose(row.modelled, expected)
+    assert math.isclose(row.efficiency, row.measured / row.modelled)
+    assert row.holds == (row.efficiency >= 0.9)
+
+
+def test_an_efficiency_row_below_target_does_not_hold():
+    arm = ArmTotals("exact", 3)
+    assert EfficiencyRow(arm, (0.8,), 1.0, 0.9).holds is False
+    assert EfficiencyRow(arm, (0.95,), 1.0, 0.9).holds is True
+    assert EfficiencyRow(arm, (0.5,), 1.0, None).holds is None  # unchecked arms are reported, not judged
+    assert EfficiencyRow(arm, (1.0,), None, 0.9).holds is False  # no model, no claim
+
+
+def test_peak_rss_is_read_from_the_child_process():
+    # the child touches ~300 MiB; its peak RSS must show it (and a parent-side measurement would not)
+    code = "import sys; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); sys.exit(0)"
+    run = peak_rss_of((sys.executable, "-c", code))
+    assert run.exit_code == 0 and 0.29 < run.peak_rss_gib < 1.0
+    failed = peak_rss_of((sys.executable, "-c", "raise SystemExit(3)"))
+    assert failed.exit_code == 3 and not failed.holds
+    assert not MemoryRun(("x",), 0, MEMORY_TARGET_GIB + 0.1, 1.0).holds
+
+
+def test_bench_memory_cli_measures_a_compare_run(tmp_path, capsys):
+    from relaxbench.cli import main
+
+    code = main(["bench", "memory", "--target", "tiny-random-target", "--draft", "tiny-random-draft",
+                 "--methods", "exact", "--tasks", "humaneval-completion", "--limit", "1", "--max-new-tokens", "4",
+                 "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "peak RSS" in out and "holds" in out
+    assert (tmp_path / "run" / "results.sqlite").is_file()  # the compare run really happened
