@@ -7,9 +7,10 @@ outputs, compute their ratios from what they timed, and fail when a target is mi
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 
-from relaxbench.benchmarks.efficiency import ArmTotals, EfficiencyRow, bench_efficiency
+from relaxbench.benchmarks.efficiency import ArmTotals, EfficiencyRow, Unit, bench_efficiency
 from relaxbench.benchmarks.engine import Comparison, bench_draft_model, bench_prompt_lookup
 from relaxbench.benchmarks.memory import MEMORY_TARGET_GIB, MemoryRun, peak_rss_of
 from relaxbench.config import load_method
@@ -35,26 +36,29 @@ def test_a_comparison_holds_only_when_identical_and_at_target():
 
 def test_efficiency_is_measured_over_modelled_from_real_counters(tiny_target, tiny_draft):
     exact = load_method("exact")
-    ar, rows = bench_efficiency(tiny_target, tiny_draft, [exact], k=3, max_new_tokens=10, repeats=1, n_prompts=1,
-                                checked=frozenset({"exact"}))
+    ar, rows = bench_efficiency(tiny_target, tiny_draft, [exact], k=3, max_new_tokens=10, repeats=2, n_prompts=1,
+                                checked=frozenset({"exact"}), calibration_repetitions=2)
     (row,) = rows
     assert row.arm.emitted == ar.emitted > 0  # a lossless arm emits what the AR arm emits
     assert row.arm.rounds < row.arm.emitted and row.arm.drafted > 0
+    assert len(row.units) == 2 and len(ar.decode_s) == len(row.arm.decode_s) == 2
     cal = row.arm.calibration
     assert cal is not None and cal.t_verify > 0 and cal.t_target_step > 0 and cal.t_draft_step > 0
-    expected = row.arm.emitted * cal.t_target_step / (row.arm.rounds * cal.t_verify + row.arm.drafted
-                                                      * cal.t_draft_step)
-    assert math.isclose(row.modelled, expected)
-    assert math.isclose(row.efficiency, row.measured / row.modelled)
+    # the last unit's model, recomputed by hand from the last generation's counters and the last calibration
+    emitted, rounds, drafted = ar.emitted // 2, row.arm.rounds // 2, row.arm.drafted // 2
+    expected = emitted * cal.t_target_step / (rounds * cal.t_verify + drafted * cal.t_draft_step)
+    assert math.isclose(row.units[-1].modelled, expected)
+    measured = (emitted / row.arm.decode_s[-1]) / (emitted / ar.decode_s[-1])
+    assert math.isclose(row.units[-1].measured, measured)
+    assert math.isclose(row.efficiency, statistics.median(u.measured / u.modelled for u in row.units))
     assert row.holds == (row.efficiency >= 0.9)
 
 
 def test_an_efficiency_row_below_target_does_not_hold():
     arm = ArmTotals("exact", 3)
-    assert EfficiencyRow(arm, (0.8,), 1.0, 0.9).holds is False
-    assert EfficiencyRow(arm, (0.95,), 1.0, 0.9).holds is True
-    assert EfficiencyRow(arm, (0.5,), 1.0, None).holds is None  # unchecked arms are reported, not judged
-    assert EfficiencyRow(arm, (1.0,), None, 0.9).holds is False  # no model, no claim
+    assert EfficiencyRow(arm, (Unit(0.8, 1.0), Unit(0.85, 1.0), Unit(2.0, 1.0)), 0.9).holds is False  # median
+    assert EfficiencyRow(arm, (Unit(0.95, 1.0),), 0.9).holds is True
+    assert EfficiencyRow(arm, (Unit(0.5, 1.0),), None).holds is None  # unchecked arms are reported, not judged
 
 
 def test_peak_rss_is_read_from_the_child_process():

@@ -49,3 +49,24 @@ def test_parameter_count_reads_the_config_only(tiny_target):
 
     ref = materialize(resolve_model("tiny-random-target"), quiet=True)
     assert parameter_count(ref, offline=True) == sum(p.numel() for p in tiny_target.model.parameters())
+
+
+def test_dtype_copy_has_exactly_the_weights_of_a_cast_load(tmp_path, tiny_target):
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from relaxbench.models.load import dtype_copy, materialize, resolve_model
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(materialize(resolve_model("tiny-random-target"), quiet=True), source)
+    copy = dtype_copy(source, torch.bfloat16)
+    assert copy.name == "ckpt.bfloat16" and (copy / "config.json").is_file()
+    assert dtype_copy(source, torch.bfloat16) == copy  # made once
+    cast = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.bfloat16)
+    loaded = AutoModelForCausalLM.from_pretrained(str(copy), dtype=torch.bfloat16)
+    cast_state, loaded_state = cast.state_dict(), loaded.state_dict()
+    assert cast_state.keys() == loaded_state.keys()
+    for key, value in cast_state.items():
+        assert loaded_state[key].dtype == torch.bfloat16 and torch.equal(loaded_state[key], value), key
