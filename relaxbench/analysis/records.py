@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import DataError
-from relaxbench.harness.store import STORE_NAME, Store
+from relaxbench.harness.store import STORE_NAME, CellDefinition, Store
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,10 @@ class CalibrationRecord:
 
 
 @dataclass(frozen=True)
-class CellRecord:
+class CellRecord(CellDefinition):
+    """A stored cell: its definition (the store's one list of cell fields) plus its id, samples and calibration."""
+
     cell_id: int
-    task: str
-    arm: str
-    position: int
-    is_baseline: bool
-    method: str
-    policy: str
-    lossless: bool
-    knobs: Mapping[str, Any]
-    method_spec: Mapping[str, Any]
-    drafter: Mapping[str, Any] | None
-    k: int
-    decode: Mapping[str, Any]
-    task_spec: Mapping[str, Any]
-    scorer: str
     samples: tuple[SampleRecord, ...]
     calibration: CalibrationRecord | None  # the latest session's
 
@@ -142,7 +130,7 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
             knobs=json.loads(c["knobs_json"]), method_spec=json.loads(c["method_json"]),
             drafter=None if c["drafter_json"] is None else json.loads(c["drafter_json"]), k=c["k"],
             decode=json.loads(c["decode_json"]), task_spec=json.loads(c["task_json"]), scorer=c["scorer"],
-            samples=samples, calibration=calibration))
+            data_fingerprint=c["data_fingerprint"], samples=samples, calibration=calibration))
     environment = tuple({**json.loads(e["environment_json"]), "session_id": e["session_id"], "status": e["status"],
                          "started_at": e["started_at"], "finished_at": e["finished_at"]}
                         for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
