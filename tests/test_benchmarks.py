@@ -81,3 +81,23 @@ def test_bench_memory_cli_measures_a_compare_run(tmp_path, capsys):
     assert code == 0, out
     assert "peak RSS" in out and "holds" in out
     assert (tmp_path / "run" / "results.sqlite").is_file()  # the compare run really happened
+
+
+def test_a_differing_output_fails_the_comparison_and_says_where(tiny_target):
+    from relaxbench.benchmarks.engine import CODE_PROMPTS, compare_pairwise, hf_generate
+    from relaxbench.decoding.prompts import encode_prompt
+    from relaxbench.timing import Clock
+
+    prompt = encode_prompt(tiny_target.tokenizer, CODE_PROMPTS[0])
+    reference = hf_generate(tiny_target, prompt, 8)
+    assert len(reference) >= 4
+
+    def ours(p: list[int]) -> list[int]:  # transformers' output with its 4th token changed
+        out = hf_generate(tiny_target, p, 8)
+        return out[:3] + [(out[3] + 1) % tiny_target.logit_dim] + out[4:]
+
+    row = Comparison("x", 1.0)
+    compare_pairwise(row, tiny_target, [prompt], 1, Clock(tiny_target.device), ours,
+                     lambda p: hf_generate(tiny_target, p, 8))
+    assert not row.identical and not row.holds
+    assert row.notes.startswith("first difference at output token 3: top-2 logit gap")

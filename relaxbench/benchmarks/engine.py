@@ -18,6 +18,7 @@ import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.timing import Clock
@@ -41,7 +42,7 @@ class Comparison:
     ours_tps: list[float] = field(default_factory=list)
     ref_tps: list[float] = field(default_factory=list)
     identical: bool = True
-    notes: str = ""
+    notes: str = ""  # where the outputs first differed, and whether it was a numerical near-tie
 
     @property
     def ratios(self) -> list[float]:
@@ -85,7 +86,16 @@ def timed(clock: Clock, fn: Callable[[], list[int]]) -> tuple[list[int], float]:
     return tokens, clock.now() - start
 
 
-def compare_pairwise(comparison: Comparison, prompts: list[list[int]], repeats: int, clock: Clock,
+def describe_difference(target, prompt: list[int], reference: list[int], ours: list[int]) -> str:
+    """Where our output first left transformers' (the reference), and whether the target's top-2 logits were
+    within rounding there (``diagnose_divergence``): a near-tie flipped by the chunk size, or a real bug."""
+    d = diagnose_divergence(target, prompt, reference, ours)
+    kind = "a numerical near-tie" if d.near_tie else "NOT a near-tie"
+    return f"first difference at output token {d.position}: top-2 logit gap {d.top2_gap:.4f} ({kind}, " \
+           f"tolerance {d.tolerance:g} for {target.dtype})"
+
+
+def compare_pairwise(comparison: Comparison, target, prompts: list[list[int]], repeats: int, clock: Clock,
                      ours: Callable[[list[int]], list[int]], reference: Callable[[list[int]], list[int]]) -> None:
     """Interleave reference and ours per prompt and repeat (which runs first alternates between repeats); record
     tokens/s per repeat (summed over prompts)."""
@@ -98,6 +108,8 @@ def compare_pairwise(comparison: Comparison, prompts: list[list[int]], repeats: 
             else:
                 ref_out, ref_dt = timed(clock, lambda: reference(prompt))
                 our_out, our_dt = timed(clock, lambda: ours(prompt))
+            if our_out != ref_out and comparison.identical:
+                comparison.notes = describe_difference(target, prompt, ref_out, our_out)
             comparison.identical &= our_out == ref_out
             ours_tokens, ours_time = ours_tokens + len(our_out), ours_time + our_dt
             ref_tokens, ref_time = ref_tokens + len(ref_out), ref_time + ref_dt
@@ -122,9 +134,9 @@ def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int,
                                                                                       assistant_model=draft.model)):
         fn(prompts[0][:64])
     greedy = Comparison("AR arm vs HF generate (greedy)", 0.95)
-    compare_pairwise(greedy, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens))
+    compare_pairwise(greedy, target, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens))
     assisted = Comparison(f"exact arm vs HF assisted generation (k={k})", 1.0)
-    compare_pairwise(assisted, prompts, repeats, clock, exact,
+    compare_pairwise(assisted, target, prompts, repeats, clock, exact,
                      lambda p: hf_generate(target, p, max_new_tokens, assistant_model=draft.model))
     return [greedy, assisted]
 
@@ -144,5 +156,5 @@ def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens:
     ours(prompts[0][:64])
     hf_generate(target, prompts[0][:64], 8, prompt_lookup_num_tokens=num_tokens)
     lookup = Comparison(f"exact+ngram arm vs HF prompt lookup (n≤{max_ngram}, {num_tokens} tokens)", 1.0)
-    compare_pairwise(lookup, prompts, repeats, clock, ours, reference)
+    compare_pairwise(lookup, target, prompts, repeats, clock, ours, reference)
     return [lookup]

@@ -110,6 +110,9 @@ def run_engine(args: argparse.Namespace) -> int:
                       f"{row.median_ratio:.3f}", f"≥ {row.target_ratio:.2f}", "yes" if row.identical else "NO",
                       "yes" if row.holds else "NO")
     out.print(table)
+    for row in rows:
+        if row.notes:
+            out.print(f"{row.label}: {row.notes}", highlight=False)
     return 0 if all(row.holds for row in rows) else 1
 
 
