@@ -196,11 +196,17 @@ def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float
         return 1.0
     if cell.calibration is None or cell.calibration.t_verify is None:
         return None
-    emitted = sum(s.n_output_tokens for s in samples)
-    rounds = sum(s.n_rounds for s in samples)
-    drafted = sum(s.n_drafted for s in samples)
-    cost = rounds * cell.calibration.t_verify + drafted * (cell.calibration.t_draft_step or 0.0)
-    return emitted * cell.calibration.t_target_step / cost if cost > 0 else None
+    cal = cell.calibration
+    return predicted_speedup(sum(s.n_output_tokens for s in samples), sum(s.n_rounds for s in samples),
+                             sum(s.n_drafted for s in samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
+
+
+def predicted_speedup(emitted: int, rounds: int, drafted: int, t_target_step: float, t_verify: float,
+                      t_draft_step: float | None) -> float | None:
+    """The modelled speed-up's formula, in one place: emitted × t_target_step / (rounds × t_verify + drafted ×
+    t_draft_step) — what the counters predict if only the forward passes cost time (None when nothing ran)."""
+    cost = rounds * t_verify + drafted * (t_draft_step or 0.0)
+    return emitted * t_target_step / cost if cost > 0 else None
 
 
 # ------------------------------------------------------------------------------------------------ counters

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from relaxbench.analysis.metrics import predicted_speedup
 from relaxbench.arms import build_decoder, resolve_k
 from relaxbench.benchmarks.engine import CODE_PROMPTS
 from relaxbench.config import MethodSpec
@@ -96,10 +97,10 @@ class EfficiencyRow:
         return self.efficiency is not None and self.efficiency >= self.target
 
 
-def modelled_speedup(result: GenerationResult, cal: Calibration) -> float:
-    """emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step) for one generation."""
-    cost = result.n_rounds * cal.t_verify + sum(result.rounds.drafted) * (cal.t_draft_step or 0.0)
-    return result.n_emitted * cal.t_target_step / cost
+def modelled_speedup(result: GenerationResult, cal: Calibration) -> float | None:
+    """The modelled speed-up (``predicted_speedup``) of one generation with the calibrated unit costs ``cal``."""
+    return predicted_speedup(result.n_emitted, result.n_rounds, sum(result.rounds.drafted), cal.t_target_step,
+                             cal.t_verify, cal.t_draft_step)
 
 
 def bench_efficiency(target, draft, methods: list[MethodSpec], k: int | None, max_new_tokens: int, repeats: int,

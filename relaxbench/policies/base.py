@@ -131,8 +131,8 @@ def accepted_prefix_length(accept: torch.Tensor) -> int:
 
 
 def matches_or(block: Block, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """[k] accept mask of a greedy rule that relaxes position by position: exact matches, plus the mismatches at
-    ``rows`` that ``relax(rows)`` ([n] long -> [n] bool, vectorised over the rows) accepts."""
+    """[k] accept mask of a greedy rule that relaxes position by position: exact matches, plus the mismatches
+    that ``relax(rows)`` ([n] long -> [n] bool) accepts, judged as ``relax_mismatches`` does."""
     return relax_mismatches(block.matches, relax)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
 from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Estimate, by_unit
-from relaxbench.analysis.present import fmt, fmt_p
+from relaxbench.analysis.present import fmt, fmt_ci, fmt_p
 from relaxbench.analysis.records import CellRecord
 from relaxbench.report.figures import FIGURE_METHODS, POINTS, FigureArt, method_palette, task_figures
 
@@ -135,12 +135,7 @@ def pts_ci(estimate: Estimate) -> str:
 
 
 def speed_ci(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "-"
-    text = f"{estimate.value:.2f}×"
-    if estimate.low is not None and estimate.high is not None:
-        text += f" [{estimate.low:.2f}, {estimate.high:.2f}]"
-    return text
+    return fmt_ci(estimate, ".2f", "×")
 
 
 def knobs_text(knobs: Mapping[str, Any]) -> str:
