@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 BENCH_SUITE ?= default
-# Debian packages the report tests use: headless Chromium renders the HTML, poppler renders and reads the PDF
-SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
+# Debian packages: headless Chromium renders the HTML report and poppler renders and reads the PDF (report tests);
+# a C compiler builds the native greedy kernels of the verification policies (without one, torch runs them)
+SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core gcc libc6-dev
+SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo cc
 
 .PHONY: install system-deps test test-fast bench bench-full clean
 
@@ -23,18 +25,18 @@ $(STAMP): pyproject.toml Makefile
 # Installs the missing ones when it can (root with apt-get); otherwise says which are missing, and the tests that
 # need them skip with that reason. REQUIRE_SYSTEM_DEPS=1 (CI) makes a missing one an error.
 system-deps:
-	@missing=""; for tool in chromium pdftoppm pdftotext pdfinfo; do \
+	@missing=""; for tool in $(SYSTEM_TOOLS); do \
 	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing $(SYSTEM_PACKAGES) (missing:$$missing)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES); } >/dev/null 2>&1 \
 	    || echo "apt-get could not install $(SYSTEM_PACKAGES)"; \
-	  missing=""; for tool in chromium pdftoppm pdftotext pdfinfo; do \
+	  missing=""; for tool in $(SYSTEM_TOOLS); do \
 	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	fi; \
 	if [ -n "$$missing" ]; then \
-	  echo "missing:$$missing (Debian: apt-get install $(SYSTEM_PACKAGES)); the report rendering tests will skip"; \
+	  echo "missing:$$missing (Debian: apt-get install $(SYSTEM_PACKAGES)); the tests that need them will skip"; \
 	  if [ -n "$(REQUIRE_SYSTEM_DEPS)" ]; then exit 1; fi; \
 	fi
 

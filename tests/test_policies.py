@@ -1,4 +1,5 @@
-"""The relaxed verification rules on hand-built and random blocks (tensors only, no model).
+"""The relaxed verification rules on hand-built and random blocks (tensors only, no model), on both kernel
+backends (native greedy reductions and torch).
 
 * hand-built logits with known answers, covering each rule's edges;
 * the strict end: every rule at its ``strict_knobs`` gives exactly the lossless baseline's verdicts;
@@ -17,15 +18,25 @@ import torch
 from scipy import stats
 from scipy.spatial.distance import jensenshannon
 
+from relaxbench.decoding import kernels
 from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
 from relaxbench.errors import ConfigError
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict
-from relaxbench.policies.fly import top3_entropy, window_candidates
+from relaxbench.policies.fly import row_top3_entropy, top3_entropy, window_candidates
 from relaxbench.policies.judge import ReflectiveJudge
 from relaxbench.policies.rejection import rejection_sample
 
 GREEDY = SamplingParams()
+
+
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def kernel_backend(request):
+    """Every rule is held to its edges on both kernel backends (the native greedy reductions and torch's)."""
+    if request.param == "native" and kernels.compiler() is None:
+        pytest.skip("no C compiler: the native kernels cannot be built here")
+    with kernels.use_backend(request.param):
+        yield request.param
 SAMPLING_SETTINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=8, top_p=0.95)]
 NEG = -30.0  # "absent" logit: probability ~1e-13 relative to the tokens that matter
 
@@ -139,9 +150,10 @@ def test_fly_window_reaching_the_block_end_is_strict():
 def test_fly_entropy_exactly_at_theta_passes():
     logits = fly_logits(["high"] * 9)
     block_drafts = [1, 0, 0, 0, 0, 0, 0, 0]
-    h = float(top3_entropy(logits[:1].float())[0])
+    h = row_top3_entropy(greedy_block(logits, block_drafts), 0)  # the entropy the greedy rule computes (a double)
+    assert h == pytest.approx(float(top3_entropy(logits[:1].float())[0]), rel=1e-6)  # = the tensor form's
     assert decide("fly", greedy_block(logits, block_drafts), theta=h, window=3).n_accepted == 8
-    above = float(torch.nextafter(torch.tensor(h), torch.tensor(math.inf)))  # the next float32 above H
+    above = math.nextafter(h, math.inf)  # the next double above H
     assert decide("fly", greedy_block(logits, block_drafts), theta=above, window=3).n_accepted == 0
 
 

@@ -4,18 +4,22 @@ Each round builds a fresh ``Block`` (so lazily computed argmaxes and distributio
 from synthetic logits at a realistic size — by default Qwen2.5's padded vocabulary (V = 151,936) and FLy's draft
 length k = 15 — and times ``policy.verify(block)`` with the project's one ``Clock``. Drafts follow a typical
 block: each matches the target's argmax with probability 0.8, otherwise it is one of the next three tokens, so the
-rules that only look at mismatches do realistic work. The median over many rounds is reported; greedy-mode rows are
-checked against the target (0.5 ms per round; FLy reports < 0.6 ms on a GPU).
+rules that only look at mismatches do realistic work. A second pool has every draft match ("all-match"): every
+target row must then be read, the worst case of the greedy scan. Each round is timed on every requested kernel
+backend in turn (native greedy kernels, torch), side by side. The median over many rounds is reported; greedy-mode
+rows are checked against the target (0.5 ms per round; FLy reports < 0.6 ms on a GPU) on the engine's own backend.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
+from relaxbench.decoding import kernels
 from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv
@@ -29,13 +33,19 @@ REFLECTION_TOKENS = 16  # judge: reflection prompt length assumed for its extra 
 class PolicyTiming:
     policy: str
     mode: str  # "greedy" or "sampling"
+    backend: str  # kernel backend timed: "native" or "torch"
     rounds: int
-    times_ms: tuple[float, ...] = field(repr=False)
+    times_ms: tuple[float, ...] = field(repr=False)  # the typical pool
+    all_match_ms: tuple[float, ...] = field(repr=False)  # the all-match pool (greedy mode; empty otherwise)
     target_ms: float | None  # the target this row is held to (None: no target)
 
     @property
     def median_ms(self) -> float:
         return statistics.median(self.times_ms)
+
+    @property
+    def all_match_median_ms(self) -> float | None:
+        return statistics.median(self.all_match_ms) if self.all_match_ms else None
 
     @property
     def p90_ms(self) -> float:
@@ -71,6 +81,12 @@ def synthetic_inputs(vocab: int, k: int, device: torch.device, seed: int) -> Blo
     return BlockInputs(drafts.to(device), target.to(device), draft.to(device), extra.to(device))
 
 
+def all_match(inputs: BlockInputs) -> BlockInputs:
+    """The same logits with every draft equal to the target's argmax: a verdict must read every row."""
+    k = int(inputs.drafts.shape[0])
+    return dataclasses.replace(inputs, drafts=inputs.target_logits[:k].argmax(dim=-1))
+
+
 def policy_modes(names: Iterable[str] | None = None, modes: Iterable[str] = ("greedy", "sampling")
                  ) -> list[tuple[str, str]]:
     """(policy, mode) pairs to time: every registered policy in every mode it supports (not the AR baseline)."""
@@ -79,28 +95,38 @@ def policy_modes(names: Iterable[str] | None = None, modes: Iterable[str] = ("gr
             for mode in sorted(cls.modes) if mode in modes]
 
 
-def time_policy(name: str, mode: str, pool: list[BlockInputs], rounds: int, sampling: SamplingParams,
-                warmup: int = 5) -> PolicyTiming:
-    """Median-ready timings of ``name`` in ``mode`` (greedy mode ignores ``sampling``)."""
+def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[BlockInputs]], rounds: int,
+                sampling: SamplingParams, backends: tuple[str, ...], target_backend: str | None,
+                warmup: int = 5) -> list[PolicyTiming]:
+    """Timings of ``name`` in ``mode`` on each kernel backend, round by round in turn (greedy mode ignores
+    ``sampling``; the all-match pool is timed in greedy mode only). ``target_backend`` is the one the target is
+    checked on (the engine's)."""
     policy = make_policy(name)
-    device = pool[0].target_logits.device
-    vocab = int(pool[0].target_logits.shape[-1])
+    typical_pool, all_match_pool = pools
+    device = typical_pool[0].target_logits.device
+    vocab = int(typical_pool[0].target_logits.shape[-1])
     if Need.EXTRA_TOKENS in policy.needs:
         policy.bind(PolicyEnv(_CountingTokenizer(), vocab, device))
     sampling = SamplingParams() if mode == "greedy" else sampling
     generator = torch.Generator(device=device).manual_seed(0)
     clock = Clock(device)
-    times = []
-    for i in range(warmup + rounds):
-        inputs = pool[i % len(pool)]
-        block = Block(inputs.drafts, inputs.target_logits, inputs.draft_logits, sampling, generator,
-                      {"extra_logits": inputs.extra_logits})
-        start = clock.now()
-        policy.verify(block)
-        elapsed = clock.now() - start
-        if i >= warmup:
-            times.append(elapsed * 1e3)
-    return PolicyTiming(name, mode, rounds, tuple(times), GREEDY_TARGET_MS if mode == "greedy" else None)
+    times: dict[tuple[str, str], list[float]] = {(b, p): [] for b in backends for p in ("typical", "all-match")}
+    for pool_name, pool in (("typical", typical_pool), ("all-match", all_match_pool if mode == "greedy" else [])):
+        for i in range(warmup + rounds if pool else 0):
+            inputs = pool[i % len(pool)]
+            for backend in backends:
+                block = Block(inputs.drafts, inputs.target_logits, inputs.draft_logits, sampling, generator,
+                              {"extra_logits": inputs.extra_logits})
+                with kernels.use_backend(backend):
+                    start = clock.now()
+                    policy.verify(block)
+                    elapsed = clock.now() - start
+                if i >= warmup:
+                    times[backend, pool_name].append(elapsed * 1e3)
+    target = GREEDY_TARGET_MS if mode == "greedy" else None
+    return [PolicyTiming(name, mode, backend, rounds, tuple(times[backend, "typical"]),
+                         tuple(times[backend, "all-match"]), target if backend == target_backend else None)
+            for backend in backends]
 
 
 class _CountingTokenizer:
@@ -114,16 +140,22 @@ def run_policy_bench(vocab: int = 151_936, k: int = 15, rounds: int = 200, sampl
                      device: str = "cpu", names: Iterable[str] | None = None,
                      modes: Iterable[str] = ("greedy", "sampling"),
                      sampling: SamplingParams = SamplingParams(temperature=0.7),
-                     pool_size: int = 4) -> list[PolicyTiming]:
-    """Time every (policy, mode); sampling-mode rows use ``sampling`` (a top-p below 1 adds a full sort per row
-    of p and q to every rule, inside ``logits_to_probs``)."""
+                     pool_size: int = 4, backends: tuple[str, ...] = ("native", "torch")) -> list[PolicyTiming]:
+    """Time every (policy, mode) on each kernel backend; sampling-mode rows use ``sampling`` (a top-p below 1
+    adds a full sort per row of p and q to every rule, inside ``logits_to_probs``). The target is checked on the
+    backend the engine runs by default (``kernels.active_backend()``) when it is among ``backends``."""
     torch_device = torch.device(device)
-    pool = [synthetic_inputs(vocab, k, torch_device, seed) for seed in range(pool_size)]
-    return [time_policy(name, mode, pool, rounds if mode == "greedy" else sampling_rounds, sampling)
-            for name, mode in policy_modes(names, modes)]
+    typical_pool = [synthetic_inputs(vocab, k, torch_device, seed) for seed in range(pool_size)]
+    pools = (typical_pool, [all_match(inputs) for inputs in typical_pool])
+    engine_backend = kernels.active_backend()
+    target_backend = engine_backend if engine_backend in backends else None
+    return [timing for name, mode in policy_modes(names, modes)
+            for timing in time_policy(name, mode, pools, rounds if mode == "greedy" else sampling_rounds, sampling,
+                                      backends, target_backend)]
 
 
-def baseline_medians(timings: list[PolicyTiming]) -> dict[str, float]:
-    """Median of the lossless rule of each mode (exact / speculative sampling), to show each rule's overhead."""
+def baseline_medians(timings: list[PolicyTiming]) -> dict[tuple[str, str], float]:
+    """Median of the lossless rule of each (mode, backend) (exact / speculative sampling), to show each rule's
+    overhead."""
     baseline = {"greedy": "exact", "sampling": "speculative-sampling"}
-    return {t.mode: t.median_ms for t in timings if baseline[t.mode] == t.policy}
+    return {(t.mode, t.backend): t.median_ms for t in timings if baseline[t.mode] == t.policy}

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from relaxbench.decoding import kernels
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -71,6 +73,55 @@ def chunk_maxima(logits: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
     return maxima
 
 
+@dataclass(frozen=True)
+class GreedyReductions:
+    """What a greedy round reads from every row of the target's logits, from one pass over them."""
+
+    maxima: torch.Tensor  # [R, ceil(V / chunk)] chunk maxima (``chunk_maxima``)
+    argmax: torch.Tensor  # [...] first index of each row's maximum (``greedy_argmax``)
+    max: torch.Tensor  # [...] each row's maximum (float32)
+
+
+def greedy_reductions(logits: torch.Tensor, chunk: int = CHUNK) -> GreedyReductions:
+    """Chunk maxima, argmax and maximum of every row of ``logits`` [..., V]: one read by the native kernel
+    (``kernels.row_reductions``) where it applies, else the torch reductions below (the reference)."""
+    native = kernels.row_reductions(logits, chunk)
+    if native is not None:
+        row_max, argmax, maxima = native
+        return GreedyReductions(maxima, argmax, row_max)
+    maxima = chunk_maxima(logits, chunk)
+    return GreedyReductions(maxima, greedy_argmax(logits, chunk, maxima),
+                            maxima.amax(dim=-1).float().reshape(logits.shape[:-1]))
+
+
+def mixture_argmax(x: torch.Tensor, y: torch.Tensor, a: float, b: float) -> int:
+    """``greedy_argmax`` of ``a·x + b·y`` for two [V] rows (fused logits), without materialising the sum where the
+    native kernel applies (it may round the multiply-add as one, torch as two: only a near-exact tie can tell
+    them apart)."""
+    native = kernels.fused_argmax(x, y, a, b)
+    if native is not None:
+        return native
+    return int(greedy_argmax(torch.add(a * x.float(), y.float(), alpha=b)))
+
+
+def softmax_sums(logits: torch.Tensor, row_max: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(S, T)`` [n] per row of ``logits`` [n, V] with ``s = z − row_max``: ``S = Σ e^s`` and ``T = Σ e^s·s``.
+
+    The softmax statistics of a row without materialising it: ``ln S + row_max`` is the log-normaliser,
+    ``ln S − T / S`` the entropy. One read per row by the native kernel where it applies; else torch, with ``T``
+    as one dot product (an e^s·s of 0·(−inf) from a −inf logit counts as 0)."""
+    native = [kernels.row_softmax_sums(row, float(m)) for row, m in zip(logits, row_max.tolist())]
+    if native and all(pair is not None for pair in native):
+        return torch.tensor(native, dtype=torch.float32, device=logits.device).unbind(-1)
+    shifted = logits.float() - row_max.float().unsqueeze(-1)
+    weights = shifted.exp()
+    total = weights.sum(dim=-1)
+    weighted = (weights.unsqueeze(-2) @ shifted.unsqueeze(-1)).reshape(-1)
+    if bool(weighted.isnan().any()) and not bool(shifted.isnan().any()):  # only from 0·(−inf) terms
+        weighted = torch.where(weights > 0, weights * shifted, 0.0).sum(dim=-1)
+    return total, weighted
+
+
 def _split(logits: torch.Tensor, chunk: int, maxima: torch.Tensor | None
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(rows [R, V], head chunks [R, n, chunk] (a view), head maxima [R, n], tail maxima [R] or None)."""
@@ -94,8 +145,10 @@ def greedy_argmax(logits: torch.Tensor, chunk: int = CHUNK, maxima: torch.Tensor
     maxima (``maxima``, from ``chunk_maxima`` with the same ``chunk``, or computed here) locate the first chunk
     holding the maximum, and only that chunk is searched for its first maximal index — the same index ``argmax``
     returns, ties included (the tail, after every full chunk, wins only when strictly larger). Other devices use
-    ``argmax`` directly.
+    ``argmax`` directly. Without ``maxima``, the native kernel answers where it applies (the same index).
     """
+    if maxima is None and (native := kernels.row_reductions(logits, chunk)) is not None:
+        return native[1]
     if not _two_stage(logits, chunk):
         return logits.argmax(dim=-1)
     flat, head, head_max, tail_max = _split(logits, chunk, maxima)

@@ -18,12 +18,15 @@ from typing import Any, ClassVar
 
 import torch
 
+from relaxbench.decoding import kernels
 from relaxbench.decoding.sampling import (
+    CHUNK,
+    GreedyReductions,
     SamplingParams,
-    chunk_maxima,
-    greedy_argmax,
+    greedy_reductions,
     logits_to_probs,
     next_token,
+    softmax_sums,
     top_values,
 )
 from relaxbench.errors import ConfigError
@@ -71,20 +74,30 @@ class Block:
         return logits_to_probs(self.draft_logits, self.sampling)
 
     @cached_property
+    def greedy_rows(self) -> GreedyRows:
+        """The target rows' greedy reductions, computed in row order as far as the verdict needs."""
+        return GreedyRows(self.target_logits, self.draft_tokens)
+
+    @property
+    def target_reductions(self) -> GreedyReductions:
+        """Chunk maxima, argmax and maximum of every target row: the one full-vocabulary pass of a round that
+        reads them all (``greedy_reductions``)."""
+        return self.greedy_rows.full()
+
+    @property
     def target_maxima(self) -> torch.Tensor:
-        """[k+1, chunks] chunk maxima of the target logits: the one full-vocabulary pass a greedy round makes,
-        shared by the argmax and every top-n read (``chunk_maxima``)."""
-        return chunk_maxima(self.target_logits)
+        """[k+1, chunks] chunk maxima of the target logits."""
+        return self.target_reductions.maxima
 
-    @cached_property
+    @property
     def target_argmax(self) -> torch.Tensor:
-        """t: [k+1] greedy target tokens (``greedy_argmax``: argmax's exact result, faster on CPU)."""
-        return greedy_argmax(self.target_logits, maxima=self.target_maxima)
+        """t: [k+1] greedy target tokens (argmax's exact result: the first index of the maximum)."""
+        return self.target_reductions.argmax
 
-    @cached_property
+    @property
     def target_max(self) -> torch.Tensor:
         """[k+1] the largest target logit of each row (float)."""
-        return self.target_maxima.amax(dim=-1).float()
+        return self.target_reductions.max
 
     @cached_property
     def target_logit_of_drafts(self) -> torch.Tensor:
@@ -109,6 +122,90 @@ class Block:
         return self.draft_tokens == self.target_argmax[: self.k]
 
 
+class GreedyRows:
+    """The greedy reductions of one round's target rows (max, first argmax, chunk maxima, the draft's logit),
+    computed as far as the verdict needs: a greedy verdict never reads the rows after its first rejection.
+    Natively that is a row-order scan that stops at each mismatch (``kernels.RowScan``) and resumes when a
+    relaxation accepts one; otherwise all rows at once by torch (``greedy_reductions``). The ``*_at`` readers
+    give Python numbers: a relaxation judges one row at a time, where tensor ops would cost more than the rule."""
+
+    def __init__(self, logits: torch.Tensor, drafts: torch.Tensor) -> None:
+        self.logits, self.drafts, self.k = logits, drafts, int(drafts.shape[0])
+        self.draft_ids: list[int] = drafts.tolist()
+        self.scan = kernels.start_scan(logits, drafts, CHUNK)  # None: torch answers everything
+        self.mismatches: list[int] = []  # mismatching rows among the scanned ones, ascending
+        self._full: GreedyReductions | None = None
+        self._matches: list[bool] | None = None
+
+    def _extend(self, stop_at_mismatch: bool) -> bool:
+        scan, before = self.scan, self.scan.done
+        if not scan.extend(stop_at_mismatch):
+            self.scan = None  # a NaN (torch's semantics) or a thread that did not start
+            return False
+        argmax = scan.argmax
+        self.mismatches.extend(r for r in range(before, min(scan.done, self.k)) if argmax[r] != self.draft_ids[r])
+        return True
+
+    def full(self) -> GreedyReductions:
+        """Every row's reductions, as tensors."""
+        if self._full is None:
+            scan = self.scan
+            if scan is not None and (scan.done == scan.rows or self._extend(stop_at_mismatch=False)):
+                row_max, argmax, maxima = scan.tensors()
+                self._full = GreedyReductions(maxima, argmax, row_max)
+            else:
+                self._full = greedy_reductions(self.logits)
+        return self._full
+
+    def first_mismatch(self, start: int) -> int:
+        """The first draft position ``>= start`` whose draft is not the target's argmax; ``k`` when none."""
+        while self.scan is not None:
+            found = next((j for j in self.mismatches if j >= start), None)
+            if found is not None:
+                return found
+            if self.scan.done == self.scan.rows:
+                return self.k
+            self._extend(stop_at_mismatch=True)
+        if self._matches is None:
+            self._matches = (self.drafts == self.full().argmax[: self.k]).tolist()
+        return next((j for j in range(start, self.k) if not self._matches[j]), self.k)
+
+    def _scanned(self, row: int) -> kernels.RowScan | None:
+        """The native scan, once it has computed ``row`` (it runs on when needed); None on the torch path."""
+        if self.scan is not None and row >= self.scan.done:
+            self.full()
+        return self.scan
+
+    def argmax_at(self, row: int) -> int:
+        scan = self._scanned(row)
+        return int(scan.argmax[row]) if scan is not None else int(self.full().argmax[row])
+
+    def max_at(self, row: int) -> float:
+        scan = self._scanned(row)
+        return float(scan.row_max[row]) if scan is not None else float(self.full().max[row])
+
+    def draft_logit_at(self, row: int) -> float:
+        """The target's logit of the draft token at draft position ``row``."""
+        scan = self._scanned(row)
+        return float(scan.draft_logit[row]) if scan is not None else float(self.logits[row, self.draft_ids[row]])
+
+    def top_values_at(self, row: int, n: int) -> list[float]:
+        """The n largest target logits of ``row``, descending (ties repeated)."""
+        scan = self._scanned(row)
+        values = scan.top_values(row, n) if scan is not None else None
+        if values is None:
+            values = top_values(self.logits[row: row + 1], n, maxima=self.full().maxima[row: row + 1])[0].tolist()
+        return values
+
+    def softmax_sums_at(self, row: int) -> tuple[float, float]:
+        """``(S, T)`` of ``row`` (``softmax_sums``): ``S = Σ e^s``, ``T = Σ e^s·s`` with ``s = z − max z``."""
+        row_max = self.max_at(row)
+        if self.scan is not None:
+            return self.scan.softmax_sums(row, row_max)
+        total, weighted = softmax_sums(self.logits[row: row + 1], torch.tensor([row_max], device=self.logits.device))
+        return float(total[0]), float(weighted[0])
+
+
 @dataclass(frozen=True)
 class Verdict:
     n_accepted: int  # length of the accepted draft prefix, 0..k
@@ -130,12 +227,6 @@ def accepted_prefix_length(accept: torch.Tensor) -> int:
     return next((i for i, flag in enumerate(flags) if not flag), len(flags))
 
 
-def matches_or(block: Block, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """[k] accept mask of a greedy rule that relaxes position by position: exact matches, plus the mismatches
-    that ``relax(rows)`` ([n] long -> [n] bool) accepts, judged as ``relax_mismatches`` does."""
-    return relax_mismatches(block.matches, relax)
-
-
 def relax_mismatches(matches: torch.Tensor, relax: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """[k] ``matches`` plus the mismatches that ``relax(rows)`` accepts, judged in order up to the first one it
     rejects.
@@ -150,6 +241,23 @@ def relax_mismatches(matches: torch.Tensor, relax: Callable[[torch.Tensor], torc
         if not accepted:
             break
     return accept
+
+
+def greedy_scan(block: Block, relax: Callable[[int], bool] | None = None) -> Verdict:
+    """Verdict of a greedy rule that accepts exact matches plus the mismatches ``relax(position)`` accepts, judged
+    in order up to the first one it rejects.
+
+    The one greedy verification walk: it reads the target rows only up to that rejection (``first_mismatch``), so
+    exact match pays for the accepted prefix and a relaxation is computed only where it can change the verdict.
+    The correction/bonus token is the target's argmax at the first rejected position."""
+    rows = block.greedy_rows
+    n_relaxed, start = 0, 0
+    while True:
+        j = rows.first_mismatch(start)
+        if j >= block.k or relax is None or not relax(j):
+            return Verdict(j, rows.argmax_at(j), n_relaxed)
+        n_relaxed += 1
+        start = j + 1
 
 
 def greedy_verdict(block: Block, accept: torch.Tensor) -> Verdict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
 
 
 @register_policy
@@ -13,4 +13,4 @@ class ExactMatch(VerificationPolicy):
     summary = "greedy exact match: accept d_i iff d_i = argmax p_i (lossless)"
 
     def decide(self, block: Block) -> Verdict:
-        return greedy_verdict(block, block.matches)
+        return greedy_scan(block)

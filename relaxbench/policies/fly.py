@@ -38,29 +38,58 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.sampling import top_values
+from relaxbench.decoding.sampling import softmax_sums, top_values
 from relaxbench.policies.base import (
     Block,
     Verdict,
     VerificationPolicy,
-    greedy_verdict,
+    greedy_scan,
     register_policy,
     relax_mismatches,
 )
 from relaxbench.policies.rejection import rejection_sample
 
 
-def top3_entropy(logits: torch.Tensor, top: torch.Tensor | None = None) -> torch.Tensor:
+def top3_entropy(logits: torch.Tensor, top: torch.Tensor | None = None,
+                 row_max: torch.Tensor | None = None) -> torch.Tensor:
     """FLy's entropy of each row of raw ``logits`` [n, V]: over the 3 largest probabilities of the full softmax.
-    ``top`` ([n, 3], the rows' three largest logits) may be passed when already known."""
-    top = top_values(logits.float(), 3) if top is None else top
-    log_p = top - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+    ``top`` ([n, 3], the rows' three largest logits) and ``row_max`` ([n]) may be passed when already known."""
+    logits = logits.float()
+    top = top_values(logits, 3) if top is None else top
+    row_max = top[:, 0] if row_max is None else row_max
+    total, _ = softmax_sums(logits, row_max.contiguous())
+    log_p = top - (row_max + total.log()).unsqueeze(-1)  # log-normaliser = max + ln Σ e^(z − max)
     return -(log_p.exp() * log_p).sum(dim=-1)
 
 
 def block_top3_entropy(block: Block) -> Callable[[torch.Tensor], torch.Tensor]:
-    """rows -> FLy's entropy of the target at ``rows``, reading the round's shared chunk maxima."""
-    return lambda rows: top3_entropy(block.target_rows(rows), block.target_top_values(3).index_select(0, rows))
+    """rows -> FLy's entropy of the target at ``rows``, reading the round's shared row reductions."""
+    return lambda rows: top3_entropy(block.target_rows(rows), block.target_top_values(3).index_select(0, rows),
+                                     block.target_max.index_select(0, rows))
+
+
+def row_top3_entropy(block: Block, j: int) -> float:
+    """``top3_entropy`` of the target row at draft position ``j``, from the round's scan (Python numbers)."""
+    rows = block.greedy_rows
+    total, _ = rows.softmax_sums_at(j)
+    log_normaliser = rows.max_at(j) + math.log(total)
+    log_p = [z - log_normaliser for z in rows.top_values_at(j, 3) if z != -math.inf]  # 0·log 0 = 0
+    return -sum(math.exp(lp) * lp for lp in log_p)
+
+
+def fly_relax_greedy(block: Block, theta: float, window: int) -> Callable[[int], bool]:
+    """j -> FLy's relaxation of the mismatch at draft position ``j``, for ``greedy_scan``: a window candidate
+    (the next ``window − 1`` drafts match and ``j + window < k``) whose top-3 entropy is ``>= theta`` —
+    ``fly_accept``'s rule, reading the target rows only through the window."""
+    rows = block.greedy_rows
+
+    def relax(j: int) -> bool:
+        candidate = j + window < block.k and rows.first_mismatch(j + 1) >= j + window
+        if not candidate or theta <= 0:
+            return candidate
+        return row_top3_entropy(block, j) >= theta
+
+    return relax
 
 
 def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
@@ -113,9 +142,11 @@ class FLy(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         theta, window = self.knobs.theta, self.knobs.window
-        entropy = block_top3_entropy(block)
         if block.greedy:
-            return greedy_verdict(block, fly_accept(block.matches, entropy, theta, window))
+            if math.isinf(theta) and theta > 0:
+                return greedy_scan(block)
+            return greedy_scan(block, fly_relax_greedy(block, theta, window))
+        entropy = block_top3_entropy(block)
         p = block.target_probs
         p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
         two_sample_hit = 1 - (1 - p_d) ** 2

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.sampling import greedy_argmax, logits_to_probs
+from relaxbench.decoding.sampling import logits_to_probs, mixture_argmax
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import (
     Block,
@@ -39,8 +39,7 @@ from relaxbench.policies.base import (
     PolicyEnv,
     Verdict,
     VerificationPolicy,
-    greedy_verdict,
-    matches_or,
+    greedy_scan,
     register_policy,
     take_rows,
 )
@@ -95,11 +94,13 @@ class ReflectiveJudge(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            if self.knobs.alpha == 0:
-                return greedy_verdict(block, block.matches)
-            return greedy_verdict(block, matches_or(
-                block, lambda rows: greedy_argmax(self.fused_logits(block, rows)) == take_rows(block.draft_tokens,
-                                                                                             rows)))
+            alpha = self.knobs.alpha
+            if alpha == 0:
+                return greedy_scan(block)
+            reflective = self.reflective_logits(block)
+            drafts = block.greedy_rows.draft_ids
+            return greedy_scan(block, lambda j: mixture_argmax(
+                block.target_logits[j], reflective[j], 1 - alpha, alpha) == drafts[j])
         p = block.target_probs
         pi = p[:-1]
         if self.knobs.alpha > 0:

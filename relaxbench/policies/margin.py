@@ -24,19 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
 
 
-def top2_ratio_accept(block: Block, theta: float) -> torch.Tensor:
-    """[k] bool: exact matches, plus MARS's relaxation (cheap: it reads only the round's shared top-2 logits)."""
-    if theta >= 1:
-        return block.matches
-    top = block.target_top_values(2)[: block.k]
-    z1, z2 = top[:, 0], top[:, 1]
-    is_top2 = block.target_logit_of_drafts >= z2  # a mismatch with the second-largest logit (or tied with it)
-    return block.matches | (is_top2 & (z1 > 0) & (z2 / z1 > theta))
+def top2_ratio_relax(block: Block, j: int, theta: float) -> bool:
+    """MARS's relaxation of the mismatch at draft position ``j`` (cheap: it reads only the row's top-2 logits,
+    from the round's chunk maxima)."""
+    z1, z2 = block.greedy_rows.top_values_at(j, 2)
+    is_top2 = block.greedy_rows.draft_logit_at(j) >= z2  # the second-largest logit (or tied with it)
+    return is_top2 and z1 > 0 and z2 / z1 > theta
 
 
 @register_policy
@@ -55,7 +51,10 @@ class Margin(VerificationPolicy):
                 raise ValueError("theta must be >= 0")
 
     def decide(self, block: Block) -> Verdict:
-        return greedy_verdict(block, top2_ratio_accept(block, self.knobs.theta))
+        theta = self.knobs.theta
+        if theta >= 1:
+            return greedy_scan(block)
+        return greedy_scan(block, lambda j: top2_ratio_relax(block, j, theta))
 
 
 @register_policy
@@ -74,11 +73,17 @@ class MarginFirst(VerificationPolicy):
                 raise ValueError("kappa must be >= 0")
 
     def decide(self, block: Block) -> Verdict:
-        accept = block.matches.clone()
-        mismatches = (~accept).nonzero().flatten()
-        if mismatches.numel() and self.knobs.kappa <= 1:
-            j = int(mismatches[0])
-            row = block.target_logits[j]
-            gap = float(row[int(block.draft_tokens[j])].float() - row[int(block.target_argmax[j])].float())  # ln p(d)/p(t)
-            accept[j] = gap >= math.log(self.knobs.kappa) if self.knobs.kappa > 0 else True
-        return greedy_verdict(block, accept)
+        kappa = self.knobs.kappa
+        if kappa > 1:
+            return greedy_scan(block)
+        rows = block.greedy_rows
+        judged: list[int] = []
+
+        def promote_first(j: int) -> bool:  # greedy_scan's first call is the block's first mismatch
+            judged.append(j)
+            if len(judged) > 1:
+                return False
+            gap = rows.draft_logit_at(j) - rows.max_at(j)  # ln p(d)/p(top1)
+            return gap >= math.log(kappa) if kappa > 0 else True
+
+        return greedy_scan(block, promote_first)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_scan, register_policy
 from relaxbench.policies.rejection import Row, rejection_sample
 from relaxbench.policies.typical import safe_log
 
@@ -65,7 +65,7 @@ class RelaxedTarget(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            return greedy_verdict(block, block.matches)
+            return greedy_scan(block)
         p_all, q = block.target_probs, block.draft_probs
         p = p_all[:-1]
         pi_accept, pi_residual = self.targets(block, p, q)

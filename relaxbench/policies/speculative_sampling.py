@@ -6,7 +6,7 @@ Under greedy decoding p and q are one-hot argmaxes, so the rule reduces to exact
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_scan, register_policy
 from relaxbench.policies.rejection import rejection_sample
 
 
@@ -19,6 +19,6 @@ class SpeculativeSampling(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            return greedy_verdict(block, block.matches)
+            return greedy_scan(block)
         p = block.target_probs
         return rejection_sample(block.draft_tokens, block.draft_probs, p[:-1], p[:-1], p[-1], block.generator)

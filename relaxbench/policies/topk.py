@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
 
 
 @register_policy
@@ -30,8 +30,8 @@ class LenientTopK(VerificationPolicy):
                 raise ValueError("top must be >= 1")
 
     def decide(self, block: Block) -> Verdict:
-        if self.knobs.top == 1:
-            return greedy_verdict(block, block.matches)
-
-        kth = block.target_top_values(self.knobs.top)[: block.k, -1]
-        return greedy_verdict(block, block.matches | (block.target_logit_of_drafts >= kth))
+        top = self.knobs.top
+        if top == 1:
+            return greedy_scan(block)
+        rows = block.greedy_rows
+        return greedy_scan(block, lambda j: rows.draft_logit_at(j) >= rows.top_values_at(j, top)[-1])

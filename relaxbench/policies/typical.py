@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict, matches_or, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
 from relaxbench.policies.rejection import rejection_sample
 
 
@@ -44,19 +44,16 @@ def typical_threshold(probs: torch.Tensor, epsilon: float, delta: float) -> torc
     return typical_floor(-(probs * safe_log(probs)).sum(dim=-1), epsilon, delta)
 
 
-def typical_accept_greedy(block: Block, rows: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """[len(rows)] ``p(d) > min(ε, δ·exp(−H(p)))`` at ``rows`` of the raw target softmax, without materialising p:
-    with ``s = z − max z``, ``S = Σ e^s``: ``H = ln S − Σ e^s·s / S`` and ``p(d) = e^{s_d} / S``."""
-    row_max = block.target_max.index_select(0, rows)
-    shifted = block.target_rows(rows) - row_max.unsqueeze(-1)
-    weights = shifted.exp()
-    total = weights.sum(dim=-1)
-    weighted = (weights.unsqueeze(-2) @ shifted.unsqueeze(-1)).reshape(-1)  # Σ e^s·s as a dot product, one pass
-    if bool(weighted.isnan().any()):  # a -inf logit: e^s·s is 0·(−inf); count it as 0
-        weighted = torch.where(weights > 0, weights * shifted, 0.0).sum(dim=-1)
-    entropy = total.log() - weighted / total
-    p_d = (block.target_logit_of_drafts.index_select(0, rows) - row_max).exp() / total
-    return p_d > typical_floor(entropy, epsilon, delta)
+def typical_accept_greedy(block: Block, j: int, epsilon: float, delta: float) -> bool:
+    """``p(d) > min(ε, δ·exp(−H(p)))`` at draft position ``j`` of the raw target softmax, without materialising p:
+    with ``s = z − max z``, ``S = Σ e^s``, ``T = Σ e^s·s`` (``softmax_sums``): ``H = ln S − T / S`` and
+    ``p(d) = e^{s_d} / S``."""
+    rows = block.greedy_rows
+    row_max = rows.max_at(j)
+    total, weighted = rows.softmax_sums_at(j)
+    entropy = math.log(total) - weighted / total
+    p_d = math.exp(rows.draft_logit_at(j) - row_max) / total
+    return p_d > min(epsilon, delta * math.exp(-entropy))
 
 
 @register_policy
@@ -78,9 +75,8 @@ class TypicalAcceptance(VerificationPolicy):
         eps, delta = self.knobs.epsilon, self.knobs.delta
         if block.greedy:
             if math.isinf(eps) and math.isinf(delta):
-                return greedy_verdict(block, block.matches)
-
-            return greedy_verdict(block, matches_or(block, lambda rows: typical_accept_greedy(block, rows, eps, delta)))
+                return greedy_scan(block)
+            return greedy_scan(block, lambda j: typical_accept_greedy(block, j, eps, delta))
         p = block.target_probs
         floor = typical_threshold(p, eps, delta)  # [k+1]
         p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
