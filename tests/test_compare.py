@@ -15,6 +15,7 @@ import pytest
 
 from relaxbench.cli import main
 from tests.conftest import assert_one_line_error
+from tests.store_query import rows
 
 DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
@@ -25,15 +26,6 @@ def compare_args(out: Path, *extra: str) -> list[str]:
     return ["compare", *TINY, "--methods", "exact,speculative-sampling", "--tasks", "jsonl,humaneval",
             "--data-file", f"jsonl={DATA}", "--limit", "3", "--max-new-tokens", "12", "--out", str(out),
             "--report-format", "none", *extra]  # the report after compare is tested in test_report.py
-
-
-def rows(db: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return list(conn.execute(sql, params))
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 
 from relaxbench.cli import main
 from tests.conftest import CliResult, assert_one_line_error
+from tests.store_query import rows
 
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
         "--draft-dtype", "float64"]
@@ -24,15 +25,6 @@ ARITH, MC = "lm_eval:relaxbench_arith", "lm_eval:relaxbench_mc"
 
 def compare_args(out: Path) -> list[str]:
     return ["compare", *TINY, "--methods", "exact", "--tasks", TASKS, "--limit", "3", "--out", str(out)]
-
-
-def rows(db: Path, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return list(conn.execute(sql, params))
-    finally:
-        conn.close()
 
 
 def samples(db: Path) -> dict[tuple[str, str, str], sqlite3.Row]:
