@@ -2,12 +2,13 @@
 
 A greedy verification round reads the target's [k+1, V] logits for each row's maximum, first argmax and chunk
 maxima, and for a relaxed row its softmax normaliser. torch spreads that over several passes and many small ops
-(~1 ms a round at V = 152k on two cores, against a 0.5 ms budget); the C kernels read each row once. They are
-built with the system C compiler (``$CC``, else ``cc``) on first use into ``$RELAXBENCH_CACHE/kernels``, keyed
-by the source, the compiler and the CPU, so a cached build is never loaded on a CPU it was not built for.
+(0.5–1.2 ms a round at V = 152k on two cores, against a 0.5 ms budget); the C kernels read each needed row once.
+They are built with the system C compiler (``$CC``, else ``cc``/``gcc``/``clang``) on first use into
+``$RELAXBENCH_CACHE/kernels``, keyed by the source, the compiler and the CPU, so a cached build is never loaded on
+a CPU it was not built for.
 
 Which implementation runs is the *kernel backend*: ``RELAXBENCH_KERNELS`` = ``auto`` (default: native when it
-builds, else torch, with one warning), ``native`` (an error when it cannot build) or ``torch``; ``use_backend``
+builds, else torch, saying so in one line on stderr), ``native`` (an error when it cannot build) or ``torch``; ``use_backend``
 sets it for a block of code (benchmarks, tests). The torch code in ``sampling.py`` is the reference: tests hold
 the native results to it. Inputs the kernels do not take (not float32, not on the CPU, last dimension strided)
 and rows holding a NaN always go to torch.
