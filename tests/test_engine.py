@@ -12,7 +12,7 @@ from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_verdict
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan
 
 AR = MethodSpec(name="ar", policy="none")
 EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec("model"))
@@ -117,7 +117,7 @@ class AppendsTokens(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         self.seen.append(block.extras["extra_logits"].shape[0])
-        return greedy_verdict(block, block.matches)
+        return greedy_scan(block)
 
 
 def test_extra_verify_tokens_are_seen_then_dropped(tiny_target, tiny_draft):

@@ -8,10 +8,10 @@ They are built with the system C compiler (``$CC``, else ``cc``/``gcc``/``clang`
 a CPU it was not built for.
 
 Which implementation runs is the *kernel backend*: ``RELAXBENCH_KERNELS`` = ``auto`` (default: native when it
-builds, else torch, saying so in one line on stderr), ``native`` (an error when it cannot build) or ``torch``; ``use_backend``
-sets it for a block of code (benchmarks, tests). The torch code in ``sampling.py`` is the reference: tests hold
-the native results to it. Inputs the kernels do not take (not float32, not on the CPU, last dimension strided)
-and rows holding a NaN always go to torch.
+builds, else torch, saying so in one line on stderr), ``native`` (an error when it cannot build) or ``torch``;
+``use_backend`` sets it for a block of code (benchmarks, tests). The torch code in ``sampling.py`` is the
+reference: tests hold the native results to it. Inputs the kernels do not take (not float32, not on the CPU, last
+dimension strided) and rows holding a NaN always go to torch.
 """
 
 from __future__ import annotations

@@ -99,11 +99,6 @@ class Block:
         """[k+1] the largest target logit of each row (float)."""
         return self.target_reductions.max
 
-    @cached_property
-    def target_logit_of_drafts(self) -> torch.Tensor:
-        """[k] the target's logit of each draft token (float)."""
-        return self.target_logits[: self.k].gather(-1, self.draft_tokens.unsqueeze(-1)).squeeze(-1).float()
-
     def target_top_values(self, n: int) -> torch.Tensor:
         """[k+1, n] the n largest target logits of every row, descending (float). From the shared chunk maxima, so
         it reads only n chunks per row; computed once per n."""
@@ -258,14 +253,6 @@ def greedy_scan(block: Block, relax: Callable[[int], bool] | None = None) -> Ver
             return Verdict(j, rows.argmax_at(j), n_relaxed)
         n_relaxed += 1
         start = j + 1
-
-
-def greedy_verdict(block: Block, accept: torch.Tensor) -> Verdict:
-    """Verdict of a greedy rule from its per-position accept mask: the correction/bonus token is the target's
-    argmax at the first rejected position, and relaxed acceptances are accepted mismatches."""
-    n = accepted_prefix_length(accept)
-    n_relaxed = n - sum(block.matches[:n].tolist()) if n else 0
-    return Verdict(n, int(block.target_argmax[n]), n_relaxed)
 
 
 @dataclass(frozen=True)
