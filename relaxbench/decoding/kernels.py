@@ -235,10 +235,7 @@ class RowScan:
 
     def softmax_sums(self, row: int, row_max: float) -> tuple[float, float]:
         """``row_softmax_sums`` of row ``row`` (the scan has checked the layout already)."""
-        total, weighted = ctypes.c_double(), ctypes.c_double()
-        self.library.rb_softmax_sums(self.logits[row].data_ptr(), self.vocab, row_max, torch.get_num_threads(),
-                                     ctypes.byref(total), ctypes.byref(weighted))
-        return total.value, weighted.value
+        return _softmax_sums(self.library, self.logits[row], row_max)
 
     def top_values(self, row: int, n: int) -> list[float] | None:
         """The n largest values of computed row ``row``, descending, or None (n over 64: torch answers)."""
@@ -290,8 +287,10 @@ def row_softmax_sums(row: torch.Tensor, row_max: float) -> tuple[float, float] |
     if not (_takes(row) and row.dim() == 1):
         return None
     library = _native()
-    if library is None:
-        return None
+    return None if library is None else _softmax_sums(library, row, row_max)
+
+
+def _softmax_sums(library: ctypes.CDLL, row: torch.Tensor, row_max: float) -> tuple[float, float]:
     total, weighted = ctypes.c_double(), ctypes.c_double()
     library.rb_softmax_sums(row.data_ptr(), int(row.shape[0]), row_max, torch.get_num_threads(),
                             ctypes.byref(total), ctypes.byref(weighted))

@@ -89,6 +89,12 @@ def greedy_reductions(logits: torch.Tensor, chunk: int = CHUNK) -> GreedyReducti
     if native is not None:
         row_max, argmax, maxima = native
         return GreedyReductions(maxima, argmax, row_max)
+    return torch_greedy_reductions(logits, chunk)
+
+
+def torch_greedy_reductions(logits: torch.Tensor, chunk: int = CHUNK) -> GreedyReductions:
+    """``greedy_reductions`` by torch alone: the reference, and the answer when the native kernels cannot give
+    one (no compiler, another device, a NaN)."""
     maxima = chunk_maxima(logits, chunk)
     return GreedyReductions(maxima, greedy_argmax(logits, chunk, maxima),
                             maxima.amax(dim=-1).float().reshape(logits.shape[:-1]))

@@ -23,11 +23,11 @@ from relaxbench.decoding.sampling import (
     CHUNK,
     GreedyReductions,
     SamplingParams,
-    greedy_reductions,
     logits_to_probs,
     next_token,
     softmax_sums,
     top_values,
+    torch_greedy_reductions,
 )
 from relaxbench.errors import ConfigError
 from relaxbench.registry import Registry, did_you_mean
@@ -81,7 +81,7 @@ class Block:
     @property
     def target_reductions(self) -> GreedyReductions:
         """Chunk maxima, argmax and maximum of every target row: the one full-vocabulary pass of a round that
-        reads them all (``greedy_reductions``)."""
+        reads them all (``GreedyRows.full``)."""
         return self.greedy_rows.full()
 
     @property
@@ -121,8 +121,9 @@ class GreedyRows:
     """The greedy reductions of one round's target rows (max, first argmax, chunk maxima, the draft's logit),
     computed as far as the verdict needs: a greedy verdict never reads the rows after its first rejection.
     Natively that is a row-order scan that stops at each mismatch (``kernels.RowScan``) and resumes when a
-    relaxation accepts one; otherwise all rows at once by torch (``greedy_reductions``). The ``*_at`` readers
-    give Python numbers: a relaxation judges one row at a time, where tensor ops would cost more than the rule."""
+    relaxation accepts one; otherwise all rows at once by torch (``torch_greedy_reductions``). The ``*_at``
+    readers give Python numbers: a relaxation judges one row at a time, where tensor ops would cost more than the
+    rule."""
 
     def __init__(self, logits: torch.Tensor, drafts: torch.Tensor) -> None:
         self.logits, self.drafts, self.k = logits, drafts, int(drafts.shape[0])
@@ -148,8 +149,8 @@ class GreedyRows:
             if scan is not None and (scan.done == scan.rows or self._extend(stop_at_mismatch=False)):
                 row_max, argmax, maxima = scan.tensors()
                 self._full = GreedyReductions(maxima, argmax, row_max)
-            else:
-                self._full = greedy_reductions(self.logits)
+            else:  # the native scan did not apply or met a NaN: asking the kernels again would repeat that
+                self._full = torch_greedy_reductions(self.logits)
         return self._full
 
     def first_mismatch(self, start: int) -> int:
