@@ -1,0 +1,168 @@
+"""The one validation mechanism: every spec, knob set, scorer/drafter argument set and model-argument set is a
+pydantic v2 model derived from ``Spec`` (frozen, unknown fields forbidden), validated through ``validate``.
+
+Why pydantic: typed frozen models with field defaults and validators are what every spec here needs, and its
+structured errors (location, error type, input) let ``validate`` turn any failure into the same one-line message
+with a did-you-mean for a misspelt name, whichever spec failed. Values are checked as a user means them: a number
+field takes an int, a float or ``inf``/``-inf`` (the way a command line or YAML writes infinity) but not a bool or
+a numeric string; an integer field takes neither a bool nor a float; lists become tuples.
+
+Also here, because every layer reads specs from files: ``load_yaml`` (errors name the file and line) and
+``builtin_dir`` (the shipped ``methods/``, ``tasks/`` and ``suites/`` folders).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from relaxbench.errors import ConfigError
+from relaxbench.registry import did_you_mean
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+INFINITIES = {"inf": float("inf"), "+inf": float("inf"), "infinity": float("inf"), "-inf": float("-inf"),
+              "-infinity": float("-inf")}
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in INFINITIES:
+        return INFINITIES[value.strip().lower()]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer, got {value!r}")
+    return value
+
+
+def _flag(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+def _text(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {value!r}")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_number)]
+Integer = Annotated[int, BeforeValidator(_integer)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
+Text = Annotated[str, BeforeValidator(_text)]
+
+
+class Spec(BaseModel):
+    """Base of every validated spec: immutable, and a field it does not declare is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` applied and validated again."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def validate(model: type[S], data: Any, where: str, what: str = "field") -> S:
+    """``model`` validated from ``data``; any failure is a ``ConfigError`` of one line, prefixed with ``where``
+    (``"policy 'fly'"``, ``"methods/fly.yaml"``) and naming the offending ``what`` (``knob``, ``field``, ...).
+    Field names written with dashes (``max-ngram``) are read as underscores."""
+    if isinstance(data, Mapping):
+        data = {(k.replace("-", "_") if isinstance(k, str) else k): v for k, v in data.items()}
+    elif data is not None and not isinstance(data, model):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        raise ConfigError(one_line(exc, model, where, what)) from None
+
+
+def one_line(exc: ValidationError, model: type[BaseModel], where: str, what: str = "field") -> str:
+    """The first error of ``exc`` as one line: an unknown name gets a did-you-mean and the known names."""
+    error = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    name = ".".join(loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = _field_names(model, loc[:-1])
+        return (f"{where}: unknown {what} {loc[-1]!r}{did_you_mean(loc[-1], known)} "
+                f"({what}s: {', '.join(known) or 'none'})")
+    if kind == "missing":
+        return f"{where}: missing {what} {name!r}"
+    message = str(error.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if not loc:  # a model validator: the message says everything
+        return f"{where}: {message}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        message = f"must be {_expected(kind)}, got {error.get('input')!r}"
+    return f"{where}: {what} {name!r} {message}"
+
+
+def _expected(kind: str) -> str:
+    return {"dict_type": "a mapping", "list_type": "a list", "tuple_type": "a list", "string_type": "a string",
+            "int_type": "an integer", "int_parsing": "an integer", "float_type": "a number",
+            "float_parsing": "a number", "bool_type": "true or false", "bool_parsing": "true or false"}.get(
+        kind, kind.removesuffix("_type").removesuffix("_parsing"))
+
+
+def _field_names(model: type[BaseModel], path: list[str]) -> list[str]:
+    """The field names of the (nested) model at ``path``."""
+    current: Any = model
+    for part in path:
+        field = getattr(current, "model_fields", {}).get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        current = annotation
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def builtin_dir(kind: str) -> Path:
+    """The shipped ``methods/``, ``tasks/`` or ``suites/`` folder: the source checkout's, else the installed data
+    files."""
+    for candidate in (PROJECT_ROOT / kind, Path(sys.prefix) / "share" / "relaxbench" / kind):
+        if candidate.is_dir():
+            return candidate
+    return PROJECT_ROOT / kind
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse a YAML file; a syntax error names the file and the line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{at}: malformed YAML ({problem})") from None
+
+
+def parse_assignments(items: list[str] | tuple[str, ...] | None, what: str) -> dict[str, Any]:
+    """``key=value`` pairs from a command line or model args; values are YAML scalars/lists (``0.3``, ``true``,
+    ``inf``, ``[1, 2]``)."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {item!r} is not of the form key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"{what} {item!r}: cannot parse the value") from None
+    return out
