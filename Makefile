@@ -40,10 +40,13 @@ system-deps:
 	  if [ -n "$(REQUIRE_SYSTEM_DEPS)" ]; then exit 1; fi; \
 	fi
 
+# lint-imports checks the layer contracts of pyproject.toml ([tool.importlinter]) before the tests run
 test: install system-deps
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 test-fast: install system-deps
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not slow"
 
 # The default suite (suites/default.yaml; BENCH_SUITE=full for bench-full): runs into runs/$(BENCH_SUITE), resumes

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaxbench.config import DrafterSpec, MethodSpec
 from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
+from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
 from relaxbench.policies import make_policy
 
 DEFAULT_K = 5
@@ -19,10 +19,6 @@ DEFAULT_K = 5
 
 def build_drafter(spec: DrafterSpec, target: Any, draft: Any | None) -> Drafter:
     return DRAFTERS.get(spec.kind).build(dict(spec.knobs), DrafterInputs(target, draft))
-
-
-# ``--draft`` values that name a model-free drafter instead of a draft model
-MODEL_FREE_DRAFTS = ("ngram", "layerskip")
 
 
 def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec | None:

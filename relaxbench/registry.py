@@ -1,8 +1,11 @@
-"""One typed registry for every pluggable kind: policies, drafters, tasks' scorers, model aliases.
+"""One typed registry for every pluggable kind: policies, drafters, scorers, row formats, model aliases, task
+sources, executors.
 
-A miss gives a did-you-mean error. Third-party packages add entries through the entry-point group
-``relaxbench.<kind>`` (e.g. ``relaxbench.policies``); an entry point may name the object itself or a module
-whose import registers it.
+A miss gives a did-you-mean error. Packages (relaxbench's own integrations included) add entries through the
+entry-point group ``relaxbench.<kind>`` (e.g. ``relaxbench.policies``); an entry point may name the object itself
+or a module whose import registers it. Entry points load on demand — the one asked for by name, all of them for a
+listing — so a plug-in whose optional dependency is missing costs nothing until it is asked for, and then fails
+with one line.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import difflib
 import types
 from collections.abc import Callable, Iterator
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
 
-from relaxbench.errors import UnknownNameError
+from relaxbench.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -49,16 +52,37 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._items[name] = obj
 
+    def _entry_points(self, name: str | None = None) -> list[EntryPoint]:
+        if self.entry_point_group is None:
+            return []
+        found = entry_points(group=self.entry_point_group)
+        return list(found if name is None else found.select(name=name))
+
+    def _load(self, ep: EntryPoint) -> None:
+        try:
+            obj = ep.load()
+        except ImportError as exc:
+            raise ConfigError(f"{self.kind} {ep.name!r} could not be loaded: {exc} "
+                              "(is the optional dependency it needs installed?)") from None
+        if ep.name not in self._items and not isinstance(obj, types.ModuleType):
+            self._items[ep.name] = obj
+
     def _load_plugins(self) -> None:
-        if self._plugins_loaded or self.entry_point_group is None:
+        """Every entry point of the group (for a listing); one that fails to import is left out."""
+        if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        for ep in entry_points(group=self.entry_point_group):
-            obj = ep.load()
-            if ep.name not in self._items and not isinstance(obj, types.ModuleType):
-                self._items[ep.name] = obj
+        for ep in self._entry_points():
+            if ep.name not in self._items:
+                try:
+                    self._load(ep)
+                except ConfigError:
+                    continue
 
     def get(self, name: str) -> T:
+        if name not in self._items:
+            for ep in self._entry_points(name):
+                self._load(ep)
         if name not in self._items:
             self._load_plugins()
         try:

@@ -43,6 +43,12 @@ def _integer(value: Any) -> Any:
     return value
 
 
+def _positive_integer(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a positive integer, got {value!r}")
+    return value
+
+
 def _flag(value: Any) -> Any:
     if not isinstance(value, bool):
         raise ValueError(f"must be true or false, got {value!r}")
@@ -57,6 +63,7 @@ def _text(value: Any) -> Any:
 
 Number = Annotated[float, BeforeValidator(_number)]
 Integer = Annotated[int, BeforeValidator(_integer)]
+PositiveInteger = Annotated[int, BeforeValidator(_positive_integer)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Text = Annotated[str, BeforeValidator(_text)]
 
@@ -100,6 +107,12 @@ def one_line(exc: ValidationError, model: type[BaseModel], where: str, what: str
                 f"({what}s: {', '.join(known) or 'none'})")
     if kind == "missing":
         return f"{where}: missing {what} {name!r}"
+    if kind == "literal_error":
+        allowed = [a.strip().strip("'") for a in str(error.get("ctx", {}).get("expected", "")).replace(" or ", ", ")
+                   .split(",") if a.strip()]
+        given = str(error.get("input"))
+        return (f"{where}: unknown {loc[-1]} {given!r}{did_you_mean(given, allowed)} "
+                f"({loc[-1]}s: {', '.join(allowed)})")
     message = str(error.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if not loc:  # a model validator: the message says everything
         return f"{where}: {message}"

@@ -13,7 +13,7 @@ import sys
 from relaxbench.benchmarks.efficiency import ArmTotals, EfficiencyRow, Unit, bench_efficiency
 from relaxbench.benchmarks.engine import Comparison, bench_draft_model, bench_prompt_lookup
 from relaxbench.benchmarks.memory import MEMORY_TARGET_GIB, MemoryRun, peak_rss_of
-from relaxbench.config import load_method
+from relaxbench.methods import load_method
 
 
 def test_engine_comparisons_assert_identical_outputs_and_time_both_sides(tiny_target, tiny_draft):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
@@ -15,7 +15,7 @@ from relaxbench.policies import make_policy
 from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan
 
 AR = MethodSpec(name="ar", policy="none")
-EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec("model"))
+EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
 
 
 def run(method, target, draft, prompt, **config):
@@ -140,7 +140,7 @@ def test_sampling_helpers():
 
 
 def test_sampling_arm_is_reproducible_with_a_seed(tiny_target, tiny_draft):
-    method = MethodSpec(name="ss", policy="speculative-sampling", drafter=DrafterSpec("model"))
+    method = MethodSpec(name="ss", policy="speculative-sampling", drafter=DrafterSpec(kind="model"))
     a = run(method, tiny_target, tiny_draft, [1, 2, 3], k=3, max_new_tokens=20, sampling=SamplingParams(1.0), seed=4)
     b = run(method, tiny_target, tiny_draft, [1, 2, 3], k=3, max_new_tokens=20, sampling=SamplingParams(1.0), seed=4)
     assert a.output_ids == b.output_ids

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
 
-EXACT_MODEL = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec("model"))
-EXACT_NGRAM = MethodSpec(name="exact-ngram", policy="exact", drafter=DrafterSpec("ngram", {"max_ngram": 3}))
+EXACT_MODEL = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
+EXACT_NGRAM = MethodSpec(name="exact-ngram", policy="exact", drafter=DrafterSpec(kind="ngram", knobs={"max_ngram": 3}))
 AR = MethodSpec(name="ar", policy="none")
 
 

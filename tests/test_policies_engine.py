@@ -15,7 +15,7 @@ import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
-from relaxbench.config import DrafterSpec, MethodSpec
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, NgramVerifiedByDraftLM
 from relaxbench.decoding.layerskip import LayerSkipDrafter
 from relaxbench.decoding.loop import DecodeConfig
@@ -71,19 +71,19 @@ def test_every_q_needing_rule_refuses_drafters_without_a_distribution(tiny_targe
     needing = [name for name, cls in POLICIES.items() if Need.DRAFT_PROBS in cls.needs]
     assert len(needing) >= 8  # speculative sampling and the seven relaxed-target rules
     for name in needing:
-        method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(drafter))
+        method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(kind=drafter))
         with pytest.raises(ConfigError, match=f"policy '{name}' needs draft-model probabilities"):
             build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=4, sampling=SamplingParams(1.0)))
 
 
 def test_refused_modes_are_configuration_errors(tiny_target, tiny_draft):
     with pytest.raises(ConfigError, match="'margin' does not support sampling"):
-        build_decoder(MethodSpec("margin", "margin"), tiny_target, tiny_draft,
+        build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft,
                       DecodeConfig(sampling=SamplingParams(1.0)))
     with pytest.raises(ConfigError, match="'contrastive' does not support greedy"):
-        build_decoder(MethodSpec("contrastive", "contrastive"), tiny_target, tiny_draft, DecodeConfig())
+        build_decoder(MethodSpec(name="contrastive", policy="contrastive"), tiny_target, tiny_draft, DecodeConfig())
     with pytest.raises(ConfigError, match="needs a draft model"):
-        build_decoder(MethodSpec("fly", "fly", drafter=DrafterSpec("ngram+lm")), tiny_target, None, DecodeConfig())
+        build_decoder(MethodSpec(name="fly", policy="fly", drafter=DrafterSpec(kind="ngram+lm")), tiny_target, None, DecodeConfig())
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in POLICIES.items() if not c.lossless and "greedy" in c.modes))
@@ -147,7 +147,7 @@ def test_ngram_lm_proposes_the_draft_models_greedy_continuation_with_fewer_forwa
 
 @pytest.mark.parametrize("k", [3, 15])
 def test_exact_with_ngram_lm_equals_autoregressive(tiny_target, tiny_draft, k):
-    method = MethodSpec(name="exact-ngram-lm", policy="exact", drafter=DrafterSpec("ngram+lm"))
+    method = MethodSpec(name="exact-ngram-lm", policy="exact", drafter=DrafterSpec(kind="ngram+lm"))
     for prompt in random_prompts(6, 200, seed=k):
         assert generate(method, tiny_target, tiny_draft, prompt, k).output_ids == \
             generate(AR, tiny_target, None, prompt, 0).output_ids
@@ -156,7 +156,7 @@ def test_exact_with_ngram_lm_equals_autoregressive(tiny_target, tiny_draft, k):
 # -- layer-skip self-speculation ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("layers", [1, 2])
 def test_exact_with_layerskip_equals_autoregressive(tiny_target, layers):
-    method = MethodSpec(name="exact-layerskip", policy="exact", drafter=DrafterSpec("layerskip", {"layers": layers}))
+    method = MethodSpec(name="exact-layerskip", policy="exact", drafter=DrafterSpec(kind="layerskip", knobs={"layers": layers}))
     for prompt in random_prompts(5, 200, seed=layers):
         assert generate(method, tiny_target, None, prompt, 4).output_ids == \
             generate(AR, tiny_target, None, prompt, 0).output_ids
@@ -169,7 +169,7 @@ def test_layerskip_shares_the_targets_weights_and_with_every_layer_drafts_the_ta
     assert all(p.data_ptr() in target_storage for p in shallow.parameters())  # nothing copied
     assert len(shallow.model.layers) == 2 and shallow.model.layers[1] is target.model.layers[1]
     assert drafter.describe()["layers"] == 2
-    full = MethodSpec(name="full", policy="exact", drafter=DrafterSpec("layerskip", {"layers": 4}))
+    full = MethodSpec(name="full", policy="exact", drafter=DrafterSpec(kind="layerskip", knobs={"layers": 4}))
     result = generate(full, tiny_target, None, random_prompts(1, 200, seed=3)[0], 5, max_new_tokens=40)
     assert result.acceptance_rate == 1.0  # all four layers: the drafts are the target's own greedy tokens
     with pytest.raises(ConfigError, match=r"layers must be in 1\.\.4"):
@@ -195,8 +195,8 @@ def test_layerskip_and_ngram_lm_on_a_qwen2_model():
                        Qwen2ForCausalLM(config).double().eval(), build_tokenizer(), torch.float64,
                        torch.device("cpu"))
     qwen.model.generation_config.eos_token_id = None
-    layerskip = MethodSpec(name="ls", policy="exact", drafter=DrafterSpec("layerskip", {"layers": 3}))
-    ngram_lm = MethodSpec(name="nl", policy="exact", drafter=DrafterSpec("ngram+lm"))
+    layerskip = MethodSpec(name="ls", policy="exact", drafter=DrafterSpec(kind="layerskip", knobs={"layers": 3}))
+    ngram_lm = MethodSpec(name="nl", policy="exact", drafter=DrafterSpec(kind="ngram+lm"))
     for prompt in random_prompts(3, 250, seed=13):
         reference = generate(AR, qwen, None, prompt, 0, max_new_tokens=40).output_ids
         assert generate(layerskip, qwen, None, prompt, 4, max_new_tokens=40).output_ids == reference

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from relaxbench.config import SuiteSpec, load_task, task_files
-from relaxbench.data import TaskItem, load_items, render_turn
+from relaxbench.data import TaskItem
+from relaxbench.harness.suite import SuiteSpec
+from relaxbench.tasks import load_task, task_files
+from relaxbench.tasks.yaml_tasks import load_items, render_turn
 from relaxbench.errors import ConfigError, DataError, UnknownNameError
 from relaxbench.scoring import ScoringContext, make_scorer
 from relaxbench.scoring.answers import flexible_answer, strict_answer
@@ -77,9 +79,10 @@ def test_humaneval_offline_and_canonical_solutions_pass():
 def _humaneval_lines(n: int) -> list[str]:
     import gzip
 
-    from relaxbench.data.load import fetch_package_file
+    from relaxbench.data.load import package_file
 
-    with gzip.open(fetch_package_file(load_task("humaneval")), "rt") as f:
+    source = load_task("humaneval").source
+    with gzip.open(package_file(source.requirement, source.member), "rt") as f:
         return [next(f) for _ in range(n)]
 
 

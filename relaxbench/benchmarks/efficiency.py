@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from relaxbench.analysis.metrics import predicted_speedup
 from relaxbench.arms import build_decoder, resolve_k
 from relaxbench.benchmarks.engine import CODE_PROMPTS
-from relaxbench.config import MethodSpec
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.calibrate import Calibration, calibrate
+from relaxbench.methods import MethodSpec
 
 EFFICIENCY_TARGET = 0.9
 
@@ -112,7 +112,7 @@ def bench_efficiency(target, draft, methods: list[MethodSpec], k: int | None, ma
     medians over them."""
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
     arms: list[tuple[ArmTotals, SpeculativeDecoder]] = []
-    for method in [MethodSpec("ar", "none"), *methods]:
+    for method in [MethodSpec(name="ar", policy="none"), *methods]:
         arm_k = 0 if method.policy == "none" else resolve_k(method, k)
         decoder = build_decoder(method, target, draft if method.policy != "none" else None,
                                 DecodeConfig(k=arm_k, max_new_tokens=max_new_tokens))

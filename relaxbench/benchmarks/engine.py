@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.config import DrafterSpec, MethodSpec
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.timing import Clock
 
 CODE_PROMPTS = (
@@ -127,8 +127,8 @@ def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int,
     clock = Clock(target.device)
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
     configure_assistant(draft, k)
-    ar = our_arm(MethodSpec("ar", "none"), target, None, 0, max_new_tokens)
-    exact = our_arm(MethodSpec("exact", "exact", drafter=DrafterSpec("model")), target, draft, k, max_new_tokens)
+    ar = our_arm(MethodSpec(name="ar", policy="none"), target, None, 0, max_new_tokens)
+    exact = our_arm(MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model")), target, draft, k, max_new_tokens)
     # warm-up: one short pass of every code path
     for fn in (ar, exact, lambda p: hf_generate(target, p, 8), lambda p: hf_generate(target, p, 8,
                                                                                       assistant_model=draft.model)):
@@ -145,8 +145,8 @@ def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens:
                         n_prompts: int) -> list[Comparison]:
     clock = Clock(target.device)
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
-    method = MethodSpec("exact-ngram", "exact", drafter=DrafterSpec("ngram", {"max_ngram": max_ngram,
-                                                                              "num_tokens": num_tokens}))
+    drafter = DrafterSpec(kind="ngram", knobs={"max_ngram": max_ngram, "num_tokens": num_tokens})
+    method = MethodSpec(name="exact-ngram", policy="exact", drafter=drafter)
     ours = our_arm(method, target, None, num_tokens, max_new_tokens)
 
     def reference(prompt: list[int]) -> list[int]:

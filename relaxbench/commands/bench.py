@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.cli import OneLineParser, configure_runtime
+from relaxbench.commands.args import OneLineParser, runtime_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -94,7 +94,7 @@ def run_engine(args: argparse.Namespace) -> int:
     from relaxbench.models import load_model
     from relaxbench.ui import console
 
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     out = console()
     target, draft = load_pair(args.target, args.draft, device, args.dtype, args.draft_dtype, quiet=False)
     out.print(f"target {target.name} ({target.dtype}), draft {draft.name} ({draft.dtype}), "
@@ -124,11 +124,11 @@ def run_efficiency(args: argparse.Namespace) -> int:
 
     from relaxbench.arms import load_pair
     from relaxbench.benchmarks.efficiency import EFFICIENCY_TARGET, bench_efficiency
-    from relaxbench.config import load_method
     from relaxbench.errors import ConfigError
+    from relaxbench.methods import load_method
     from relaxbench.ui import console
 
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     methods = [load_method(name.strip()) for name in args.methods.split(",") if name.strip()]
     if not methods or any(m.policy == "none" for m in methods):
         raise ConfigError("--methods needs at least one speculative method (the AR arm is always run)")
@@ -198,7 +198,7 @@ def run_forward(args: argparse.Namespace) -> int:
     from relaxbench.models import load_model
     from relaxbench.ui import console
 
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     chunks = tuple(int(c) for c in args.chunks.split(","))
     table = Table(title=f"forward cost, ms (context {args.context} tokens, median of {args.repeats})")
     table.add_column("model")
@@ -226,7 +226,7 @@ def run_policies(args: argparse.Namespace) -> int:
     from relaxbench.policies import POLICIES
     from relaxbench.ui import console
 
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     if args.vocab < 4 or args.k < 1 or args.rounds < 1 or args.sampling_rounds < 1:
         raise ConfigError("need --vocab >= 4, -k >= 1, --rounds >= 1 and --sampling-rounds >= 1")
     for name in args.policy or ():

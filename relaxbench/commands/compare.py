@@ -10,8 +10,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.cli import add_runtime_args, configure_runtime, parse_assignments
+from relaxbench.commands.args import add_runtime_args, runtime_from_args
 from relaxbench.commands.report import add_report_args
+from relaxbench.validation import parse_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,14 +59,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def suite_from_args(args: argparse.Namespace):
     """A SuiteSpec from --suite (if any) with the command-line flags over it."""
-    from relaxbench.config import SuiteSpec, load_yaml, suite_from_dict
     from relaxbench.errors import ConfigError
-    from relaxbench.harness.plan import split_names
+    from relaxbench.harness.suite import SuiteSpec, split_names, suite_file_fields, suite_path
+    from relaxbench.validation import load_yaml, validate
 
     fields: dict[str, Any] = {}
+    where = "command line"
     if args.suite:
         path = suite_path(args.suite)
-        fields = suite_from_dict(load_yaml(path), str(path))
+        where = str(path)
+        fields = suite_file_fields(load_yaml(path), where)
     flags = {"target": args.target, "draft": args.draft, "methods": args.methods, "tasks": args.tasks,
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
@@ -89,23 +92,7 @@ def suite_from_args(args: argparse.Namespace):
     fields["limits"] = limits
     fields["methods"] = split_names(fields["methods"], "method")
     fields["tasks"] = split_names(fields["tasks"], "task")
-    return SuiteSpec(**fields)
-
-
-def suite_path(name: str) -> Path:
-    """A suite file: a path, or the name of a shipped suite (``suites/NAME.yaml``, e.g. ``default``)."""
-    from relaxbench.config import builtin_dir
-    from relaxbench.errors import ConfigError
-    from relaxbench.registry import did_you_mean
-
-    path = Path(name)
-    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in name:
-        return path
-    shipped = {p.stem: p for p in sorted(builtin_dir("suites").glob("*.yaml"))}
-    if name not in shipped:
-        raise ConfigError(f"unknown suite {name!r}{did_you_mean(name, list(shipped))} "
-                          f"(shipped suites: {', '.join(shipped) or 'none'}; or give a YAML path)")
-    return shipped[name]
+    return validate(SuiteSpec, fields, where)
 
 
 class RichProgress:
@@ -163,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     executor = EXECUTORS.get(args.executor)()
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     args.device = suite.device  # a suite file may set it
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
     draft_name = suite.draft if plan.needs_draft_model() else None
@@ -172,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     status = "failed"
     session_id = None
     try:
-        run_id = store.open_run(plan.key, suite.target, suite.draft, _suite_record(suite))
+        run_id = store.open_run(plan.key, suite.target, suite.draft, suite.record())
         session_id = store.start_session(run_id, describe_environment(target, draft, device, getattr(args, "argv", None)))
         worker = Worker(target, draft, suite.draft, store, run_id, session_id, warmup=suite.warmup)
         err.print(f"run {plan.key} in {out_dir / 'results.sqlite'}: {len(plan.arms)} arms × {len(plan.jobs)} tasks")
@@ -207,12 +194,6 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     if args.report_out is not None:
         output_paths(args.report_out, formats, args.report_out)
     return formats
-
-
-def _suite_record(suite) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(suite)
 
 
 def print_tables(out: Path | str, run_id: int | None = None) -> None:

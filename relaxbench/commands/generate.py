@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.cli import add_decoding_args, add_runtime_args, configure_runtime, parse_assignments
+from relaxbench.commands.args import add_decoding_args, add_runtime_args, runtime_from_args
+from relaxbench.validation import parse_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,25 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def method_from_args(args: argparse.Namespace):
     """The method named by --method, or one assembled from --policy/--knob/--drafter/--drafter-knob."""
-    from dataclasses import replace
-
-    from relaxbench.arms import MODEL_FREE_DRAFTS
-    from relaxbench.config import DrafterSpec, MethodSpec, load_method
     from relaxbench.errors import ConfigError
+    from relaxbench.methods import MethodSpec, load_method, with_overrides
 
     if (args.method is None) == (args.policy is None):
         raise ConfigError("give exactly one of --method or --policy")
     method = load_method(args.method) if args.method else MethodSpec(name=args.policy, policy=args.policy)
-    knobs = parse_assignments(args.knob, "--knob")
-    drafter_knobs = parse_assignments(args.drafter_knob, "--drafter-knob")
-    drafter = method.drafter
-    if args.drafter is not None:
-        drafter = DrafterSpec(kind=args.drafter, knobs=drafter_knobs)
-    elif args.draft in MODEL_FREE_DRAFTS and drafter.kind == "model":
-        drafter = DrafterSpec(kind=args.draft, knobs=drafter_knobs)
-    elif drafter_knobs:
-        drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **drafter_knobs})
-    return replace(method, knobs={**method.knobs, **knobs}, drafter=drafter)
+    return with_overrides(method, parse_assignments(args.knob, "--knob"), args.drafter,
+                          parse_assignments(args.drafter_knob, "--drafter-knob"), args.draft)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.errors import ConfigError
     from relaxbench.ui import console
 
-    device = configure_runtime(args)
+    device = runtime_from_args(args)
     method = method_from_args(args)
     if method.policy != "none" and args.draft is None and DRAFTERS.get(method.drafter.kind).needs_draft_model:
         raise ConfigError(f"method {method.name!r} (drafter {method.drafter.kind!r}) needs --draft NAME, "

@@ -28,7 +28,7 @@ def rows(kind: str) -> list[tuple[str, str]]:
 
         return [(name, spec.description) for name, spec in MODELS.items()]
     if kind == "methods":
-        from relaxbench.config import load_method, method_files
+        from relaxbench.methods import load_method, method_files
 
         out = []
         for name in method_files():
@@ -38,11 +38,12 @@ def rows(kind: str) -> list[tuple[str, str]]:
                               f"{sweep}. {spec.description}".strip()))
         return out
     if kind == "suites":
-        from relaxbench.config import builtin_dir, load_yaml, suite_from_dict
+        from relaxbench.harness.suite import shipped_suites, suite_file_fields
+        from relaxbench.validation import load_yaml
 
         out = []
-        for path in sorted(builtin_dir("suites").glob("*.yaml")):
-            suite = suite_from_dict(load_yaml(path), str(path))
+        for path in shipped_suites().values():
+            suite = suite_file_fields(load_yaml(path), str(path))
             limits = suite.get("limits") or {}
             tasks = ", ".join(f"{t} ({limits.get(t, suite.get('limit') or 'all')})" for t in suite.get("tasks", ()))
             out.append((path.stem, f"{suite.get('draft')} -> {suite.get('target')}; methods "
@@ -53,7 +54,7 @@ def rows(kind: str) -> list[tuple[str, str]]:
         from relaxbench.scoring import SCORERS
 
         return [(name, cls.summary) for name, cls in SCORERS.items()]
-    from relaxbench.config import load_task, task_files
+    from relaxbench.tasks import load_task, task_files
 
     out = []
     for name in task_files():

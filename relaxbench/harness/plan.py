@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from relaxbench.arms import effective_drafter, resolve_k
-from relaxbench.config import DrafterSpec, MethodSpec, SuiteSpec, TaskSpec, is_lm_eval_name, load_method, load_task
-from relaxbench.data import TaskItem, load_items
+from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
+from relaxbench.harness.suite import SuiteSpec
+from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.registry import did_you_mean
+from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
+from relaxbench.tasks.yaml_tasks import YAML_LOADER
 
 BASELINE_ARM = "ar"
 
@@ -38,33 +41,32 @@ class Arm:
         return self.name == BASELINE_ARM
 
     def needs_draft_model(self) -> bool:
-        from relaxbench.decoding.drafters import DRAFTERS
-
         return self.drafter is not None and DRAFTERS.get(self.drafter.kind).needs_draft_model
 
 
 @dataclass(frozen=True)
 class TaskJob:
-    """One task's share of a run: its items and every arm; the unit an executor hands out."""
+    """One task's share of a run: its source (items, prompts, scorer), every arm and the decoding settings; the
+    unit an executor hands out."""
 
-    task: TaskSpec
-    items: tuple[TaskItem, ...]
-    fingerprint: str
+    source: TaskSource
     arms: tuple[Arm, ...]
     repeats: int
     max_new_tokens: int
     sampling: SamplingParams
     seed: int
-    lm_eval: Any = None  # for lm_eval:NAME tasks, the LmEvalTask (integrations/lm_eval_source.py)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def items(self) -> tuple[Any, ...]:
+        return self.source.items
 
     def decode_config(self, arm: Arm) -> DecodeConfig:
         return DecodeConfig(k=arm.k, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                            stop_strings=self.task.stop, seed=self.seed)
-
-    @property
-    def target_alone(self) -> bool:
-        """An lm-eval task answered by the target's likelihoods: no generation, the same for every arm."""
-        return self.lm_eval is not None and self.lm_eval.target_alone
+                            stop_strings=self.source.generation().stop, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -81,27 +83,8 @@ class RunPlan:
         return any(arm.needs_draft_model() for arm in self.arms)
 
     def notes(self) -> list[str]:
-        """What a user should know before the run starts (settings of lm-eval tasks that compare reads but
-        does not act on, tasks that only the target scores)."""
-        out = []
-        for job in self.jobs:
-            if job.lm_eval is None:
-                continue
-            if job.lm_eval.ignored_gen_kwargs:
-                out.append(f"{job.task.name}: generation kwargs ignored by relaxbench's engine: "
-                           f"{', '.join(job.lm_eval.ignored_gen_kwargs)}")
-            if job.target_alone:
-                out.append(f"{job.task.name}: {job.lm_eval.output_type} task, scored by the target's likelihoods "
-                           "once (in the AR cell); every method scores the same by definition")
-        return out
-
-
-def split_names(value: str | tuple[str, ...] | list[str], what: str) -> tuple[str, ...]:
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v).strip() for v in value]
-    names = [n for n in names if n]
-    if not names:
-        raise ConfigError(f"give at least one {what}")
-    return tuple(names)
+        """What a user should know before the run starts (each task source's notes)."""
+        return [note for job in self.jobs for note in job.source.notes()]
 
 
 def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
@@ -126,6 +109,24 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
+def check_task_options(suite: SuiteSpec) -> None:
+    """--data-file and --task-limit must name tasks of the run (a did-you-mean otherwise); a data file must name a
+    task whose source reads one."""
+    given = list(suite.tasks)
+    own = [name for name in given if source_prefix(name) is None]
+    readers = {n for names in YAML_LOADER.names(own).values() for n in names} | set(own)
+    for option, named, allowed in (("--data-file", suite.data_files, readers),
+                                   ("--task-limit", suite.limits, readers | set(given))):
+        unknown = sorted(set(named) - allowed)
+        if unknown:
+            name = unknown[0]
+            prefix = source_prefix(name)
+            why = (f"; {prefix}:NAME tasks read their own data" if option == "--data-file" and prefix is not None
+                   and name in given and not loader_for(name).reads_data_files else "")
+            raise ConfigError(f"{option} names task {name!r}, which is not in --tasks "
+                              f"({', '.join(given)}){did_you_mean(name, given)}{why}")
+
+
 def build_plan(suite: SuiteSpec) -> RunPlan:
     """Validate the suite and load every task's items (no model is loaded here)."""
     if suite.repeats < 1:
@@ -137,100 +138,39 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     arms = build_arms(suite)
     if suite.limit is not None and suite.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {suite.limit}")
-    own = [name for name in suite.tasks if not is_lm_eval_name(name)]
-    tasks = {name: load_task(name) for name in own}
-    lm_eval_tasks = _load_lm_eval_tasks(suite)
-    names = [tasks[n].name for n in own] + [t.name for loaded in lm_eval_tasks.values() for t in loaded]
+    check_task_options(suite)
+    request = LoadRequest(target=suite.target, limit=suite.limit, limits=suite.limits, data_files=suite.data_files,
+                          options=suite.model_dump())
+    loaded = load_sources(suite.tasks, request)
+    sources = [source for name in suite.tasks for source in loaded[name]]
+    names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
-    readers = {tasks[n].name for n in own} | set(own)
-    unknown = sorted(set(suite.data_files) - readers)
-    if unknown:
-        raise ConfigError(f"--data-file names task {unknown[0]!r}, which is not in --tasks "
-                          f"({', '.join(names)}){did_you_mean(unknown[0], names)}"
-                          + ("; lm_eval:NAME tasks read lm-eval's own data" if is_lm_eval_name(unknown[0]) else ""))
-    unknown = sorted(set(suite.limits) - readers - set(suite.tasks))
-    if unknown:
-        raise ConfigError(f"--task-limit names task {unknown[0]!r}, which is not in --tasks "
-                          f"({', '.join(names)}){did_you_mean(unknown[0], names)}")
-    sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
+    run_sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
-    for given in suite.tasks:
-        if given in lm_eval_tasks:
-            jobs.extend(_lm_eval_job(task, arms, suite, sampling) for task in lm_eval_tasks[given])
-            continue
-        task = tasks[given]
-        data_file = suite.data_files.get(task.name, suite.data_files.get(given))
-        limit = suite.limits.get(task.name, suite.limits.get(given, suite.limit))
-        items, fingerprint = load_items(task, data_file, limit)
-        jobs.append(TaskJob(task, tuple(items), fingerprint, arms, suite.repeats,
-                            suite.max_new_tokens or task.max_new_tokens, sampling, suite.seed))
-    return RunPlan(suite, tuple(jobs), run_key(suite, arms, [job.task for job in jobs]))
+    for source in sources:
+        generation = source.generation()
+        # a task's own sampling (an lm-eval task's generation kwargs) applies unless the run sets one
+        own = generation.sampling is not None and run_sampling == SamplingParams()
+        jobs.append(TaskJob(source, arms, suite.repeats, suite.max_new_tokens or generation.max_new_tokens,
+                            generation.sampling if own else run_sampling, suite.seed))
+    return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
 
 
-def _load_lm_eval_tasks(suite: SuiteSpec) -> dict[str, list[Any]]:
-    """Every ``lm_eval:NAME`` of the suite, loaded through lm-eval: given name → its tasks (a group or tag gives
-    several). lm-eval is imported only when a suite asks for one of its tasks."""
-    given = [name for name in suite.tasks if is_lm_eval_name(name)]
-    if not given:
-        return {}
-    from relaxbench.integrations.lm_eval_source import ChatTemplate, load_lm_eval_tasks
-
-    chat = None
-    if suite.apply_chat_template:  # prompts rendered with the target's chat template need its tokenizer (only)
-        from relaxbench.models import load_tokenizer
-
-        chat = ChatTemplate(load_tokenizer(suite.target), suite.target.replace("/", "__"))
-    by_limit: dict[int | None, list[str]] = {}  # one load per distinct item limit (--task-limit)
-    for name in given:
-        by_limit.setdefault(suite.limits.get(name, suite.limit), []).append(name)
-    loaded: dict[str, list[Any]] = {}
-    for limit, names in by_limit.items():
-        loaded.update(load_lm_eval_tasks(names, include_paths=suite.include_paths, limit=limit,
-                                         num_fewshot=suite.num_fewshot, chat=chat))
-    return {name: loaded[name] for name in given}
-
-
-def _lm_eval_job(task: Any, arms: tuple[Arm, ...], suite: SuiteSpec, sampling: SamplingParams) -> TaskJob:
-    """A job for an lm-eval task. Its generation settings are the task's (stop strings, max_gen_toks, sampling),
-    as in an ``lm_eval`` run; --max-new-tokens overrides max_gen_toks, and --temperature/--top-k/--top-p override
-    the task's sampling when any of them is set away from greedy decoding's defaults."""
-    spec = task.task_spec()
-    task_sampling = task.settings.sampling if task.settings is not None else SamplingParams()
-    return TaskJob(spec, tuple(task.items()), task.fingerprint, arms, suite.repeats,
-                   suite.max_new_tokens or spec.max_new_tokens,
-                   sampling if sampling != SamplingParams() else task_sampling, suite.seed, lm_eval=task)
-
-
-def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], tasks: list[TaskSpec]) -> str:
+def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) -> str:
     """A hash of everything that decides the results: the suite (less limit/repeats/warm-up) and the resolved
-    method and task specs (so an edited YAML starts a new run instead of mixing results)."""
+    method and task records (so an edited YAML starts a new run instead of mixing results)."""
     payload: dict[str, Any] = {
         "suite": suite.key_fields(),
-        "arms": [{"name": a.name, "method": _spec_record(a.method), "k": a.k,
-                  "drafter": None if a.drafter is None else asdict(a.drafter)} for a in arms],
-        "tasks": [_task_record(t) for t in tasks],
+        "arms": [{"name": a.name, "method": a.method.identity(), "k": a.k,
+                  "drafter": None if a.drafter is None else a.drafter.model_dump()} for a in arms],
+        "tasks": [_task_identity(s.record()) for s in sources],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _spec_record(method: MethodSpec) -> dict[str, Any]:
-    data = asdict(method)
-    data.pop("source", None)
-    data.pop("description", None)
-    return data
-
-
-def _task_record(task: TaskSpec) -> dict[str, Any]:
-    data = task.to_record()
-    data.pop("origin", None)
-    data.pop("description", None)
-    return data
-
-
-def method_record(method: MethodSpec) -> dict[str, Any]:
-    """The full method spec as stored with a cell (description and source file included)."""
-    return asdict(method)
+def _task_identity(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key not in ("origin", "description")}
 
 
 def default_out_dir(suite: SuiteSpec) -> Path:

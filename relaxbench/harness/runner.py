@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.data import TaskItem, render_turn
+from relaxbench.data import TaskItem
 from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
-from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.calibrate import calibrate
-from relaxbench.harness.plan import Arm, TaskJob, method_record
+from relaxbench.harness.plan import Arm, TaskJob
 from relaxbench.harness.store import CellDefinition, Store, dumps, now
 from relaxbench.policies import POLICIES
-from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
+from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
 
 WARMUP_TOKENS = 8
@@ -72,37 +71,27 @@ class Worker:
     run_id: int
     session_id: int
     warmup: int = 1
-    _target_lm: Any = field(default=None, init=False, repr=False)
 
-    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun | TargetAloneRun:
+    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun | LikelihoodRun:
         """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
-        return TargetAloneRun(self, job, progress) if job.target_alone else TaskRun(self, job, progress)
-
-    def target_lm(self) -> Any:
-        """The target alone behind lm-eval's model interface (``RelaxbenchLM`` with method ``none``): how lm-eval
-        tasks' prompts are tokenized and their likelihoods computed, the same code as ``--model relaxbench``."""
-        if self._target_lm is None:
-            from relaxbench.integrations.lm_eval import RelaxbenchLM
-
-            self._target_lm = RelaxbenchLM.from_models(self.target, method="none")
-        return self._target_lm
+        return LikelihoodRun(self, job, progress) if job.source.likelihood_only else TaskRun(self, job, progress)
 
 
 def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
     policy = POLICIES.get(arm.method.policy)
     decode = job.decode_config(arm)
     return CellDefinition(
-        task=job.task.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
+        task=job.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
         method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
-        knobs=dict(arm.method.knobs), method_spec=method_record(arm.method),
-        drafter=None if arm.drafter is None else asdict(arm.drafter), k=arm.k, decode=asdict(decode),
-        task_spec=job.task.to_record(), scorer=job.task.scorer, data_fingerprint=job.fingerprint)
+        knobs=dict(arm.method.knobs), method_spec=arm.method.record(),
+        drafter=None if arm.drafter is None else arm.drafter.model_dump(), k=arm.k, decode=asdict(decode),
+        task_spec=job.source.record(), scorer=job.source.scorer_name, data_fingerprint=job.source.fingerprint)
 
 
 class TaskRun:
     def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
         self.w, self.job, self.progress = worker, job, progress
-        self.scorer: Scorer = _scorer(job)
+        self.scorer: Scorer = job.source.scorer()
         self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, cell_definition(job, i, arm))
                       for i, arm in enumerate(job.arms)}
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
@@ -111,7 +100,7 @@ class TaskRun:
         self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
                                    for item, repeat, turn in keys) for arm in job.arms}
         for arm in job.arms:
-            progress.cell(job.task.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
+            progress.cell(job.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
 
     def keys(self) -> list[tuple[TaskItem, int, int]]:
         """Every (item, repeat, turn) in run order."""
@@ -154,16 +143,9 @@ class TaskRun:
     # -------------------------------------------------------------------------------------- samples
 
     def _encode(self, item: TaskItem, turn: int, history: list[str]) -> list[int]:
-        """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message. An lm-eval
-        task's item is its request's context, tokenized as ``--model relaxbench`` tokenizes it."""
-        if self.job.lm_eval is not None:
-            return self.w.target_lm().encode_context(item.turns[0], self.job.max_new_tokens)
-        messages: list[dict[str, str]] = []
-        for i in range(turn):
-            messages.append({"role": "user", "content": render_turn(self.job.task, item, i)})
-            messages.append({"role": "assistant", "content": history[i]})
-        messages.append({"role": "user", "content": render_turn(self.job.task, item, turn)})
-        return encode_prompt(self.w.target.tokenizer, messages, chat=self.job.task.chat, system=self.job.task.system)
+        """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message (the task
+        source decides how)."""
+        return self.job.source.encode(self.w.target, item, turn, history, self.job.max_new_tokens)
 
     def _stored(self, arm: Arm, key: tuple[str, int, int]) -> Output | None:
         row = self.w.store.sample(self.cells[arm.name], key)
@@ -184,7 +166,7 @@ class TaskRun:
                 prompt_ids = self._encode(item, turn, history)
                 result = self.decoders[arm.name].generate(prompt_ids)
                 out = self._finish(arm, item, repeat, turn, result, baseline)
-                self.progress.advance(self.job.task.name, arm.name)
+                self.progress.advance(self.job.name, arm.name)
             if arm.is_baseline:
                 baseline = out
 
@@ -250,11 +232,11 @@ class TaskRun:
         return 0, found.to_record()
 
 
-class TargetAloneRun:
-    """An lm-eval task answered by likelihoods (multiple choice, loglikelihood, loglikelihood_rolling). The target
-    alone computes them, so no verification rule can change a score: each document is scored once, in the AR cell,
-    and every method's cell is registered with no samples (its score is AR's by definition; the summaries say so
-    and show no speed figures). A sample's ``time_total`` is the measured time of its likelihood forwards."""
+class LikelihoodRun:
+    """A task answered by the target's likelihoods (a likelihood-only source: multiple choice, log-likelihood).
+    The target alone computes them, so no verification rule can change a score: each item is scored once, in the
+    AR cell, and every method's cell is registered with no samples (its score is AR's by definition; the summaries
+    say so and show no speed figures). A sample's ``time_total`` is the measured time of its likelihood forwards."""
 
     def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
         self.w, self.job, self.progress = worker, job, progress
@@ -263,17 +245,16 @@ class TargetAloneRun:
         self.baseline = next(arm for arm in job.arms if arm.is_baseline)
         done = worker.store.done_keys(self.cells[self.baseline.name])
         self.todo = [item for item in job.items if (item.item_id, 0, 0) not in done]
-        progress.cell(job.task.name, self.baseline.name, len(job.items), len(job.items) - len(self.todo))
+        progress.cell(job.name, self.baseline.name, len(job.items), len(job.items) - len(self.todo))
 
     def run(self) -> None:
         if not self.todo:
             return
-        lm = self.w.target_lm()
         clock = Clock(self.w.target.device)
         for item in self.todo:
             self.w.store.mark_started(self.w.session_id)
             start = clock.now()
-            score = self.job.lm_eval.score_likelihoods(lm, item)
+            score = self.job.source.score_likelihoods(self.w.target, item)
             seconds = clock.now() - start
             self.w.store.add_sample({
                 "cell_id": self.cells[self.baseline.name], "session_id": self.w.session_id, "item_id": item.item_id,
@@ -285,20 +266,12 @@ class TargetAloneRun:
                 "score": score.value, "passed": None if score.passed is None else int(score.passed),
                 "score_details": dumps(score.details), "matches_baseline": None, "divergence": None,
             })
-            self.progress.advance(self.job.task.name, self.baseline.name)
+            self.progress.advance(self.job.name, self.baseline.name)
 
 
 LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
 ROUND_COLUMNS = ("round_drafted", "round_accepted", "round_relaxed", "round_emitted", "round_t_draft",
                  "round_t_verify", "round_t_policy")
-
-
-def _scorer(job: TaskJob) -> Scorer:
-    if job.lm_eval is not None:
-        from relaxbench.integrations.lm_eval_source import LmEvalScorer
-
-        return LmEvalScorer(job.lm_eval)
-    return make_scorer(job.task.scorer, job.task.scorer_args)
 
 
 @torch.inference_mode()

@@ -20,33 +20,33 @@ mechanism reads (added upstream after 0.4.13), with which a plain ``lm_eval --mo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from pydantic import BeforeValidator, Field
 from tqdm import tqdm
 
 from relaxbench.arms import build_decoder, load_pair, resolve_k
-from relaxbench.cli import configure_runtime
-from relaxbench.config import DrafterSpec, MethodSpec, load_method
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError, DataError
+from relaxbench.methods import MethodSpec, load_method, with_overrides
+from relaxbench.models.device import configure_runtime
 from relaxbench.policies import POLICIES
 from relaxbench.registry import did_you_mean
 from relaxbench.timing import Clock
+from relaxbench.validation import Spec, validate
 
 MODEL_NAME = "relaxbench"
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default for its own HF model
@@ -56,66 +56,64 @@ DRAFTER_KNOB_PREFIX = "drafter."
 log = logging.getLogger("lm_eval.relaxbench")
 
 
-@dataclass(frozen=True)
-class ModelArgs:
-    """``--model_args`` of ``--model relaxbench``. Keys that are none of these fields are policy knobs
-    (``margin=0.3``); ``drafter.KEY=VALUE`` sets a drafter knob (``drafter.max_ngram=4``).
-
-    The device is lm-eval's own ``--device`` (lm-eval passes it to every model, so it cannot be a model arg)."""
-
-    target: str
-    method: str
-    draft: str | None = None  # a draft model, 'ngram' (prompt lookup) or 'layerskip'; unused by method=none
-    k: int | None = None
-    dtype: str = "auto"
-    draft_dtype: str = "auto"
-    threads: int | None = None
-    seed: int = 0
-    max_gen_toks: int = DEFAULT_MAX_GEN_TOKS
-    max_length: int | None = None  # context window; default from the model config
-    stats_path: str | None = None
-    drafter: str | None = None  # drafter kind, overriding the method's
-    knobs: Mapping[str, Any] = field(default_factory=dict)
-    drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        """The keys that are model args (everything else is a policy knob or a ``drafter.`` knob)."""
-        return sorted({f.name for f in dataclasses.fields(cls)} - {"knobs", "drafter_knobs"})
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> ModelArgs:
-        named = cls.names()
-        values: dict[str, Any] = {}
-        knobs: dict[str, Any] = {}
-        drafter_knobs: dict[str, Any] = {}
-        for key, value in raw.items():
-            if key in named:
-                values[key] = value
-            elif key.startswith(DRAFTER_KNOB_PREFIX):
-                drafter_knobs[key.removeprefix(DRAFTER_KNOB_PREFIX)] = value
-            else:
-                knobs[key] = value
-        for required, example in (("target", "target=smollm2-135m-instruct"), ("method", "method=exact")):
-            if values.get(required) in (None, ""):
-                raise ConfigError(f"--model relaxbench needs {example} in --model_args "
-                                  f"(model args: {', '.join(named)}; see README 'lm-evaluation-harness')")
-        for key in ("k", "threads", "seed", "max_gen_toks", "max_length"):
-            if values.get(key) is not None:
-                values[key] = _as_int(values[key], key)
-        for key in ("target", "method", "draft", "dtype", "draft_dtype", "stats_path", "drafter"):
-            if values.get(key) is not None:
-                values[key] = str(values[key])
-        return cls(**values, knobs=knobs, drafter_knobs=drafter_knobs)
-
-
-def _as_int(value: Any, key: str) -> int:
+def _as_int(value: Any) -> Any:
+    """lm-eval hands model args over as strings or numbers: an integer either way, never a bool or a fraction."""
+    if value is None:
+        return None
     try:
         if isinstance(value, bool) or int(value) != float(value):
             raise ValueError
         return int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"model_args {key}={value!r}: expected an integer") from None
+        raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+OptionalInt = Annotated[int | None, BeforeValidator(_as_int)]
+OptionalText = Annotated[str | None, BeforeValidator(lambda v: None if v is None else str(v))]
+
+
+class ModelArgs(Spec):
+    """``--model_args`` of ``--model relaxbench``. Keys that are none of these fields are policy knobs
+    (``theta=0.3``); ``drafter.KEY=VALUE`` sets a drafter knob (``drafter.max_ngram=4``).
+
+    The device is lm-eval's own ``--device`` (lm-eval passes it to every model, so it cannot be a model arg)."""
+
+    target: Annotated[str, BeforeValidator(str)]
+    method: Annotated[str, BeforeValidator(str)]
+    draft: OptionalText = None  # a draft model, 'ngram' (prompt lookup) or 'layerskip'; unused by method=none
+    k: OptionalInt = None
+    dtype: Annotated[str, BeforeValidator(str)] = "auto"
+    draft_dtype: Annotated[str, BeforeValidator(str)] = "auto"
+    threads: OptionalInt = None
+    seed: Annotated[int, BeforeValidator(_as_int)] = 0
+    max_gen_toks: Annotated[int, BeforeValidator(_as_int)] = DEFAULT_MAX_GEN_TOKS
+    max_length: OptionalInt = None  # context window; default from the model config
+    stats_path: OptionalText = None
+    drafter: OptionalText = None  # drafter kind, overriding the method's
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    drafter_knobs: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The keys that are model args (everything else is a policy knob or a ``drafter.`` knob)."""
+        return sorted(set(cls.model_fields) - {"knobs", "drafter_knobs"})
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ModelArgs:
+        named = cls.names()
+        values: dict[str, Any] = {"knobs": {}, "drafter_knobs": {}}
+        for key, value in raw.items():
+            if key in named:
+                values[key] = value
+            elif key.startswith(DRAFTER_KNOB_PREFIX):
+                values["drafter_knobs"][key.removeprefix(DRAFTER_KNOB_PREFIX)] = value
+            else:
+                values["knobs"][key] = value
+        for required, example in (("target", "target=smollm2-135m-instruct"), ("method", "method=exact")):
+            if values.get(required) in (None, ""):
+                raise ConfigError(f"--model relaxbench needs {example} in --model_args "
+                                  f"(model args: {', '.join(named)}; see README 'lm-evaluation-harness')")
+        return validate(cls, values, "--model_args", "model arg")
 
 
 def _resolve_arm(args: ModelArgs) -> tuple[MethodSpec, str | None]:
@@ -130,9 +128,9 @@ def _resolve_arm(args: ModelArgs) -> tuple[MethodSpec, str | None]:
 
 def resolve_method(args: ModelArgs) -> MethodSpec:
     """The method named by ``method=`` with the model args' knobs and drafter settings applied (the same rules
-    as ``relaxbench generate``: ``draft=ngram`` stands in for the method's draft model)."""
+    as ``relaxbench generate``, ``methods.with_overrides``)."""
     method = load_method(args.method)
-    policy_knobs = {f.name for f in dataclasses.fields(POLICIES.get(method.policy).Knobs)}
+    policy_knobs = set(POLICIES.get(method.policy).Knobs.model_fields)
     for key in args.knobs:
         if key.replace("-", "_") not in policy_knobs:
             known = ModelArgs.names()
@@ -140,20 +138,14 @@ def resolve_method(args: ModelArgs) -> MethodSpec:
                 f"unknown model_args key {key!r}{did_you_mean(key, known + sorted(policy_knobs))} "
                 f"(model args: {', '.join(known)}; knobs of policy {method.policy!r}: "
                 f"{', '.join(sorted(policy_knobs)) or 'none'}; drafter knobs: drafter.KEY=VALUE)")
-    drafter = method.drafter
-    if args.drafter is not None:
-        drafter = DrafterSpec(kind=args.drafter, knobs=dict(args.drafter_knobs))
-    elif args.draft in ("ngram", "layerskip") and drafter.kind == "model":
-        drafter = DrafterSpec(kind=args.draft, knobs=dict(args.drafter_knobs))
-    elif args.drafter_knobs:
-        drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **args.drafter_knobs})
     # a knob set in model_args fixes that axis of the method's sweep; lm-eval evaluates exactly one arm
     sweep = {key: values for key, values in method.sweep.items() if key not in args.knobs}
     if sweep:
         key, values = sorted(sweep.items())[0]
         raise ConfigError(f"method {method.name!r} sweeps {', '.join(sorted(sweep))}; lm-eval evaluates one "
                           f"arm, so fix each in model_args (e.g. {key}={values[0]})")
-    return replace(method, knobs={**method.knobs, **args.knobs}, drafter=drafter, sweep={})
+    method = with_overrides(method, args.knobs, args.drafter, args.drafter_knobs, args.draft)
+    return method.model_copy(update={"sweep": {}})
 
 
 @dataclass(frozen=True)
@@ -294,7 +286,7 @@ class RelaxbenchLM(TemplateLM):
             log.warning("relaxbench decodes one request at a time; ignoring batch_size=%s", batch_size)
         args = ModelArgs.parse(model_args)
         method, draft_name = _resolve_arm(args)
-        device = configure_runtime(SimpleNamespace(device=device or "auto", threads=args.threads))
+        device = configure_runtime(device or "auto", args.threads)
         target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype, quiet=True)
         self._setup(args, method, draft_name, target, draft)
         log.info("relaxbench arm: %s", json.dumps(self.stats.arm))

@@ -35,8 +35,6 @@ from lm_eval.api.task import Task
 from lm_eval.defaults import DEFAULT_OTHER_SEED
 from lm_eval.tasks import TaskManager
 
-from relaxbench.config import LM_EVAL_PREFIX as PREFIX
-from relaxbench.config import SourceSpec, TaskSpec, is_lm_eval_name
 from relaxbench.data.items import TaskItem
 from relaxbench.errors import ConfigError, DataError, UnknownNameError
 from relaxbench.integrations.lm_eval import (
@@ -46,13 +44,13 @@ from relaxbench.integrations.lm_eval import (
     generation_settings,
     render_chat,
 )
+from relaxbench.integrations.lm_eval_names import PREFIX, SCORER_NAME, TARGET_ALONE
 from relaxbench.integrations.lm_eval_tasks import ensure_prepared, shipped_tasks
 from relaxbench.registry import did_you_mean
 from relaxbench.scoring.base import Score, Scorer, ScoringContext
+from relaxbench.tasks.source import Generation, TaskSource
 
-SCORER_NAME = "lm-eval"
 GENERATION = "generate_until"
-TARGET_ALONE = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
 # dataset builders that read local files; any other dataset_path is a hub data set
 LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas"})
 
@@ -64,9 +62,12 @@ def bare_name(name: str) -> str:
     return bare
 
 
-class LmEvalTask:
-    """One lm-eval task with its requests built, as a compare task: items, the generation settings of every arm,
-    scoring of an answer, and the record that identifies it in the store."""
+class LmEvalTask(TaskSource):
+    """One lm-eval task with its requests built, as a compare task source: items, the generation settings of every
+    arm, prompts tokenized as ``--model relaxbench`` tokenizes them, scoring of an answer (or of the target's
+    likelihoods), and the record that identifies it in the store."""
+
+    scorer_name = SCORER_NAME
 
     def __init__(self, task: Task, yaml_path: str | None, limit: int | None, chat: ChatTemplate | None = None) -> None:
         self.task = task
@@ -96,13 +97,11 @@ class LmEvalTask:
             self.settings = self._generation_settings()
             self.ignored_gen_kwargs = tuple(sorted(self.settings.ignored))
         self.fingerprint = self._fingerprint()
+        self.items = tuple(self._items())
+        self.likelihood_only = self.output_type in TARGET_ALONE
+        self._target_lms: dict[int, RelaxbenchLM] = {}
 
     # ---------------------------------------------------------------------------------------------- what it is
-
-    @property
-    def target_alone(self) -> bool:
-        """Scored by likelihoods of the target alone (no generation, the same for every method)."""
-        return self.output_type in TARGET_ALONE
 
     def _check_supported(self) -> None:
         if self.output_type != GENERATION and self.output_type not in TARGET_ALONE:
@@ -143,13 +142,13 @@ class LmEvalTask:
             digest.update(b"fewshot" + json.dumps(doc, sort_keys=True, default=str).encode())
         return digest.hexdigest()[:16]
 
-    def record(self) -> dict[str, Any]:
+    def lm_eval_record(self) -> dict[str, Any]:
         """What identifies the task in the store: lm-eval's resolved task config (prompts, few-shot settings,
         filters, metrics, generation kwargs), the lm-eval version, and how compare scores it."""
         return {
             "task": self.task_name,
             "output_type": self.output_type,
-            "target_alone": self.target_alone,
+            "target_alone": self.likelihood_only,
             "primary_metric": self.primary,
             "metric_keys": [f"{metric},{name}" for name in self.filters for metric in self.task.aggregation()],
             "num_fewshot": self.task.config.num_fewshot,
@@ -161,17 +160,53 @@ class LmEvalTask:
             "config": _plain(self.task.dump_config()),
         }
 
-    def task_spec(self) -> TaskSpec:
-        """The task as the harness's plan, runner and store see it."""
-        settings = self.settings
-        return TaskSpec(
-            name=self.name, format="lm-eval", source=SourceSpec(kind="lm-eval", path=self.task_name),
-            chat=False, stop=settings.stop_strings if settings else (),
-            max_new_tokens=settings.max_new_tokens if settings else 1, scorer=SCORER_NAME,
-            description=str(self.task.config.description or "")[:200], origin=self.yaml_path or "",
-            lm_eval=self.record())
+    def record(self) -> dict[str, Any]:
+        """The task record stored with its cells: the shape of a relaxbench task's record (so stores and run keys
+        written by earlier versions stay valid), with lm-eval's own record under ``lm_eval``."""
+        generation = self.generation()
+        return {
+            "name": self.name, "format": "lm-eval",
+            "source": {"kind": "lm-eval", "path": self.task_name, "name": None, "split": "test", "requirement": "",
+                       "member": "", "fields": ()},
+            "prompt": "{{ prompt }}", "system": None, "chat": False, "stop": generation.stop,
+            "max_new_tokens": generation.max_new_tokens, "scorer": SCORER_NAME, "scorer_args": {},
+            "description": str(self.task.config.description or "")[:200], "origin": self.yaml_path or "",
+            "lm_eval": self.lm_eval_record(),
+        }
 
-    def items(self) -> list[TaskItem]:
+    def generation(self) -> Generation:
+        settings = self.settings
+        if settings is None:  # likelihood-only: nothing is generated
+            return Generation(1)
+        return Generation(settings.max_new_tokens, settings.stop_strings, settings.sampling)
+
+    def scorer(self) -> Scorer:
+        return LmEvalScorer(self)
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.ignored_gen_kwargs:
+            out.append(f"{self.name}: generation kwargs ignored by relaxbench's engine: "
+                       f"{', '.join(self.ignored_gen_kwargs)}")
+        if self.likelihood_only:
+            out.append(f"{self.name}: {self.output_type} task, scored by the target's likelihoods once (in the AR "
+                       "cell); every method scores the same by definition")
+        return out
+
+    def target_lm(self, target: Any) -> RelaxbenchLM:
+        """The target alone behind lm-eval's model interface (``RelaxbenchLM`` with method ``none``): how prompts
+        are tokenized and likelihoods computed, the same code as ``--model relaxbench``."""
+        if id(target) not in self._target_lms:
+            self._target_lms[id(target)] = RelaxbenchLM.from_models(target, method="none")
+        return self._target_lms[id(target)]
+
+    def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str],
+               max_new_tokens: int | None = None) -> list[int]:
+        """The request's context, tokenized as ``--model relaxbench`` tokenizes it (the newest tokens kept)."""
+        budget = max_new_tokens if max_new_tokens is not None else self.generation().max_new_tokens
+        return self.target_lm(target).encode_context(item.turns[0], budget)
+
+    def _items(self) -> list[TaskItem]:
         """One item per document: its id is lm-eval's ``doc_id`` (as in lm-eval's samples files), its one turn the
         request's context (the first request's, for multiple choice)."""
         return [TaskItem(str(doc_id), (str(group[0].args[0]),), fields={"doc_id": doc_id})
@@ -189,8 +224,9 @@ class LmEvalTask:
         request.resps = [text]
         return self.score_responses(item, [request])
 
-    def score_likelihoods(self, lm: RelaxbenchLM, item: TaskItem) -> Score:
+    def score_likelihoods(self, target: Any, item: TaskItem) -> Score:
         """Ask the target alone for the item's likelihood requests, then score them."""
+        lm = self.target_lm(target)
         requests = self.instances_of(item)
         method = "loglikelihood_rolling" if self.output_type == "loglikelihood_rolling" else "loglikelihood"
         for request, response in zip(requests, getattr(lm, method)(requests, disable_tqdm=True), strict=True):
@@ -289,7 +325,7 @@ def load_lm_eval_tasks(names: Sequence[str], *, include_paths: Sequence[str | Pa
     pair sample by sample."""
     if num_fewshot is not None and num_fewshot < 0:
         raise ConfigError(f"--num-fewshot must be >= 0, got {num_fewshot}")
-    bare = {name: bare_name(name) for name in names if is_lm_eval_name(name)}
+    bare = {name: bare_name(name) for name in names if name.startswith(PREFIX)}
     manager = _manager_for(list(bare.values()), [Path(p).expanduser() for p in include_paths])
     out: dict[str, list[LmEvalTask]] = {}
     for given, name in bare.items():

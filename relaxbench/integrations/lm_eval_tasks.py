@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relaxbench.config import builtin_dir
 from relaxbench.errors import DataError
 from relaxbench.models.fetch import fetch_data_file, verify_file
 from relaxbench.models.zoo import cache_root
+from relaxbench.validation import builtin_dir
 
 TASKS_DIR_TOKEN = "@TASKS_DIR@"
 

@@ -1,7 +1,16 @@
 """Scoring: answer extraction, sandboxed code execution, agreement with the AR output. Importing this package
 registers every built-in scorer."""
 
+from collections.abc import Mapping
+from typing import Any
+
 from relaxbench.scoring import agreement, answers, code  # noqa: F401  (registration)
-from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, make_scorer, register_scorer
+from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
+
+
+def make_scorer(name: str, args: Mapping[str, Any] | None = None) -> Scorer:
+    """A scorer by registered name, its arguments validated."""
+    return SCORERS.get(name)(args)
+
 
 __all__ = ["SCORERS", "Score", "Scorer", "ScoringContext", "make_scorer", "register_scorer"]

@@ -4,9 +4,11 @@ normalised exact match against a reference."""
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
+from relaxbench.validation import Spec
 
 STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")  # the answer line the prompt asks for
 FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")  # any number; the last one counts
@@ -40,22 +42,16 @@ class Gsm8kScorer(Scorer):
 
     name = "gsm8k"
     summary = "number after '#### ' (strict) or last number (flexible) equals the reference"
-    allowed_args = frozenset({"primary"})
     detail_metrics = ("strict_match", "flexible_match")
 
-    def __init__(self, args=None) -> None:
-        super().__init__(args)
-        if self.args.get("primary", "flexible") not in ("strict", "flexible"):
-            from relaxbench.errors import ConfigError
-
-            raise ConfigError(f"scorer 'gsm8k': primary must be 'strict' or 'flexible', got {self.args['primary']!r}")
+    class Args(Spec):
+        primary: Literal["strict", "flexible"] = "flexible"
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         reference = normalize_number(item.reference or "")
         strict, flexible = strict_answer(text), flexible_answer(text)
         results = {"strict": strict == reference, "flexible": flexible == reference}
-        primary = self.args.get("primary", "flexible")
-        passed = results[primary]
+        passed = results[self.args.primary]
         return Score(float(passed), passed, {"reference": reference, "strict_answer": strict,
                                              "flexible_answer": flexible, "strict_match": results["strict"],
                                              "flexible_match": results["flexible"]})

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from relaxbench.data.items import TaskItem
 from relaxbench.registry import Registry
+from relaxbench.validation import Spec, validate
 
 
 @dataclass(frozen=True)
@@ -31,21 +32,29 @@ class ScoringContext:
     mean_logprob: Callable[[], float] | None = None
 
 
+class NoArgs(Spec):
+    """A scorer without arguments."""
+
+
 class Scorer:
-    """Subclasses set ``name``, ``summary`` and implement ``score``; ``args`` come from the task's scorer_args."""
+    """Subclasses set ``name``, ``summary`` and implement ``score``; ``Args`` (a ``Spec``) validates the task's
+    ``scorer_args`` into ``self.args``."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    allowed_args: ClassVar[frozenset[str]] = frozenset()
+    Args: ClassVar[type[Spec]] = NoArgs
     needs_baseline: ClassVar[bool] = False  # reads the AR arm's text
     needs_logprob: ClassVar[bool] = False  # reads the target's log-likelihood of the output
     detail_metrics: ClassVar[tuple[str, ...]] = ()  # keys of ``details`` that summaries average
 
-    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
-        from relaxbench.config import check_fields
+    def __init__(self, args: Mapping[str, Any] | Spec | None = None) -> None:
+        self.args: Any = args if isinstance(args, self.Args) else self.check_args(args)
 
-        self.args = dict(args or {})
-        check_fields(self.args, set(self.allowed_args), f"scorer {self.name!r} args")
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any] | None, where: str = "") -> Spec:
+        """``args`` validated (one-line errors name ``where``, e.g. the task file, and the scorer)."""
+        prefix = f"{where}: " if where else ""
+        return validate(cls.Args, dict(args or {}), f"{prefix}scorer {cls.name!r}", "argument")
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         raise NotImplementedError
@@ -57,9 +66,3 @@ SCORERS: Registry[type[Scorer]] = Registry("scorer", "relaxbench.scorers")
 def register_scorer(cls: type[Scorer]) -> type[Scorer]:
     SCORERS.add(cls.name, cls)
     return cls
-
-
-def make_scorer(name: str, args: Mapping[str, Any] | None = None) -> Scorer:
-    import relaxbench.scoring  # noqa: F401  (registers the built-in scorers)
-
-    return SCORERS.get(name)(args)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.agreement import AgreementScorer
 from relaxbench.scoring.answers import ExactMatchScorer
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
 from relaxbench.scoring.sandbox import Limits, run_python
+from relaxbench.validation import Integer, Number, Spec
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 IMPORT_LINE = re.compile(r"^(?:import|from)[ \t][^\n]*$", re.MULTILINE)  # top-level import lines
@@ -61,10 +61,14 @@ def build_program(item: TaskItem, text: str, end_marker: str | None = None) -> s
     return program
 
 
-def _limits(args: dict[str, Any]) -> Limits:
-    timeout = float(args.get("timeout", 10.0))
-    return Limits(wall_seconds=timeout, cpu_seconds=max(1, int(timeout)),
-                  memory_mb=int(args.get("memory_mb", Limits.memory_mb)))
+class SandboxArgs(Spec):
+    """Limits of one sandboxed run: wall-clock seconds (the CPU limit follows it) and memory."""
+
+    timeout: Number = 10.0
+    memory_mb: Integer = Limits.memory_mb
+
+    def limits(self) -> Limits:
+        return Limits(wall_seconds=self.timeout, cpu_seconds=max(1, int(self.timeout)), memory_mb=self.memory_mb)
 
 
 @register_scorer
@@ -74,11 +78,11 @@ class CodeExecutionScorer(Scorer):
 
     name = "code-exec"
     summary = "run the answer with the problem's tests in the sandbox; pass = ran to the end, exit 0, within limits"
-    allowed_args = frozenset({"timeout", "memory_mb"})
+    Args = SandboxArgs
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         marker = f"relaxbench-end-of-tests-{secrets.token_hex(8)}"
-        result = run_python(build_program(item, text, marker), _limits(self.args))
+        result = run_python(build_program(item, text, marker), self.args.limits())
         reached_end = result.stdout.rstrip().endswith(marker)
         passed = result.passed and reached_end
         tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
@@ -95,7 +99,7 @@ class AutoScorer(Scorer):
 
     name = "auto"
     summary = "per item: code-exec if it has a test, exact-match if it has a reference, else agreement"
-    allowed_args = frozenset({"timeout", "memory_mb"})
+    Args = SandboxArgs
     needs_baseline = True
     needs_logprob = True
     detail_metrics = AgreementScorer.detail_metrics

@@ -1,0 +1,37 @@
+"""Command-line building blocks shared by the subcommands: a parser whose usage errors are one line, and the
+runtime and decoding flags several commands take."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from relaxbench.models.device import configure_runtime
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage banner goes to --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--dtype", default="auto", help="target dtype (default: per device; see docs/performance.md)")
+    p.add_argument("--draft-dtype", default="auto", help="draft model dtype (default: per device)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-k", "--k", type=int, default=None, help="draft tokens per round (default: the method's, else 5)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def runtime_from_args(args: argparse.Namespace) -> str:
+    """``configure_runtime`` with the command's --device and --threads; the device string."""
+    return configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))

@@ -1,0 +1,125 @@
+"""What a ``compare`` run computes: the suite (a YAML file of ``suites/``, command-line flags over it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from relaxbench.errors import ConfigError
+from relaxbench.registry import did_you_mean
+from relaxbench.validation import Flag, Integer, Number, Spec, Text, builtin_dir, validate
+
+# fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
+VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
+                   "limits")
+
+
+def split_names(value: Any, what: str) -> tuple[str, ...]:
+    """A comma-separated string or a list of names, as a non-empty tuple."""
+    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v).strip() for v in value]
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError(f"give at least one {what}")
+    return tuple(names)
+
+
+class SuiteSpec(Spec):
+    """Everything that decides what a ``compare`` run computes. Its ``key_fields()`` identify the run in the store:
+    rerunning the same suite resumes it. ``limit`` (``limits``: per task, over ``limit``) and ``repeats`` are not
+    part of the key, so raising them extends a run instead of starting a new one (every added sample is still
+    interleaved across all arms)."""
+
+    target: Text
+    draft: Text | None = None
+    methods: tuple[Text, ...]
+    tasks: tuple[Text, ...]
+    limit: Integer | None = None
+    repeats: Integer = 1
+    max_new_tokens: Integer | None = None  # overrides every task's own
+    k: Integer | None = None  # overrides every method's own
+    temperature: Number = 0.0
+    top_k: Integer = 0
+    top_p: Number = 1.0
+    seed: Integer = 0
+    device: Text = "auto"
+    dtype: Text = "auto"
+    draft_dtype: Text = "auto"
+    warmup: Integer = 1
+    data_files: dict[str, str] = Field(default_factory=dict)
+    num_fewshot: Integer | None = None  # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
+    apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
+    limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)
+
+    @field_validator("methods", "tasks", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError("must be a non-empty list")
+        return tuple(str(v) for v in value)
+
+    @field_validator("include_paths", mode="before")
+    @classmethod
+    def _paths(cls, value: Any) -> Any:
+        value = [value] if isinstance(value, str) else value
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+            raise ValueError("must be a folder or a list of folders")
+        return value
+
+    @field_validator("data_files", mode="before")
+    @classmethod
+    def _data_files(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ValueError("must map task names to files")
+        return {str(k): str(v) for k, v in value.items()}
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, value: dict[str, int]) -> dict[str, int]:
+        for task, n in value.items():
+            if n < 1:
+                raise ValueError(f"{task!r} must be a positive integer, got {n!r}")
+        return value
+
+    def key_fields(self) -> dict[str, Any]:
+        """The fields that identify the run. The lm-eval options are left out: what they change is in the tasks'
+        records (lm-eval's resolved task config), which the run key includes."""
+        data = self.model_dump()
+        for volatile in VOLATILE_FIELDS:
+            data.pop(volatile)
+        return data
+
+    def record(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def suite_file_fields(data: Any, where: str) -> dict[str, Any]:
+    """The fields of a suite YAML, checked by name and type (the caller merges command-line flags over them)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a suite must be a mapping")
+    probe = {"target": "-", "methods": ["-"], "tasks": ["-"], **{k: v for k, v in data.items() if v is not None}}
+    validate(SuiteSpec, probe, where)
+    return dict(data)
+
+
+def suite_path(name: str) -> Path:
+    """A suite file: a path, or the name of a shipped suite (``suites/NAME.yaml``, e.g. ``default``)."""
+    path = Path(name)
+    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in name:
+        return path
+    shipped = shipped_suites()
+    if name not in shipped:
+        raise ConfigError(f"unknown suite {name!r}{did_you_mean(name, list(shipped))} "
+                          f"(shipped suites: {', '.join(shipped) or 'none'}; or give a YAML path)")
+    return shipped[name]
+
+
+def shipped_suites() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(builtin_dir("suites").glob("*.yaml"))}

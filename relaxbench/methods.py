@@ -1,0 +1,149 @@
+"""Method variants (``methods/*.yaml``): a verification policy with knobs, a drafter, a draft length ``k`` and an
+optional knob ``sweep`` (every point of which is its own arm).
+
+A method YAML may start from another with ``extends: NAME`` (a method name or a YAML path): the base's fields are
+taken, ``knobs`` are merged key by key (the extending file's win) and every other field given replaces the base's.
+Sweeps are written that way, so the sweep of a rule keeps its authors' drafter and defaults in one place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from relaxbench.errors import ConfigError, UnknownNameError
+from relaxbench.registry import did_you_mean
+from relaxbench.validation import PositiveInteger, Spec, Text, builtin_dir, load_yaml, validate
+
+# ``--draft`` values that name a model-free drafter instead of a draft model
+MODEL_FREE_DRAFTS = ("ngram", "layerskip")
+
+
+class DrafterSpec(Spec):
+    """Which drafter a method uses, with its knobs. ``model`` is the draft model given on the command line."""
+
+    kind: Text = "model"
+    knobs: dict[str, Any] = Field(default_factory=dict)
+
+
+class MethodSpec(Spec):
+    """A method variant. ``source`` is the file it came from (not part of a run's identity)."""
+
+    name: Text
+    policy: Text
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    drafter: DrafterSpec = Field(default_factory=DrafterSpec)
+    k: PositiveInteger | None = None
+    sweep: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    description: Text = ""
+    source: Text = ""
+
+    @field_validator("drafter", mode="before")
+    @classmethod
+    def _drafter(cls, value: Any) -> Any:
+        """``drafter: ngram`` or ``drafter: {kind: ngram, max_ngram: 4}`` (knobs inline) as a DrafterSpec."""
+        if isinstance(value, str):
+            return {"kind": value}
+        if isinstance(value, Mapping) and not set(value) <= {"kind", "knobs"}:
+            return {"kind": value.get("kind", "model"), "knobs": {k: v for k, v in value.items() if k != "kind"}}
+        return value
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _sweep(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping) or not all(isinstance(v, (list, tuple)) and v for v in value.values()):
+            raise ValueError("must map knob names to non-empty lists")
+        return value
+
+    def expand(self) -> list[MethodSpec]:
+        """One spec per point of the sweep grid (the spec itself when there is no sweep)."""
+        if not self.sweep:
+            return [self]
+        keys = sorted(self.sweep)
+        points = []
+        for values in itertools.product(*(self.sweep[key] for key in keys)):
+            label = ",".join(f"{key}={value}" for key, value in zip(keys, values))
+            points.append(self.model_copy(update={"name": f"{self.name}[{label}]", "sweep": {},
+                                                  "knobs": {**self.knobs, **dict(zip(keys, values))}}))
+        return points
+
+    def record(self) -> dict[str, Any]:
+        """The full spec as stored with a cell (description and source file included)."""
+        return self.model_dump()
+
+    def identity(self) -> dict[str, Any]:
+        """What decides an arm's results: the spec less its description and source file."""
+        data = self.model_dump()
+        data.pop("source")
+        data.pop("description")
+        return data
+
+
+def method_from_dict(data: Any, where: str, default_name: str, seen: tuple[str, ...] = ()) -> MethodSpec:
+    """A method from a YAML mapping; ``extends`` is resolved first (a cycle is an error)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a method must be a mapping")
+    data = dict(data)
+    base_name = data.pop("extends", None)
+    if base_name is not None:
+        if not isinstance(base_name, str):
+            raise ConfigError(f"{where}: 'extends' must name a method")
+        if base_name in seen:
+            raise ConfigError(f"{where}: 'extends' loops ({' -> '.join((*seen, base_name))})")
+        base = _load(base_name, (), (*seen, base_name)).model_dump(exclude={"name", "source"})
+        data = {**base, **data, "knobs": {**base["knobs"], **(data.get("knobs") or {})}}
+    data.setdefault("name", default_name)
+    for key in ("knobs", "sweep"):
+        if data.get(key) is None:
+            data[key] = {}
+    if "drafter" in data and data["drafter"] is None:
+        data["drafter"] = {}
+    return validate(MethodSpec, {**data, "source": where}, where)
+
+
+def method_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
+    """Method name → YAML file, from the built-in folder then ``extra_dirs`` (later folders win)."""
+    found: dict[str, Path] = {}
+    for folder in (builtin_dir("methods"), *extra_dirs):
+        for path in sorted(folder.glob("*.yaml")):
+            found[path.stem] = path
+    return found
+
+
+def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
+    """A method by YAML path, by name in the method folders, or a bare policy name with default knobs."""
+    return _load(name, extra_dirs, (name,))
+
+
+def _load(name: str, extra_dirs: tuple[Path, ...], seen: tuple[str, ...]) -> MethodSpec:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        return method_from_dict(load_yaml(path), str(path), path.stem, seen)
+    files = method_files(extra_dirs)
+    if name in files:
+        return method_from_dict(load_yaml(files[name]), str(files[name]), name, seen)
+    from relaxbench.policies import POLICIES
+
+    if name in POLICIES:
+        return MethodSpec(name=name, policy=name, source="policy defaults")
+    known = sorted(set(files) | set(POLICIES.names()))
+    raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, known)} (methods: {', '.join(sorted(files))})")
+
+
+def with_overrides(method: MethodSpec, knobs: Mapping[str, Any], drafter_kind: str | None,
+                   drafter_knobs: Mapping[str, Any], draft_name: str | None) -> MethodSpec:
+    """``method`` with a user's overrides applied, the one rule for ``generate`` and the lm-eval model: policy knobs
+    over the method's; ``drafter_kind`` replaces the drafter; ``--draft ngram``/``layerskip`` stands in for a draft
+    model; drafter knobs are merged over the drafter's."""
+    drafter = method.drafter
+    if drafter_kind is not None:
+        drafter = DrafterSpec(kind=drafter_kind, knobs=dict(drafter_knobs))
+    elif draft_name in MODEL_FREE_DRAFTS and drafter.kind == "model":
+        drafter = DrafterSpec(kind=draft_name, knobs=dict(drafter_knobs))
+    elif drafter_knobs:
+        drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **drafter_knobs})
+    return method.model_copy(update={"knobs": {**method.knobs, **knobs}, "drafter": drafter})
