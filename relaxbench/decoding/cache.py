@@ -1,18 +1,14 @@
 """KV-cache creation, forward passes and the one rollback helper.
 
-transformers changed ``Cache.crop`` between 4.x (argument = the length to keep) and 5.x (argument = a negative
-number of tokens to remove; a positive value raises). ``rollback`` hides that difference; nothing else in the
-project calls ``crop``.
+``rollback`` is the only caller of transformers' ``Cache.crop``, whose argument (under the pinned transformers 5.x)
+is a negative number of tokens to remove.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import version
 
 import torch
-
-_CROP_TAKES_TOKENS_TO_REMOVE = int(version("transformers").split(".")[0]) >= 5
 
 
 def new_cache(model: torch.nn.Module):
@@ -33,10 +29,7 @@ def rollback(cache, keep: int) -> None:
         raise ValueError(f"cannot roll a cache of length {current} back to {keep}")
     if keep == current:
         return
-    if _CROP_TAKES_TOKENS_TO_REMOVE:
-        cache.crop(keep - current)
-    else:  # transformers 4.x: crop(max_length)
-        cache.crop(keep)
+    cache.crop(keep - current)
 
 
 @dataclass(frozen=True)
