@@ -172,3 +172,20 @@ def test_modelled_speedup_uses_the_arms_own_calibration(tmp_path: Path):
     cell = summarize_run(load_run(tmp_path))[0].cells[1]
     # 4 emitted tokens, 1 round, 4 drafted: 4 * 0.010 / (0.012 + 4 * 0.002)
     assert cell.modelled_speedup == pytest.approx(0.04 / 0.020)
+
+
+def test_counters_add_and_define_each_ratio_once():
+    from relaxbench.decoding.records import Counters
+
+    # rounds (drafted, accepted): (4, 3) (4, 0) and (2, 1); 9 tokens emitted, 1 of them relaxed
+    a = Counters.of_rounds([4, 4], [3, 0], [1, 0], emitted=5)
+    b = Counters.of_rounds([2], [1], [0], emitted=4)
+    total = sum((a, b), Counters())
+    assert (total.emitted, total.rounds, total.drafted, total.accepted, total.relaxed) == (9, 3, 10, 4, 1)
+    assert total.accepted_per_position == (2, 1, 1, 0) and total.drafted_per_position == (3, 3, 2, 2)
+    assert total.mean_acceptance_length == 3.0 and total.acceptance_rate == 0.4
+    assert total.relaxed_fraction == pytest.approx(1 / 9)  # relaxed / emitted, everywhere
+    assert total.acceptance_by_position == pytest.approx((2 / 3, 1 / 3, 1 / 2, 0.0))
+    ar = Counters.of_rounds([0, 0], [0, 0], [0, 0], emitted=2)
+    assert ar.mean_acceptance_length == 1.0 and ar.acceptance_rate is None and ar.acceptance_by_position == ()
+    assert Counters().mean_acceptance_length is None and Counters().relaxed_fraction is None

@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 from relaxbench.analysis.records import CellRecord, RunRecord, SampleRecord
+from relaxbench.decoding.records import Counters
 
 BOOTSTRAP_SEED = 20240917
 BOOTSTRAP_RESAMPLES = 9999
@@ -197,31 +198,19 @@ def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float
     if cell.calibration is None or cell.calibration.t_verify is None:
         return None
     cal = cell.calibration
-    return predicted_speedup(sum(s.n_output_tokens for s in samples), sum(s.n_rounds for s in samples),
-                             sum(s.n_drafted for s in samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
+    return predicted_speedup(total_counters(samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
 
 
-def predicted_speedup(emitted: int, rounds: int, drafted: int, t_target_step: float, t_verify: float,
+def predicted_speedup(counters: Counters, t_target_step: float, t_verify: float,
                       t_draft_step: float | None) -> float | None:
     """The modelled speed-up's formula, in one place: emitted × t_target_step / (rounds × t_verify + drafted ×
     t_draft_step) — what the counters predict if only the forward passes cost time (None when nothing ran)."""
-    cost = rounds * t_verify + drafted * (t_draft_step or 0.0)
-    return emitted * t_target_step / cost if cost > 0 else None
+    cost = counters.rounds * t_verify + counters.drafted * (t_draft_step or 0.0)
+    return counters.emitted * t_target_step / cost if cost > 0 else None
 
 
-# ------------------------------------------------------------------------------------------------ counters
-
-
-def acceptance_by_position(samples: Sequence[SampleRecord]) -> tuple[float, ...]:
-    width = max((d for s in samples for d in s.round_drafted), default=0)
-    drafted = [0] * width
-    accepted = [0] * width
-    for s in samples:
-        for d, a in zip(s.round_drafted, s.round_accepted):
-            for i in range(d):
-                drafted[i] += 1
-                accepted[i] += i < a
-    return tuple(a / d for a, d in zip(accepted, drafted) if d)
+def total_counters(samples: Sequence[SampleRecord]) -> Counters:
+    return sum((s.counters for s in samples), Counters())
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -309,7 +298,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
     binary = bool(units) and all(p is not None for p in passed + base_passed)
     p_value, discordant = mcnemar_exact(base_passed, passed) if binary else (None, None)
     keys = detail_metrics(cell)
-    emitted = sum(s.n_output_tokens for s in samples)
+    counters = total_counters(samples)
     time_sum = sum(s.time_total for s in samples)
     base_tokens = sum(statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units)
     tokens = sum(statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units)
@@ -330,15 +319,13 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         task=cell.task, arm=cell.arm, method=cell.method, policy=cell.policy, knobs=dict(cell.knobs),
         drafter=drafter, k=cell.k, is_baseline=cell.is_baseline, lossless=cell.lossless, n_units=len(units),
         n_samples=len(samples),
-        mean_acceptance_length=_ratio(emitted, sum(s.n_rounds for s in samples)),
-        acceptance_rate=_ratio(sum(s.n_accepted for s in samples), sum(s.n_drafted for s in samples)),
-        acceptance_by_position=acceptance_by_position(samples),
-        relaxed_fraction=_ratio(sum(s.n_relaxed for s in samples), emitted),
+        mean_acceptance_length=counters.mean_acceptance_length, acceptance_rate=counters.acceptance_rate,
+        acceptance_by_position=counters.acceptance_by_position, relaxed_fraction=counters.relaxed_fraction,
         output_length_ratio=_ratio(tokens, base_tokens),
         speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell),
         latency_mean=float(times.mean()) if units else None,
         latency_median=float(np.median(times)) if units else None,
-        tokens_per_second=_ratio(emitted, time_sum),
+        tokens_per_second=_ratio(counters.emitted, time_sum),
         score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
         mcnemar_p=p_value if not cell.is_baseline else None,
         discordant=discordant if not cell.is_baseline else None,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relaxbench.decoding.records import Counters, per_position
 from relaxbench.errors import DataError
 from relaxbench.harness.store import STORE_NAME, CellDefinition, Store
 
@@ -43,6 +44,13 @@ class SampleRecord:
     matches_baseline: bool | None
     divergence: Mapping[str, Any] | None
     session_id: int = 0
+
+    @property
+    def counters(self) -> Counters:
+        """This sample's counters: the stored totals, and per-position counts from the per-round columns."""
+        accepted_at, drafted_at = per_position(self.round_drafted, self.round_accepted)
+        return Counters(self.n_output_tokens, self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
+                        accepted_at, drafted_at)
 
     @property
     def unit(self) -> tuple[str, int]:
