@@ -280,7 +280,7 @@ def test_a_target_alone_task_has_tables_but_no_speed_figures(tmp_path: Path):
     """lm-eval likelihood tasks are stored in the AR cell only; every method has AR's score by definition."""
     from dataclasses import replace
 
-    from relaxbench.harness.store import Store
+    from relaxbench.harness.store import SampleRow, Store
     from tests.report_fixture import _cell
 
     with Store(tmp_path / "run" / "results.sqlite") as store:
@@ -292,15 +292,9 @@ def test_a_target_alone_task_has_tables_but_no_speed_figures(tmp_path: Path):
             cells.append(store.ensure_cell(run_id, replace(
                 definition, task_spec={**definition.task_spec, "lm_eval": {"target_alone": True}})))
         for index in range(4):
-            store.add_sample({
-                "cell_id": cells[0], "session_id": session, "item_id": str(index), "item_index": index, "turn": 0,
-                "repeat": 0, "category": None, "created_at": "x", "prompt_ids": "[1]", "output_ids": "[]",
-                "output_text": "", "stop_reason": "loglikelihood", "n_prompt_tokens": 1, "n_output_tokens": 0,
-                "n_rounds": 0, "n_drafted": 0, "n_accepted": 0, "n_relaxed": 0, "time_total": 0.1,
-                "time_prefill": 0.1, "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0,
-                "round_drafted": "[]", "round_accepted": "[]", "round_relaxed": "[]", "round_emitted": "[]",
-                "round_t_draft": "[]", "round_t_verify": "[]", "round_t_policy": "[]", "score": float(index % 2),
-                "passed": index % 2, "score_details": "{}", "matches_baseline": None, "divergence": None})
+            store.add_sample(SampleRow.likelihood_only(
+                0.1, cell_id=cells[0], session_id=session, item_id=str(index), item_index=index, category=None,
+                score=float(index % 2), passed=bool(index % 2), score_details={}))
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     html = (tmp_path / "out" / "report.html").read_text()
     page = parse(html)

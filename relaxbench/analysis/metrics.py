@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from relaxbench.analysis.records import CellRecord, RunRecord, SampleRecord
+from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
+from relaxbench.harness.store import SampleRow
 
 BOOTSTRAP_SEED = 20240917
 BOOTSTRAP_RESAMPLES = 9999
@@ -189,7 +190,7 @@ def mcnemar_exact(baseline_passed: Sequence[bool], method_passed: Sequence[bool]
     return float(stats.binomtest(lost, lost + gained, 0.5).pvalue), (lost, gained)
 
 
-def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float | None:
+def modelled_speedup(samples: Sequence[SampleRow], cell: CellRecord) -> float | None:
     """What the counters predict with the measured unit costs (see calibrate.py). All three costs come from the
     arm's own calibration, measured back to back, so a machine whose load changes between arms' calibrations
     shifts them together and the ratio stays comparable."""
@@ -209,7 +210,7 @@ def predicted_speedup(counters: Counters, t_target_step: float, t_verify: float,
     return counters.emitted * t_target_step / cost if cost > 0 else None
 
 
-def total_counters(samples: Sequence[SampleRecord]) -> Counters:
+def total_counters(samples: Sequence[SampleRow]) -> Counters:
     return sum((s.counters for s in samples), Counters())
 
 
@@ -220,23 +221,28 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 # ------------------------------------------------------------------------------------------------ summaries
 
 
-def by_unit(samples: Sequence[SampleRecord]) -> dict[Unit, list[SampleRecord]]:
-    out: dict[Unit, list[SampleRecord]] = {}
+def unit_of(sample: SampleRow) -> Unit:
+    """What pairs samples across arms: the item and the turn (repeats are averaged)."""
+    return (sample.item_id, sample.turn)
+
+
+def by_unit(samples: Sequence[SampleRow]) -> dict[Unit, list[SampleRow]]:
+    out: dict[Unit, list[SampleRow]] = {}
     for s in samples:
-        out.setdefault(s.unit, []).append(s)
+        out.setdefault(unit_of(s), []).append(s)
     return out
 
 
-def _unit_time(group: list[SampleRecord]) -> float:
+def _unit_time(group: list[SampleRow]) -> float:
     return statistics.fmean(s.time_total for s in group)
 
 
-def _unit_score(group: list[SampleRecord]) -> float | None:
+def _unit_score(group: list[SampleRow]) -> float | None:
     values = [s.score for s in group if s.score is not None]
     return statistics.fmean(values) if values else None
 
 
-def _first(group: list[SampleRecord]) -> SampleRecord:
+def _first(group: list[SampleRow]) -> SampleRow:
     return min(group, key=lambda s: s.repeat)
 
 
@@ -256,16 +262,16 @@ def is_target_alone(cell: CellRecord) -> bool:
     return bool((cell.task_spec.get("lm_eval") or {}).get("target_alone"))
 
 
-def _details_means(groups: Sequence[list[SampleRecord]], keys: tuple[str, ...]) -> dict[str, float]:
+def _details_means(groups: Sequence[list[SampleRow]], keys: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for key in keys:
-        values = [float(v) for g in groups if isinstance(v := _first(g).details.get(key), (int, float))]
+        values = [float(v) for g in groups if isinstance(v := _first(g).score_details.get(key), (int, float))]
         if values:
             out[key] = statistics.fmean(values)
     return out
 
 
-def _divergences(groups: Sequence[list[SampleRecord]]) -> Divergences | None:
+def _divergences(groups: Sequence[list[SampleRow]]) -> Divergences | None:
     firsts = [_first(g) for g in groups if _first(g).matches_baseline is not None]
     if not firsts:
         return None
@@ -277,7 +283,7 @@ def _divergences(groups: Sequence[list[SampleRecord]]) -> Divergences | None:
         inherited=sum(1 for d in diagnosed if d.get("inherited")))
 
 
-def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRecord]]) -> np.ndarray:
+def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]]) -> np.ndarray:
     return np.array([_unit_score(groups[u]) if _unit_score(groups[u]) is not None else np.nan for u in units])
 
 
@@ -339,7 +345,7 @@ def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:
     """Units every cell has, in data order."""
     present = [set(by_unit(c.samples)) for c in cells]
     common = set.intersection(*present) if present else set()
-    order = {s.unit: (s.item_index, s.turn) for c in cells for s in c.samples}
+    order = {unit_of(s): (s.item_index, s.turn) for c in cells for s in c.samples}
     return sorted(common, key=lambda u: order[u])
 
 
