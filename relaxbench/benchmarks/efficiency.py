@@ -35,7 +35,7 @@ class ArmTotals:
     method: str
     k: int
     decode_s: list[float] = field(default_factory=list)  # per generation
-    counters: Counters = Counters()
+    counters: Counters = field(default_factory=Counters)
     t_draft: float = 0.0
     t_verify: float = 0.0
     t_policy: float = 0.0
