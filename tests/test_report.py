@@ -220,6 +220,23 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
     assert "Outputs cut at max_new_tokens" in text
 
 
+def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries):
+    """Which notices apply is decided in ``relaxbench.analysis.notices`` (facts and a level); the report words each."""
+    from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_findings, task_findings
+    from relaxbench.report.content import task_notices, word
+
+    run = load_run(fixture_run)
+    found = task_findings(summaries["tiny-code"], run.cells_of("tiny-code"))
+    assert FewUnits(12, paired=True) in found
+    [check] = [f for f in found if isinstance(f, LosslessCheck)]
+    assert (check.arm, check.divergences.reproduced, check.divergences.near_tie, check.level) == ("exact", 11, 1,
+                                                                                                   "info")
+    assert [(n.level, n.text) for n in task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
+        (f.level, word(f)) for f in found]
+    [unfinished] = [f for f in run_findings(run) if isinstance(f, UnfinishedSession)]
+    assert unfinished.status == "interrupted" and unfinished.level == "info"
+
+
 def test_a_modelled_speedup_far_from_the_measured_one_is_flagged(fixture_run, summaries):
     from dataclasses import replace
 
@@ -259,6 +276,30 @@ def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):
     out = capsys.readouterr().out
     for name in ARM_NAMES:
         assert name in out  # rich markup would swallow "[theta=0.1]" unless escaped
+
+
+def test_terminal_and_html_render_the_same_tables(written, summaries):
+    """``compare``/``summary`` print the report's own per-task tables: every cell text of the HTML's tables is in
+    the terminal rendering (wide enough not to wrap)."""
+    import io
+
+    from rich.console import Console
+
+    from relaxbench.report.tables import task_tables
+    from relaxbench.report.terminal import rich_table
+
+    page = parse(written["html"].read_text())
+    for summary in summaries.values():
+        for table in task_tables(summary):
+            buffer = io.StringIO()
+            Console(file=buffer, width=1000).print(rich_table(table))
+            text = buffer.getvalue()
+            assert table.title in text and all(column in text for column in table.columns)
+            html_rows = page.tables[table.key]
+            assert list(html_rows) == [row.key for row in table.rows]
+            for row in table.rows:
+                assert [c["text"] for c in html_rows[row.key]] == [c.text for c in row.cells]
+                assert all(cell.text in text for cell in row.cells)
 
 
 def test_a_run_without_finished_samples_still_reports(tmp_path: Path):

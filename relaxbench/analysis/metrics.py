@@ -1,5 +1,6 @@
-"""Metrics from stored raw records: pure functions from a ``RunRecord`` to frozen summaries (rendering lives in
-``present.py``; reports build on the same summaries).
+"""Metrics from stored raw records: pure functions from a ``RunRecord`` to frozen summaries. Nothing is formatted
+here: ``relaxbench.report.tables`` turns the summaries into the tables the terminal, the HTML and the PDF show.
+The ratios over the speculative counters are ``Counters``' (decoding/records.py), summed over a cell's samples.
 
 Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats. Only units that
 every arm of the task has finished are used, so every figure of a task's table is over the same samples.
@@ -28,6 +29,7 @@ from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import SampleRow
 
+POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
 BOOTSTRAP_SEED = 20240917
 BOOTSTRAP_RESAMPLES = 9999
 CONFIDENCE = 0.95
