@@ -171,8 +171,23 @@ def test_table_numbers_equal_the_analysis_values(written, summaries):
             assert float(diagnostics["speedup_geomean"]["data-value"]) == cell.speedup_geomean.value
             if cell.modelled_speedup is not None:
                 assert float(diagnostics["modelled_speedup"]["data-value"]) == cell.modelled_speedup
-            checked += 3
+            # the decision cost on the run's device: per round (shown in ms) and as a share of generation time
+            assert float(diagnostics["policy_time_per_round"]["data-value"]) == cell.policy_time_per_round
+            assert diagnostics["policy_time_per_round"]["text"] == f"{cell.policy_time_per_round * 1e3:.3f}"
+            assert float(diagnostics["policy_share"]["data-value"]) == cell.policy_share
+            assert diagnostics["policy_share"]["text"] == f"{100 * cell.policy_share:.1f}%"
+            checked += 5
     assert checked > 100
+
+
+def test_policy_time_is_per_round_and_a_share_of_generation_time(fixture_run, summaries):
+    """The fixture records 1 ms of policy time per round; the share is Σ time_policy / Σ time_total."""
+    run = load_run(fixture_run)
+    for task, summary in summaries.items():
+        for cell, stored in zip(summary.cells, run.cells_of(task)):
+            assert cell.policy_time_per_round == pytest.approx(0.001)
+            share = sum(s.time_policy for s in stored.samples) / sum(s.time_total for s in stored.samples)
+            assert cell.policy_share == pytest.approx(share)
 
 
 def expected_best(summary, budget: float):

@@ -45,6 +45,8 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("speed-up (total)", "sum of AR times / sum of method times over units"),
     ("speed-up (geomean)", "exp(mean(log(AR time / method time))) over units"),
     ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
+    ("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per round), "
+                     "and its share of the arm's generation time, Σ policy time / Σ time_total")),
     ("score", "mean over units (pass rate for pass/fail scorers)"),
     ("Δ vs AR", "mean over units of (method score − AR score)"),
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores only)"),
@@ -111,6 +113,8 @@ class CellSummary:
     latency_mean: float | None
     latency_median: float | None
     tokens_per_second: float | None
+    policy_time_per_round: float | None  # seconds
+    policy_share: float | None  # of the generation time
     score: float | None
     score_delta: Estimate
     mcnemar_p: float | None
@@ -308,6 +312,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
     keys = detail_metrics(cell)
     counters = total_counters(samples)
     time_sum = sum(s.time_total for s in samples)
+    policy_sum = sum(s.time_policy for s in samples)
     base_tokens = sum(statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units)
     tokens = sum(statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units)
     categories: dict[str, list[Unit]] = {}
@@ -334,6 +339,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         latency_mean=float(times.mean()) if units else None,
         latency_median=float(np.median(times)) if units else None,
         tokens_per_second=_ratio(counters.emitted, time_sum),
+        policy_time_per_round=_ratio(policy_sum, counters.rounds), policy_share=_ratio(policy_sum, time_sum),
         score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
         mcnemar_p=p_value if not cell.is_baseline else None,
         discordant=discordant if not cell.is_baseline else None,
@@ -373,7 +379,7 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
     base = replace(measured, mean_acceptance_length=None, acceptance_rate=None, acceptance_by_position=(),
                    relaxed_fraction=None, output_length_ratio=None, speedup_total=Estimate(None),
                    speedup_geomean=Estimate(None), modelled_speedup=None, latency_mean=None, latency_median=None,
-                   tokens_per_second=None)
+                   tokens_per_second=None, policy_time_per_round=None, policy_share=None)
     same = [replace(base, arm=c.arm, method=c.method, policy=c.policy, knobs=dict(c.knobs),
                     drafter=None if c.drafter is None else str(c.drafter.get("kind")), k=c.k, is_baseline=False,
                     lossless=c.lossless, n_samples=0, score_delta=Estimate(0.0, 0.0, 0.0),

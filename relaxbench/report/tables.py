@@ -157,8 +157,8 @@ def main_table(summary: TaskSummary) -> Table:
 
 
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",
-                      "median latency s", "tokens/s",
-                      "discordant lost / gained", "reproduced AR", "stop reasons")
+                      "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
+                      "reproduced AR", "stop reasons")
 
 
 def reproduced_text(cell: CellSummary) -> str:
@@ -177,6 +177,7 @@ def reproduced_text(cell: CellSummary) -> str:
 def diagnostic_row(cell: CellSummary) -> Row:
     discordant = "-" if cell.discordant is None else f"{cell.discordant[0]} / {cell.discordant[1]}"
     stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
+    policy_ms = None if cell.policy_time_per_round is None else cell.policy_time_per_round * 1e3
     return Row(cell.arm, (
         Cell(cell.arm, "arm"),
         Cell(cell.policy + (" (lossless)" if cell.lossless and not cell.is_baseline else ""), "policy"),
@@ -186,6 +187,8 @@ def diagnostic_row(cell: CellSummary) -> Row:
         num(fmt(cell.modelled_speedup, ".2f", "×"), "modelled_speedup", cell.modelled_speedup),
         num(fmt(cell.latency_median, ".2f"), "latency_median", cell.latency_median),
         num(fmt(cell.tokens_per_second, ".2f"), "tokens_per_second", cell.tokens_per_second),
+        Cell(fmt(policy_ms, ".3f"), "policy_time_per_round", cell.policy_time_per_round, numeric=True),
+        num(fmt(cell.policy_share, ".1%"), "policy_share", cell.policy_share),
         Cell(discordant, "discordant", numeric=True),
         Cell(reproduced_text(cell), "divergences", numeric=True),
         Cell(stops, "stop_reasons"),
@@ -196,9 +199,11 @@ def diagnostics_table(summary: TaskSummary) -> Table:
     return Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
                  DIAGNOSTIC_COLUMNS, tuple(diagnostic_row(c) for c in summary.cells),
                  "Geomean speed-up = exp(mean log(AR time / method time)) over units; modelled = from counters and "
-                 "the run's calibration; discordant = units AR passed and the arm failed / the reverse; reproduced "
-                 "AR = units whose output ids equal AR's (divergences of lossless arms are diagnosed); stop reasons "
-                 "over the paired samples ('length' = cut at max_new_tokens).")
+                 "the run's calibration; policy ms/round = the verification rule's decision time per round on this "
+                 "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
+                 "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
+                 "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
+                 "max_new_tokens).")
 
 
 def target_alone_table(summary: TaskSummary) -> Table:
