@@ -28,6 +28,8 @@ SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model",
 
 
 class Finding:
+    """A fact about a run that a reader must weigh; subclasses carry its numbers, the report words it."""
+
     level: ClassVar[str] = "warning"
 
 
@@ -155,15 +157,15 @@ class NoEnvironment(Finding):
 
 @dataclass(frozen=True)
 class UnfinishedSession(Finding):
-    session_id: Any
-    started_at: Any
-    status: Any
+    session_id: int | None
+    started_at: str | None
+    status: str | None
     level: ClassVar[str] = "info"
 
 
 @dataclass(frozen=True)
 class BusyMachine(Finding):
-    session_id: Any
+    session_id: int | None
     load: float  # 1-min load average at the session's start
     cpus: int
 

@@ -9,7 +9,7 @@ acceptance by position) are defined: a generation, a stored sample, a cell of a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import zip_longest
 from typing import Any
@@ -23,15 +23,16 @@ def _add(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0))
 
 
-def per_position(drafted: Iterable[int], accepted: Iterable[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def per_position(drafted: Sequence[int], accepted: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(rounds that accepted draft position i, rounds that drafted it), i = 0 .. the longest draft − 1. A round
     that accepted n drafts accepted positions 0..n−1 (acceptance is a prefix)."""
-    accepted_at: tuple[int, ...] = ()
-    drafted_at: tuple[int, ...] = ()
+    width = max(drafted, default=0)
+    accepted_at, drafted_at = [0] * width, [0] * width
     for d, a in zip(drafted, accepted):
-        drafted_at = _add(drafted_at, (1,) * d)
-        accepted_at = _add(accepted_at, (1,) * a)
-    return accepted_at + (0,) * (len(drafted_at) - len(accepted_at)), drafted_at
+        for i in range(d):
+            drafted_at[i] += 1
+            accepted_at[i] += i < a
+    return tuple(accepted_at), tuple(drafted_at)
 
 
 @dataclass(frozen=True)
