@@ -5,12 +5,11 @@ two sessions. Counters, timings and scores are drawn from a seeded generator so 
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from relaxbench.harness.store import CellDefinition, Store, now
+from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 
 
 @dataclass(frozen=True)
@@ -133,23 +132,18 @@ def build_fixture_run(out_dir: Path, seed: int = 7) -> Path:
                             score = 1.0 if arm.lossless else max(0.0, 1.0 - arm.fail - rng.uniform(0, 0.3))
                             details = {"exact_match": score == 1.0, "rouge_l": score,
                                        "mean_logprob": -0.5 - rng.uniform(0, 0.5)}
-                        store.add_sample({
-                            "cell_id": cells[arm.arm], "session_id": session, "item_id": item,
-                            "item_index": index, "turn": turn, "repeat": 0, "category": category,
-                            "created_at": now(), "prompt_ids": json.dumps([1, 2, 3]),
-                            "output_ids": json.dumps(list(range(sum(emitted)))), "output_text": "fixture output",
-                            "stop_reason": "length" if sum(emitted) >= max_new else "eos",
-                            "n_prompt_tokens": 3, "n_output_tokens": sum(emitted), "n_rounds": len(emitted),
-                            "n_drafted": sum(drafted), "n_accepted": sum(accepted), "n_relaxed": sum(relaxed),
-                            "time_total": total, "time_prefill": prefill, "time_draft": sum(t_draft),
-                            "time_verify": sum(t_verify), "time_policy": 0.001 * len(emitted),
-                            "round_drafted": json.dumps(drafted), "round_accepted": json.dumps(accepted),
-                            "round_relaxed": json.dumps(relaxed), "round_emitted": json.dumps(emitted),
-                            "round_t_draft": json.dumps(t_draft), "round_t_verify": json.dumps(t_verify),
-                            "round_t_policy": json.dumps([0.001] * len(emitted)),
-                            "score": score, "passed": None if passed is None else int(passed),
-                            "score_details": json.dumps(details), "matches_baseline": matches,
-                            "divergence": None if divergence is None else json.dumps(divergence),
-                        })
+                        store.add_sample(SampleRow(
+                            cell_id=cells[arm.arm], session_id=session, item_id=item, item_index=index, turn=turn,
+                            repeat=0, category=category, created_at=now(), prompt_ids=(1, 2, 3),
+                            output_ids=tuple(range(sum(emitted))), output_text="fixture output",
+                            stop_reason="length" if sum(emitted) >= max_new else "eos", n_prompt_tokens=3,
+                            n_output_tokens=sum(emitted), n_rounds=len(emitted), n_drafted=sum(drafted),
+                            n_accepted=sum(accepted), n_relaxed=sum(relaxed), time_total=total, time_prefill=prefill,
+                            time_draft=sum(t_draft), time_verify=sum(t_verify), time_policy=0.001 * len(emitted),
+                            round_drafted=tuple(drafted), round_accepted=tuple(accepted), round_relaxed=tuple(relaxed),
+                            round_emitted=tuple(emitted), round_t_draft=tuple(t_draft), round_t_verify=tuple(t_verify),
+                            round_t_policy=(0.001,) * len(emitted), score=score, passed=passed,
+                            score_details=details, matches_baseline=None if matches is None else bool(matches),
+                            divergence=divergence))
         store.finish_session(session, "finished")
     return out_dir

@@ -39,13 +39,14 @@ def test_efficiency_is_measured_over_modelled_from_real_counters(tiny_target, ti
     ar, rows = bench_efficiency(tiny_target, tiny_draft, [exact], k=3, max_new_tokens=10, repeats=2, n_prompts=1,
                                 checked=frozenset({"exact"}), calibration_repetitions=2)
     (row,) = rows
-    assert row.arm.emitted == ar.emitted > 0  # a lossless arm emits what the AR arm emits
-    assert row.arm.rounds < row.arm.emitted and row.arm.drafted > 0
+    arm, base = row.arm.counters, ar.counters
+    assert arm.emitted == base.emitted > 0  # a lossless arm emits what the AR arm emits
+    assert arm.rounds < arm.emitted and arm.drafted > 0
     assert len(row.units) == 2 and len(ar.decode_s) == len(row.arm.decode_s) == 2
     cal = row.arm.calibration
     assert cal is not None and cal.t_verify > 0 and cal.t_target_step > 0 and cal.t_draft_step > 0
     # the last unit's model, recomputed by hand from the last generation's counters and the last calibration
-    emitted, rounds, drafted = ar.emitted // 2, row.arm.rounds // 2, row.arm.drafted // 2
+    emitted, rounds, drafted = base.emitted // 2, arm.rounds // 2, arm.drafted // 2
     expected = emitted * cal.t_target_step / (rounds * cal.t_verify + drafted * cal.t_draft_step)
     assert math.isclose(row.units[-1].modelled, expected)
     measured = (emitted / row.arm.decode_s[-1]) / (emitted / ar.decode_s[-1])

@@ -15,7 +15,7 @@ import pytest
 
 from relaxbench.cli import main
 from tests.conftest import assert_one_line_error
-from tests.store_query import rows
+from tests.store_query import rows, sample_rows
 
 DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
@@ -44,26 +44,24 @@ def test_compare_end_to_end(e2e_run):
     assert [(c["task"], c["arm"]) for c in cells] == [
         (task, arm) for task in ("humaneval", "jsonl") for arm in ("ar", "exact", "speculative-sampling")]
     assert all(json.loads(c["method_json"])["policy"] == c["policy"] for c in cells)
-    samples = rows(db, "SELECT s.*, c.task, c.arm FROM samples s JOIN cells c USING (cell_id)")
+    by_key = sample_rows(db)
     # 3 single-turn jsonl items and 3 HumanEval problems, 3 arms each
-    assert len(samples) == 3 * 3 * 2
-    by_key = {(s["task"], s["arm"], s["item_id"], s["turn"], s["repeat"]): s for s in samples}
+    assert len(by_key) == 3 * 3 * 2
     for (task, arm, item, turn, repeat), s in by_key.items():
-        rounds = json.loads(s["round_emitted"])
-        assert sum(rounds) == s["n_output_tokens"] == len(json.loads(s["output_ids"]))
-        assert len(rounds) == s["n_rounds"] and s["time_total"] > 0
+        assert sum(s.round_emitted) == s.n_output_tokens == len(s.output_ids) == s.counters.emitted
+        assert len(s.round_emitted) == s.n_rounds and s.time_total > 0
         if arm == "ar":
-            assert s["n_drafted"] == 0 and s["matches_baseline"] is None
+            assert s.n_drafted == 0 and s.matches_baseline is None
             continue
         ar = by_key[(task, "ar", item, turn, repeat)]
         # lossless arms reproduce AR exactly, checked from the stored ids
-        assert json.loads(s["output_ids"]) == json.loads(ar["output_ids"]), (task, arm, item)
-        assert s["output_text"] == ar["output_text"] and s["matches_baseline"] == 1
-        assert s["score"] == ar["score"]
-        assert s["n_drafted"] > 0
-    humaneval = [s for s in samples if s["task"] == "humaneval"]
-    assert {s["item_id"] for s in humaneval} == {"HumanEval/0", "HumanEval/1", "HumanEval/2"}
-    assert all(json.loads(s["score_details"])["status"] for s in humaneval)
+        assert s.output_ids == ar.output_ids, (task, arm, item)
+        assert s.output_text == ar.output_text and s.matches_baseline is True
+        assert s.score == ar.score
+        assert s.n_drafted > 0
+    humaneval = [s for key, s in by_key.items() if key[0] == "humaneval"]
+    assert {s.item_id for s in humaneval} == {"HumanEval/0", "HumanEval/1", "HumanEval/2"}
+    assert all(s.score_details["status"] for s in humaneval)
     env = rows(db, "SELECT * FROM environment")
     assert len(env) == 1 and env[0]["status"] == "finished" and env[0]["target_dtype"] == "float64"
     assert env[0]["device"] == "cpu" and env[0]["torch"] and env[0]["command"].startswith("relaxbench compare")

@@ -40,10 +40,12 @@ def test_counters_are_consistent(tiny_target, tiny_draft):
     assert sum(r.emitted) == result.n_emitted
     assert all(a <= d for a, d in zip(r.accepted, r.drafted))
     assert all(e <= a + 1 for a, e in zip(r.accepted, r.emitted))
-    assert result.mean_acceptance_length == pytest.approx(result.n_emitted / result.n_rounds)
-    per_position = result.accepted_per_position()
-    assert per_position == sorted(per_position, reverse=True)  # accepting position i implies all before it
-    assert sum(per_position) == sum(r.accepted)
+    counters = result.counters
+    assert counters.mean_acceptance_length == pytest.approx(result.n_emitted / result.n_rounds)
+    per_position = counters.accepted_per_position
+    assert list(per_position) == sorted(per_position, reverse=True)  # accepting position i implies all before it
+    assert sum(per_position) == sum(r.accepted) == counters.accepted
+    assert sum(counters.drafted_per_position) == sum(r.drafted) == counters.drafted
     assert result.time_total >= result.time_prefill + sum(r.t_verify)
 
 

@@ -57,6 +57,8 @@ def test_cli_run_writes_results_and_counters(cli, task_dir, tmp_path):
     assert counters["drafted_tokens"] > 0 and counters["rounds"] > 0
     assert counters["mean_acceptance_length"] == pytest.approx(counters["emitted_tokens"] / counters["rounds"])
     assert counters["acceptance_rate"] == pytest.approx(counters["accepted_tokens"] / counters["drafted_tokens"])
+    # relaxed / emitted, as in compare and the report (exact relaxes nothing)
+    assert counters["relaxed_tokens"] == 0 and counters["relaxed_fraction"] == 0.0
     assert counters["tokens_per_second"] > 0
 
     written = json.loads(stats.read_text())
@@ -70,6 +72,31 @@ def test_cli_run_writes_results_and_counters(cli, task_dir, tmp_path):
         assert sample["resps"] == [[record["text"]]]  # what lm-eval scored is what the engine produced
         assert record["n_emitted"] <= 16 and record["task"] == "relaxbench_arith"
         assert sum(record["rounds"]["emitted"]) == record["n_emitted"]
+
+
+def test_run_stats_summary_uses_the_one_counters_definition():
+    """The summary sums ``Counters`` over the raw records: relaxed fraction = relaxed / emitted, as everywhere."""
+    from types import SimpleNamespace
+
+    from relaxbench.decoding.records import GenerationResult, RoundLog
+    from relaxbench.integrations.lm_eval import RunStats
+
+    stats = RunStats(arm={"method": "m"})
+    for doc, (drafted, accepted, relaxed, emitted) in enumerate((([4, 4], [3, 0], [1, 0], [4, 1]),
+                                                                  ([2], [1], [1], [2]))):
+        rounds = RoundLog()
+        for d, a, r, e in zip(drafted, accepted, relaxed, emitted):
+            rounds.add(d, a, r, e, 0.0, 0.1, 0.0)
+        result = GenerationResult([1], list(range(sum(emitted))), "x", "eos", rounds, 0.1, 0.5)
+        stats.add_generation(SimpleNamespace(task_name="t", doc_id=doc, idx=0), result, seed=doc)
+    summary = stats.summary()
+    assert (summary["emitted_tokens"], summary["rounds"], summary["drafted_tokens"]) == (7, 3, 10)
+    assert (summary["accepted_tokens"], summary["relaxed_tokens"]) == (4, 2)
+    assert summary["accepted_per_position"] == [2, 1, 1, 0]
+    assert summary["mean_acceptance_length"] == pytest.approx(7 / 3)
+    assert summary["acceptance_rate"] == pytest.approx(0.4)
+    assert summary["relaxed_fraction"] == pytest.approx(2 / 7)
+    assert summary["tokens_per_second"] == pytest.approx(7 / 1.0)
 
 
 def test_exact_outputs_equal_the_target_alone_through_lm_eval(task_dir):

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from relaxbench.cli import main
+from relaxbench.harness.store import SampleRow
 from tests.conftest import CliResult, assert_one_line_error
-from tests.store_query import rows
+from tests.store_query import rows, sample_rows
 
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
         "--draft-dtype", "float64"]
@@ -27,9 +28,8 @@ def compare_args(out: Path) -> list[str]:
     return ["compare", *TINY, "--methods", "exact", "--tasks", TASKS, "--limit", "3", "--out", str(out)]
 
 
-def samples(db: Path) -> dict[tuple[str, str, str], sqlite3.Row]:
-    return {(s["task"], s["arm"], s["item_id"]): s
-            for s in rows(db, "SELECT s.*, c.task, c.arm FROM samples s JOIN cells c USING (cell_id)")}
+def samples(db: Path) -> dict[tuple[str, str, str], SampleRow]:
+    return {(task, arm, item): s for (task, arm, item, _, _), s in sample_rows(db).items()}
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +75,14 @@ def test_generation_task_scores_equal_lm_evals_own(lm_eval_run):
     for doc_id, sample in ref.items():
         ar, exact = stored[(ARITH, "ar", doc_id)], stored[(ARITH, "exact", doc_id)]
         context, gen_kwargs = sample["arguments"][0]
-        assert json.loads(ar["prompt_ids"]) == lm.encode_context(context, gen_kwargs["max_gen_toks"])
-        assert ar["output_text"] == sample["resps"][0][0]
-        details = json.loads(ar["score_details"])
-        assert ar["score"] == details["exact_match,first-number"] == sample["exact_match"]
+        assert list(ar.prompt_ids) == lm.encode_context(context, gen_kwargs["max_gen_toks"])
+        assert ar.output_text == sample["resps"][0][0]
+        details = ar.score_details
+        assert ar.score == details["exact_match,first-number"] == sample["exact_match"]
         assert details["filtered"]["first-number"] == sample["filtered_resps"][0]
-        assert ar["passed"] == int(ar["score"] == 1.0)
-        assert json.loads(exact["output_ids"]) == json.loads(ar["output_ids"]) and exact["matches_baseline"] == 1
-        assert exact["score"] == ar["score"] and exact["n_drafted"] > 0 and exact["time_total"] > 0
+        assert ar.passed == (ar.score == 1.0)
+        assert exact.output_ids == ar.output_ids and exact.matches_baseline is True
+        assert exact.score == ar.score and exact.n_drafted > 0 and exact.time_total > 0
     assert len(rows(db, "SELECT * FROM calibrations")) == 2  # the generation task's two arms; none for MC
 
 
@@ -93,10 +93,11 @@ def test_target_alone_task_is_scored_once_with_lm_evals_likelihoods(lm_eval_run)
     assert {key[1] for key in stored if key[0] == MC} == {"ar"} and sorted(mc) == ["0", "1", "2"]
     reference = {str(s["doc_id"]): s for s in lm_eval_reference(["relaxbench_mc"], 3)["samples"]["relaxbench_mc"]}
     for doc_id, s in mc.items():
-        details = json.loads(s["score_details"])
-        assert s["score"] == details["acc,none"] == reference[doc_id]["acc"]
+        details = s.score_details
+        assert s.score == details["acc,none"] == reference[doc_id]["acc"]
         assert details["acc_norm,none"] == reference[doc_id]["acc_norm"]
-        assert s["stop_reason"] == "likelihood" and s["n_output_tokens"] == 0 and s["time_total"] > 0
+        assert s.stop_reason == "likelihood" and s.n_output_tokens == 0 and s.time_total > 0
+        assert s.time_prefill == s.time_total and s.counters.rounds == 0
 
 
 def test_summary_reports_delta_from_the_store(lm_eval_run, tmp_path):

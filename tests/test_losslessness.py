@@ -66,8 +66,8 @@ def test_speculation_actually_accepts_drafts(tiny_target, tiny_draft):
     """Guard against a vacuous pass: the draft model must agree often enough that exact match skips rounds."""
     prompt = random_prompts(1, 200, seed=5)[0]
     result = generate(EXACT_MODEL, tiny_target, tiny_draft, prompt, 4, 48)
-    assert result.acceptance_rate > 0.3
-    assert result.mean_acceptance_length > 1.5
+    assert result.counters.acceptance_rate > 0.3
+    assert result.counters.mean_acceptance_length > 1.5
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.analysis.metrics import bootstrap_interval, mcnemar_exact, mean
-from relaxbench.harness.store import CellDefinition, Store, now
+from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 
 
 def cell_def(task: str, arm: str, position: int, scorer: str = "code-exec", k: int = 4) -> CellDefinition:
@@ -23,24 +22,20 @@ def cell_def(task: str, arm: str, position: int, scorer: str = "code-exec", k: i
 
 def sample(cell_id: int, session_id: int, item: str, index: int, *, time: float, rounds: list[tuple[int, int, int]],
            score: float | None = None, passed: bool | None = None, repeat: int = 0, turn: int = 0,
-           category: str | None = None, details: dict | None = None, relaxed: int = 0) -> dict:
+           category: str | None = None, details: dict | None = None, relaxed: int = 0) -> SampleRow:
     """``rounds``: (drafted, accepted, emitted) per round."""
-    drafted = [r[0] for r in rounds]
-    accepted = [r[1] for r in rounds]
-    emitted = [r[2] for r in rounds]
-    relaxed_rounds = [relaxed] + [0] * (len(rounds) - 1)
-    return {
-        "cell_id": cell_id, "session_id": session_id, "item_id": item, "item_index": index, "turn": turn,
-        "repeat": repeat, "category": category, "created_at": now(), "prompt_ids": "[1]",
-        "output_ids": json.dumps(list(range(sum(emitted)))), "output_text": "x", "stop_reason": "length",
-        "n_prompt_tokens": 1, "n_output_tokens": sum(emitted), "n_rounds": len(rounds), "n_drafted": sum(drafted),
-        "n_accepted": sum(accepted), "n_relaxed": relaxed, "time_total": time, "time_prefill": 0.0,
-        "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0, "round_drafted": json.dumps(drafted),
-        "round_accepted": json.dumps(accepted), "round_relaxed": json.dumps(relaxed_rounds),
-        "round_emitted": json.dumps(emitted), "round_t_draft": "[]", "round_t_verify": "[]", "round_t_policy": "[]",
-        "score": score, "passed": None if passed is None else int(passed),
-        "score_details": json.dumps(details or {}), "matches_baseline": None, "divergence": None,
-    }
+    drafted = tuple(r[0] for r in rounds)
+    accepted = tuple(r[1] for r in rounds)
+    emitted = tuple(r[2] for r in rounds)
+    relaxed_rounds = (relaxed,) + (0,) * (len(rounds) - 1)
+    return SampleRow(
+        cell_id=cell_id, session_id=session_id, item_id=item, item_index=index, turn=turn, repeat=repeat,
+        category=category, created_at=now(), prompt_ids=(1,), output_ids=tuple(range(sum(emitted))),
+        output_text="x", stop_reason="length", n_prompt_tokens=1, n_output_tokens=sum(emitted), n_rounds=len(rounds),
+        n_drafted=sum(drafted), n_accepted=sum(accepted), n_relaxed=relaxed, time_total=time, time_prefill=0.0,
+        time_draft=0.0, time_verify=0.0, time_policy=0.0, round_drafted=drafted, round_accepted=accepted,
+        round_relaxed=relaxed_rounds, round_emitted=emitted, round_t_draft=(), round_t_verify=(), round_t_policy=(),
+        score=score, passed=passed, score_details=details or {}, matches_baseline=None, divergence=None)
 
 
 @pytest.fixture
@@ -172,3 +167,20 @@ def test_modelled_speedup_uses_the_arms_own_calibration(tmp_path: Path):
     cell = summarize_run(load_run(tmp_path))[0].cells[1]
     # 4 emitted tokens, 1 round, 4 drafted: 4 * 0.010 / (0.012 + 4 * 0.002)
     assert cell.modelled_speedup == pytest.approx(0.04 / 0.020)
+
+
+def test_counters_add_and_define_each_ratio_once():
+    from relaxbench.decoding.records import Counters
+
+    # rounds (drafted, accepted): (4, 3) (4, 0) and (2, 1); 9 tokens emitted, 1 of them relaxed
+    a = Counters.of_rounds([4, 4], [3, 0], [1, 0], emitted=5)
+    b = Counters.of_rounds([2], [1], [0], emitted=4)
+    total = sum((a, b), Counters())
+    assert (total.emitted, total.rounds, total.drafted, total.accepted, total.relaxed) == (9, 3, 10, 4, 1)
+    assert total.accepted_per_position == (2, 1, 1, 0) and total.drafted_per_position == (3, 3, 2, 2)
+    assert total.mean_acceptance_length == 3.0 and total.acceptance_rate == 0.4
+    assert total.relaxed_fraction == pytest.approx(1 / 9)  # relaxed / emitted, everywhere
+    assert total.acceptance_by_position == pytest.approx((2 / 3, 1 / 3, 1 / 2, 0.0))
+    ar = Counters.of_rounds([0, 0], [0, 0], [0, 0], emitted=2)
+    assert ar.mean_acceptance_length == 1.0 and ar.acceptance_rate is None and ar.acceptance_by_position == ()
+    assert Counters().mean_acceptance_length is None and Counters().relaxed_fraction is None

@@ -171,7 +171,7 @@ def test_layerskip_shares_the_targets_weights_and_with_every_layer_drafts_the_ta
     assert drafter.describe()["layers"] == 2
     full = MethodSpec(name="full", policy="exact", drafter=DrafterSpec(kind="layerskip", knobs={"layers": 4}))
     result = generate(full, tiny_target, None, random_prompts(1, 200, seed=3)[0], 5, max_new_tokens=40)
-    assert result.acceptance_rate == 1.0  # all four layers: the drafts are the target's own greedy tokens
+    assert result.counters.acceptance_rate == 1.0  # all four layers: the drafts are the target's own greedy tokens
     with pytest.raises(ConfigError, match=r"layers must be in 1\.\.4"):
         LayerSkipDrafter.build({"layers": 5}, DrafterInputs(tiny_target, None))
 

@@ -171,8 +171,23 @@ def test_table_numbers_equal_the_analysis_values(written, summaries):
             assert float(diagnostics["speedup_geomean"]["data-value"]) == cell.speedup_geomean.value
             if cell.modelled_speedup is not None:
                 assert float(diagnostics["modelled_speedup"]["data-value"]) == cell.modelled_speedup
-            checked += 3
+            # the decision cost on the run's device: per round (shown in ms) and as a share of generation time
+            assert float(diagnostics["policy_time_per_round"]["data-value"]) == cell.policy_time_per_round
+            assert diagnostics["policy_time_per_round"]["text"] == f"{cell.policy_time_per_round * 1e3:.3f}"
+            assert float(diagnostics["policy_share"]["data-value"]) == cell.policy_share
+            assert diagnostics["policy_share"]["text"] == f"{100 * cell.policy_share:.1f}%"
+            checked += 5
     assert checked > 100
+
+
+def test_policy_time_is_per_round_and_a_share_of_generation_time(fixture_run, summaries):
+    """The fixture records 1 ms of policy time per round; the share is Σ time_policy / Σ time_total."""
+    run = load_run(fixture_run)
+    for task, summary in summaries.items():
+        for cell, stored in zip(summary.cells, run.cells_of(task)):
+            assert cell.policy_time_per_round == pytest.approx(0.001)
+            share = sum(s.time_policy for s in stored.samples) / sum(s.time_total for s in stored.samples)
+            assert cell.policy_share == pytest.approx(share)
 
 
 def expected_best(summary, budget: float):
@@ -220,6 +235,23 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
     assert "Outputs cut at max_new_tokens" in text
 
 
+def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries):
+    """Which notices apply is decided in ``relaxbench.analysis.notices`` (facts and a level); the report words each."""
+    from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_findings, task_findings
+    from relaxbench.report.content import task_notices, word
+
+    run = load_run(fixture_run)
+    found = task_findings(summaries["tiny-code"], run.cells_of("tiny-code"))
+    assert FewUnits(12, paired=True) in found
+    [check] = [f for f in found if isinstance(f, LosslessCheck)]
+    assert (check.arm, check.divergences.reproduced, check.divergences.near_tie, check.level) == ("exact", 11, 1,
+                                                                                                   "info")
+    assert [(n.level, n.text) for n in task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
+        (f.level, word(f)) for f in found]
+    [unfinished] = [f for f in run_findings(run) if isinstance(f, UnfinishedSession)]
+    assert unfinished.status == "interrupted" and unfinished.level == "info"
+
+
 def test_a_modelled_speedup_far_from_the_measured_one_is_flagged(fixture_run, summaries):
     from dataclasses import replace
 
@@ -261,6 +293,30 @@ def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):
         assert name in out  # rich markup would swallow "[theta=0.1]" unless escaped
 
 
+def test_terminal_and_html_render_the_same_tables(written, summaries):
+    """``compare``/``summary`` print the report's own per-task tables: every cell text of the HTML's tables is in
+    the terminal rendering (wide enough not to wrap)."""
+    import io
+
+    from rich.console import Console
+
+    from relaxbench.report.tables import task_tables
+    from relaxbench.report.terminal import rich_table
+
+    page = parse(written["html"].read_text())
+    for summary in summaries.values():
+        for table in task_tables(summary):
+            buffer = io.StringIO()
+            Console(file=buffer, width=1000).print(rich_table(table))
+            text = buffer.getvalue()
+            assert table.title in text and all(column in text for column in table.columns)
+            html_rows = page.tables[table.key]
+            assert list(html_rows) == [row.key for row in table.rows]
+            for row in table.rows:
+                assert [c["text"] for c in html_rows[row.key]] == [c.text for c in row.cells]
+                assert all(cell.text in text for cell in row.cells)
+
+
 def test_a_run_without_finished_samples_still_reports(tmp_path: Path):
     from relaxbench.harness.store import Store
     from tests.report_fixture import _cell
@@ -277,10 +333,11 @@ def test_a_run_without_finished_samples_still_reports(tmp_path: Path):
 
 
 def test_a_target_alone_task_has_tables_but_no_speed_figures(tmp_path: Path):
-    """lm-eval likelihood tasks are stored in the AR cell only; every method has AR's score by definition."""
+    """Likelihood-only tasks (lm-eval's multiple choice) are stored in the AR cell only; every method has AR's score
+    by definition. The task source (lm_eval:) reads its own record back to say so."""
     from dataclasses import replace
 
-    from relaxbench.harness.store import Store
+    from relaxbench.harness.store import SampleRow, Store
     from tests.report_fixture import _cell
 
     with Store(tmp_path / "run" / "results.sqlite") as store:
@@ -288,25 +345,19 @@ def test_a_target_alone_task_has_tables_but_no_speed_figures(tmp_path: Path):
         session = store.start_session(run_id, {"command": "relaxbench compare", "device": "cpu"})
         cells = []
         for i, arm in enumerate(ARMS[:3]):
-            definition = _cell("mc", arm, i, "lm-eval", 1)
+            definition = _cell("lm_eval:mc", arm, i, "lm-eval", 1)
             cells.append(store.ensure_cell(run_id, replace(
                 definition, task_spec={**definition.task_spec, "lm_eval": {"target_alone": True}})))
         for index in range(4):
-            store.add_sample({
-                "cell_id": cells[0], "session_id": session, "item_id": str(index), "item_index": index, "turn": 0,
-                "repeat": 0, "category": None, "created_at": "x", "prompt_ids": "[1]", "output_ids": "[]",
-                "output_text": "", "stop_reason": "loglikelihood", "n_prompt_tokens": 1, "n_output_tokens": 0,
-                "n_rounds": 0, "n_drafted": 0, "n_accepted": 0, "n_relaxed": 0, "time_total": 0.1,
-                "time_prefill": 0.1, "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0,
-                "round_drafted": "[]", "round_accepted": "[]", "round_relaxed": "[]", "round_emitted": "[]",
-                "round_t_draft": "[]", "round_t_verify": "[]", "round_t_policy": "[]", "score": float(index % 2),
-                "passed": index % 2, "score_details": "{}", "matches_baseline": None, "divergence": None})
+            store.add_sample(SampleRow.likelihood_only(
+                0.1, cell_id=cells[0], session_id=session, item_id=str(index), item_index=index, category=None,
+                score=float(index % 2), passed=bool(index % 2), score_details={}))
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     html = (tmp_path / "out" / "report.html").read_text()
     page = parse(html)
     text = " ".join(page.text)
     assert "Scored by the target's likelihoods alone" in text and "<svg" not in html
-    rows = page.tables["mc-table"]
+    rows = page.tables["lm_eval:mc-table"]
     assert [float(cells_by_metric(rows[a.arm])["score"]["data-value"]) for a in ARMS[:3]] == [0.5, 0.5, 0.5]
     assert (tmp_path / "out" / "report.pdf").stat().st_size > 0
 

@@ -1,5 +1,6 @@
-"""Analysis: typed records read from the store (records.py), pure metric functions (metrics.py), and terminal
-tables (present.py), kept apart so reports reuse the same numbers."""
+"""Analysis: typed records read from the store (records.py), pure metric functions (metrics.py), the arms a
+report singles out (selection.py) and the findings a reader must know (notices.py). Nothing here formats: the
+report and the terminal (``relaxbench.report``) present these results."""
 
 from relaxbench.analysis.metrics import CellSummary, Estimate, TaskSummary, summarize_run, summarize_task
 from relaxbench.analysis.records import RunRecord, load_run, read_run

@@ -1,5 +1,6 @@
-"""Metrics from stored raw records: pure functions from a ``RunRecord`` to frozen summaries (rendering lives in
-``present.py``; reports build on the same summaries).
+"""Metrics from stored raw records: pure functions from a ``RunRecord`` to frozen summaries. Nothing is formatted
+here: ``relaxbench.report.tables`` turns the summaries into the tables the terminal, the HTML and the PDF show.
+The ratios over the speculative counters are ``Counters``' (decoding/records.py), summed over a cell's samples.
 
 Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats. Only units that
 every arm of the task has finished are used, so every figure of a task's table is over the same samples.
@@ -7,7 +8,7 @@ every arm of the task has finished are used, so every figure of a task's table i
 Definitions: ``METRIC_DEFINITIONS`` below (also in the README, and printed in every report).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 
-Target-alone tasks (lm-eval tasks answered by likelihoods: multiple choice, loglikelihood[_rolling]) are stored in
+Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in
 the AR cell only, since no verification rule changes a likelihood. Their summaries give every method AR's score
 with Δ = 0 by definition (``by_definition``), and no speed or counter figures for any arm (nothing was generated).
 """
@@ -24,8 +25,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from relaxbench.analysis.records import CellRecord, RunRecord, SampleRecord
+from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.decoding.records import Counters
+from relaxbench.harness.store import SampleRow
+from relaxbench.tasks import stored_task_facts
 
+POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
 BOOTSTRAP_SEED = 20240917
 BOOTSTRAP_RESAMPLES = 9999
 CONFIDENCE = 0.95
@@ -41,6 +46,8 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("speed-up (total)", "sum of AR times / sum of method times over units"),
     ("speed-up (geomean)", "exp(mean(log(AR time / method time))) over units"),
     ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
+    ("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per round), "
+                     "and its share of the arm's generation time, Σ policy time / Σ time_total")),
     ("score", "mean over units (pass rate for pass/fail scorers)"),
     ("Δ vs AR", "mean over units of (method score − AR score)"),
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores only)"),
@@ -107,6 +114,8 @@ class CellSummary:
     latency_mean: float | None
     latency_median: float | None
     tokens_per_second: float | None
+    policy_time_per_round: float | None  # seconds
+    policy_share: float | None  # of the generation time
     score: float | None
     score_delta: Estimate
     mcnemar_p: float | None
@@ -188,7 +197,7 @@ def mcnemar_exact(baseline_passed: Sequence[bool], method_passed: Sequence[bool]
     return float(stats.binomtest(lost, lost + gained, 0.5).pvalue), (lost, gained)
 
 
-def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float | None:
+def modelled_speedup(samples: Sequence[SampleRow], cell: CellRecord) -> float | None:
     """What the counters predict with the measured unit costs (see calibrate.py). All three costs come from the
     arm's own calibration, measured back to back, so a machine whose load changes between arms' calibrations
     shifts them together and the ratio stays comparable."""
@@ -197,31 +206,19 @@ def modelled_speedup(samples: Sequence[SampleRecord], cell: CellRecord) -> float
     if cell.calibration is None or cell.calibration.t_verify is None:
         return None
     cal = cell.calibration
-    return predicted_speedup(sum(s.n_output_tokens for s in samples), sum(s.n_rounds for s in samples),
-                             sum(s.n_drafted for s in samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
+    return predicted_speedup(total_counters(samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
 
 
-def predicted_speedup(emitted: int, rounds: int, drafted: int, t_target_step: float, t_verify: float,
+def predicted_speedup(counters: Counters, t_target_step: float, t_verify: float,
                       t_draft_step: float | None) -> float | None:
     """The modelled speed-up's formula, in one place: emitted × t_target_step / (rounds × t_verify + drafted ×
     t_draft_step) — what the counters predict if only the forward passes cost time (None when nothing ran)."""
-    cost = rounds * t_verify + drafted * (t_draft_step or 0.0)
-    return emitted * t_target_step / cost if cost > 0 else None
+    cost = counters.rounds * t_verify + counters.drafted * (t_draft_step or 0.0)
+    return counters.emitted * t_target_step / cost if cost > 0 else None
 
 
-# ------------------------------------------------------------------------------------------------ counters
-
-
-def acceptance_by_position(samples: Sequence[SampleRecord]) -> tuple[float, ...]:
-    width = max((d for s in samples for d in s.round_drafted), default=0)
-    drafted = [0] * width
-    accepted = [0] * width
-    for s in samples:
-        for d, a in zip(s.round_drafted, s.round_accepted):
-            for i in range(d):
-                drafted[i] += 1
-                accepted[i] += i < a
-    return tuple(a / d for a, d in zip(accepted, drafted) if d)
+def total_counters(samples: Sequence[SampleRow]) -> Counters:
+    return sum((s.counters for s in samples), Counters())
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -231,52 +228,51 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 # ------------------------------------------------------------------------------------------------ summaries
 
 
-def by_unit(samples: Sequence[SampleRecord]) -> dict[Unit, list[SampleRecord]]:
-    out: dict[Unit, list[SampleRecord]] = {}
+def unit_of(sample: SampleRow) -> Unit:
+    """What pairs samples across arms: the item and the turn (repeats are averaged)."""
+    return (sample.item_id, sample.turn)
+
+
+def by_unit(samples: Sequence[SampleRow]) -> dict[Unit, list[SampleRow]]:
+    out: dict[Unit, list[SampleRow]] = {}
     for s in samples:
-        out.setdefault(s.unit, []).append(s)
+        out.setdefault(unit_of(s), []).append(s)
     return out
 
 
-def _unit_time(group: list[SampleRecord]) -> float:
+def _unit_time(group: list[SampleRow]) -> float:
     return statistics.fmean(s.time_total for s in group)
 
 
-def _unit_score(group: list[SampleRecord]) -> float | None:
+def _unit_score(group: list[SampleRow]) -> float | None:
     values = [s.score for s in group if s.score is not None]
     return statistics.fmean(values) if values else None
 
 
-def _first(group: list[SampleRecord]) -> SampleRecord:
+def _first(group: list[SampleRow]) -> SampleRow:
     return min(group, key=lambda s: s.repeat)
 
 
 def detail_metrics(cell: CellRecord) -> tuple[str, ...]:
-    """The score-detail keys that are metrics (averaged in the summaries): the scorer's, or for an lm-eval task
-    every ``METRIC,FILTER`` of the task."""
-    from relaxbench.scoring import SCORERS
-
-    lm_eval = cell.task_spec.get("lm_eval")
-    if lm_eval:
-        return tuple(lm_eval.get("metric_keys", ()))
-    return SCORERS.get(cell.scorer).detail_metrics if cell.scorer in SCORERS else ()
+    """The score-detail keys that are metrics (averaged in the summaries), as the task's source reads its record."""
+    return stored_task_facts(cell.task, cell.task_spec, cell.scorer).detail_metrics
 
 
 def is_target_alone(cell: CellRecord) -> bool:
-    """An lm-eval task answered by the target's likelihoods (see the module docstring)."""
-    return bool((cell.task_spec.get("lm_eval") or {}).get("target_alone"))
+    """A task scored by the target's likelihoods alone (see the module docstring)."""
+    return stored_task_facts(cell.task, cell.task_spec, cell.scorer).likelihood_only
 
 
-def _details_means(groups: Sequence[list[SampleRecord]], keys: tuple[str, ...]) -> dict[str, float]:
+def _details_means(groups: Sequence[list[SampleRow]], keys: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for key in keys:
-        values = [float(v) for g in groups if isinstance(v := _first(g).details.get(key), (int, float))]
+        values = [float(v) for g in groups if isinstance(v := _first(g).score_details.get(key), (int, float))]
         if values:
             out[key] = statistics.fmean(values)
     return out
 
 
-def _divergences(groups: Sequence[list[SampleRecord]]) -> Divergences | None:
+def _divergences(groups: Sequence[list[SampleRow]]) -> Divergences | None:
     firsts = [_first(g) for g in groups if _first(g).matches_baseline is not None]
     if not firsts:
         return None
@@ -288,7 +284,7 @@ def _divergences(groups: Sequence[list[SampleRecord]]) -> Divergences | None:
         inherited=sum(1 for d in diagnosed if d.get("inherited")))
 
 
-def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRecord]]) -> np.ndarray:
+def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]]) -> np.ndarray:
     return np.array([_unit_score(groups[u]) if _unit_score(groups[u]) is not None else np.nan for u in units])
 
 
@@ -309,8 +305,9 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
     binary = bool(units) and all(p is not None for p in passed + base_passed)
     p_value, discordant = mcnemar_exact(base_passed, passed) if binary else (None, None)
     keys = detail_metrics(cell)
-    emitted = sum(s.n_output_tokens for s in samples)
+    counters = total_counters(samples)
     time_sum = sum(s.time_total for s in samples)
+    policy_sum = sum(s.time_policy for s in samples)
     base_tokens = sum(statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units)
     tokens = sum(statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units)
     categories: dict[str, list[Unit]] = {}
@@ -330,15 +327,14 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         task=cell.task, arm=cell.arm, method=cell.method, policy=cell.policy, knobs=dict(cell.knobs),
         drafter=drafter, k=cell.k, is_baseline=cell.is_baseline, lossless=cell.lossless, n_units=len(units),
         n_samples=len(samples),
-        mean_acceptance_length=_ratio(emitted, sum(s.n_rounds for s in samples)),
-        acceptance_rate=_ratio(sum(s.n_accepted for s in samples), sum(s.n_drafted for s in samples)),
-        acceptance_by_position=acceptance_by_position(samples),
-        relaxed_fraction=_ratio(sum(s.n_relaxed for s in samples), emitted),
+        mean_acceptance_length=counters.mean_acceptance_length, acceptance_rate=counters.acceptance_rate,
+        acceptance_by_position=counters.acceptance_by_position, relaxed_fraction=counters.relaxed_fraction,
         output_length_ratio=_ratio(tokens, base_tokens),
         speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell),
         latency_mean=float(times.mean()) if units else None,
         latency_median=float(np.median(times)) if units else None,
-        tokens_per_second=_ratio(emitted, time_sum),
+        tokens_per_second=_ratio(counters.emitted, time_sum),
+        policy_time_per_round=_ratio(policy_sum, counters.rounds), policy_share=_ratio(policy_sum, time_sum),
         score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
         mcnemar_p=p_value if not cell.is_baseline else None,
         discordant=discordant if not cell.is_baseline else None,
@@ -352,7 +348,7 @@ def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:
     """Units every cell has, in data order."""
     present = [set(by_unit(c.samples)) for c in cells]
     common = set.intersection(*present) if present else set()
-    order = {s.unit: (s.item_index, s.turn) for c in cells for s in c.samples}
+    order = {unit_of(s): (s.item_index, s.turn) for c in cells for s in c.samples}
     return sorted(common, key=lambda u: order[u])
 
 
@@ -378,7 +374,7 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
     base = replace(measured, mean_acceptance_length=None, acceptance_rate=None, acceptance_by_position=(),
                    relaxed_fraction=None, output_length_ratio=None, speedup_total=Estimate(None),
                    speedup_geomean=Estimate(None), modelled_speedup=None, latency_mean=None, latency_median=None,
-                   tokens_per_second=None)
+                   tokens_per_second=None, policy_time_per_round=None, policy_share=None)
     same = [replace(base, arm=c.arm, method=c.method, policy=c.policy, knobs=dict(c.knobs),
                     drafter=None if c.drafter is None else str(c.drafter.get("kind")), k=c.k, is_baseline=False,
                     lossless=c.lossless, n_samples=0, score_delta=Estimate(0.0, 0.0, 0.0),
@@ -389,7 +385,3 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
 
 def summarize_run(run: RunRecord) -> tuple[TaskSummary, ...]:
     return tuple(summarize_task(run, task) for task in run.tasks())
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

@@ -1,4 +1,7 @@
-"""Typed, frozen views of a stored run: what the metric functions (and the reports) read. No computation here."""
+"""Typed, frozen views of a stored run: what the metric functions (and the reports) read. No computation here.
+
+A sample is the store's own row type (``SampleRow``), so what the runner writes and what the analysis reads are
+one type."""
 
 from __future__ import annotations
 
@@ -9,45 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import DataError
-from relaxbench.harness.store import STORE_NAME, CellDefinition, Store
-
-
-@dataclass(frozen=True)
-class SampleRecord:
-    item_id: str
-    item_index: int
-    turn: int
-    repeat: int
-    category: str | None
-    output_ids: tuple[int, ...]
-    text: str
-    stop_reason: str
-    n_prompt_tokens: int
-    n_output_tokens: int
-    n_rounds: int
-    n_drafted: int
-    n_accepted: int
-    n_relaxed: int
-    time_total: float
-    time_prefill: float
-    time_draft: float
-    time_verify: float
-    time_policy: float
-    round_drafted: tuple[int, ...]
-    round_accepted: tuple[int, ...]
-    round_relaxed: tuple[int, ...]
-    round_emitted: tuple[int, ...]
-    score: float | None
-    passed: bool | None
-    details: Mapping[str, Any]
-    matches_baseline: bool | None
-    divergence: Mapping[str, Any] | None
-    session_id: int = 0
-
-    @property
-    def unit(self) -> tuple[str, int]:
-        """What pairs samples across arms: the item and the turn (repeats are averaged)."""
-        return (self.item_id, self.turn)
+from relaxbench.harness.store import STORE_NAME, CellDefinition, SampleRow, Store
 
 
 @dataclass(frozen=True)
@@ -64,7 +29,7 @@ class CellRecord(CellDefinition):
     """A stored cell: its definition (the store's one list of cell fields) plus its id, samples and calibration."""
 
     cell_id: int
-    samples: tuple[SampleRecord, ...]
+    samples: tuple[SampleRow, ...]
     calibration: CalibrationRecord | None  # the latest session's
 
 
@@ -90,23 +55,6 @@ class RunRecord:
         return sorted((c for c in self.cells if c.task == task), key=lambda c: c.position)
 
 
-def _sample(row: Any) -> SampleRecord:
-    return SampleRecord(
-        item_id=row["item_id"], item_index=row["item_index"], turn=row["turn"], repeat=row["repeat"],
-        category=row["category"], output_ids=tuple(json.loads(row["output_ids"])), text=row["output_text"],
-        stop_reason=row["stop_reason"], n_prompt_tokens=row["n_prompt_tokens"],
-        n_output_tokens=row["n_output_tokens"], n_rounds=row["n_rounds"], n_drafted=row["n_drafted"],
-        n_accepted=row["n_accepted"], n_relaxed=row["n_relaxed"], time_total=row["time_total"],
-        time_prefill=row["time_prefill"], time_draft=row["time_draft"], time_verify=row["time_verify"],
-        time_policy=row["time_policy"], round_drafted=tuple(json.loads(row["round_drafted"])),
-        round_accepted=tuple(json.loads(row["round_accepted"])), round_relaxed=tuple(json.loads(row["round_relaxed"])),
-        round_emitted=tuple(json.loads(row["round_emitted"])), score=row["score"],
-        passed=None if row["passed"] is None else bool(row["passed"]), details=json.loads(row["score_details"]),
-        matches_baseline=None if row["matches_baseline"] is None else bool(row["matches_baseline"]),
-        divergence=None if row["divergence"] is None else json.loads(row["divergence"]),
-        session_id=row["session_id"])
-
-
 def read_run(store: Store, run_id: int | None = None) -> RunRecord:
     """One run (the most recently updated when ``run_id`` is None) with its cells, samples and environment."""
     if run_id is None:
@@ -118,8 +66,7 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
     run = rows[0]
     cells = []
     for c in store.rows("SELECT * FROM cells WHERE run_id=? ORDER BY task, position", (run["run_id"],)):
-        samples = tuple(_sample(r) for r in store.rows(
-            "SELECT * FROM samples WHERE cell_id=? ORDER BY item_index, turn, repeat", (c["cell_id"],)))
+        samples = tuple(store.samples(c["cell_id"]))
         cal = store.rows("SELECT * FROM calibrations WHERE cell_id=? ORDER BY session_id DESC LIMIT 1",
                          (c["cell_id"],))
         calibration = (CalibrationRecord(cal[0]["context_tokens"], cal[0]["k"], cal[0]["t_target_step"],

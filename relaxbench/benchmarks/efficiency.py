@@ -21,7 +21,7 @@ from relaxbench.arms import build_decoder, resolve_k
 from relaxbench.benchmarks.engine import CODE_PROMPTS
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.prompts import encode_prompt
-from relaxbench.decoding.records import GenerationResult
+from relaxbench.decoding.records import Counters, GenerationResult
 from relaxbench.harness.calibrate import Calibration, calibrate
 from relaxbench.methods import MethodSpec
 
@@ -35,9 +35,7 @@ class ArmTotals:
     method: str
     k: int
     decode_s: list[float] = field(default_factory=list)  # per generation
-    emitted: int = 0
-    rounds: int = 0
-    drafted: int = 0
+    counters: Counters = field(default_factory=Counters)
     t_draft: float = 0.0
     t_verify: float = 0.0
     t_policy: float = 0.0
@@ -45,18 +43,12 @@ class ArmTotals:
 
     def add(self, result: GenerationResult) -> float:
         """Count ``result`` in; return its decode time (total minus prefill)."""
-        self.emitted += result.n_emitted
-        self.rounds += result.n_rounds
-        self.drafted += sum(result.rounds.drafted)
+        self.counters += result.counters
         self.t_draft += sum(result.rounds.t_draft)
         self.t_verify += sum(result.rounds.t_verify)
         self.t_policy += sum(result.rounds.t_policy)
         self.decode_s.append(result.time_total - result.time_prefill)
         return self.decode_s[-1]
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        return self.emitted / self.rounds if self.rounds else 0.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +91,7 @@ class EfficiencyRow:
 
 def modelled_speedup(result: GenerationResult, cal: Calibration) -> float | None:
     """The modelled speed-up (``predicted_speedup``) of one generation with the calibrated unit costs ``cal``."""
-    return predicted_speedup(result.n_emitted, result.n_rounds, sum(result.rounds.drafted), cal.t_target_step,
-                             cal.t_verify, cal.t_draft_step)
+    return predicted_speedup(result.counters, cal.t_target_step, cal.t_verify, cal.t_draft_step)
 
 
 def bench_efficiency(target, draft, methods: list[MethodSpec], k: int | None, max_new_tokens: int, repeats: int,

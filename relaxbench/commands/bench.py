@@ -148,7 +148,8 @@ def run_efficiency(args: argparse.Namespace) -> int:
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in rows:
         a = row.arm
-        table.add_row(a.method, str(a.k), f"{a.mean_acceptance_length:.2f}", f"{row.measured:.3f}×",
+        mal = a.counters.mean_acceptance_length
+        table.add_row(a.method, str(a.k), "-" if mal is None else f"{mal:.2f}", f"{row.measured:.3f}×",
                       f"{row.modelled:.3f}×", " ".join(f"{u.efficiency:.2f}" for u in row.units),
                       f"{row.efficiency:.3f}", "-" if row.target is None else f"≥ {row.target:.2f}",
                       "-" if row.holds is None else ("yes" if row.holds else "[red]NO[/red]"),
@@ -160,7 +161,7 @@ def run_efficiency(args: argparse.Namespace) -> int:
             out.print(f"{row.arm.method}: last unit costs, at a {cal.context_tokens}-token cache: target step "
                       f"{cal.t_target_step * 1e3:.0f} ms, verify of {cal.k + 1} tokens {cal.t_verify * 1e3:.0f} ms, "
                       f"draft step {cal.t_draft_step * 1e3:.0f} ms/token", highlight=False)
-    out.print(f"AR arm: {ar.emitted} tokens in {sum(ar.decode_s):.1f} s of decoding; target: efficiency ≥ "
+    out.print(f"AR arm: {ar.counters.emitted} tokens in {sum(ar.decode_s):.1f} s of decoding; target: efficiency ≥ "
               f"{EFFICIENCY_TARGET} for {', '.join(sorted(checked))}", highlight=False)
     return 0 if all(row.holds is not False for row in rows) else 1
 

@@ -197,16 +197,11 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def print_tables(out: Path | str, run_id: int | None = None) -> None:
-    from relaxbench.analysis import load_run, summarize_run
-    from relaxbench.analysis.present import details_table, task_table
+    """Every task's tables, as the report shows them."""
+    from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    out_console = console()
-    for summary in summarize_run(load_run(out, run_id)):
-        out_console.print(task_table(summary))
-        details = details_table(summary)
-        if details is not None:
-            out_console.print(details)
+    print_run(out, console(), run_id)
 
 
 def run_summary(args: argparse.Namespace) -> int:

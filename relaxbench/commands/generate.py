@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"{method.name} ({decoder.policy.name}, k={decode.k if decoder.drafter else 0})")
     for col in ("tokens", "rounds", "mean acc. length", "acceptance rate", "relaxed", "tokens/s", "stop"):
         table.add_column(col, justify="right")
-    table.add_row(str(result.n_emitted), str(result.n_rounds), f"{result.mean_acceptance_length:.2f}",
-                  f"{result.acceptance_rate:.2%}" if sum(result.rounds.drafted) else "-",
-                  str(sum(result.rounds.relaxed)), f"{result.tokens_per_second:.2f}", result.stop_reason)
+    c = result.counters
+    table.add_row(str(c.emitted), str(c.rounds), "-" if c.mean_acceptance_length is None else
+                  f"{c.mean_acceptance_length:.2f}", "-" if c.acceptance_rate is None else f"{c.acceptance_rate:.2%}",
+                  str(c.relaxed), f"{result.tokens_per_second:.2f}", result.stop_reason)
     err.print(table)
     return 0

@@ -1,13 +1,88 @@
 """What one generation leaves behind: output, stop reason, per-round counters and timings.
 
 Counters are the raw ones vLLM V1 keeps (drafts, draft tokens, accepted tokens, accepted per position) plus relaxed
-acceptances and emitted tokens; every reported figure is derived from them.
+acceptances and emitted tokens; every reported figure is derived from them. ``Counters`` is the one type that holds
+their totals and the one place the ratios over them (mean acceptance length, acceptance rate, relaxed fraction,
+acceptance by position) are defined: a generation, a stored sample, a cell of a run and an lm-eval run all sum
+``Counters`` and read the same properties.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import zip_longest
 from typing import Any
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _add(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0))
+
+
+def per_position(drafted: Sequence[int], accepted: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(rounds that accepted draft position i, rounds that drafted it), i = 0 .. the longest draft − 1. A round
+    that accepted n drafts accepted positions 0..n−1 (acceptance is a prefix)."""
+    width = max(drafted, default=0)
+    accepted_at, drafted_at = [0] * width, [0] * width
+    for d, a in zip(drafted, accepted):
+        for i in range(d):
+            drafted_at[i] += 1
+            accepted_at[i] += i < a
+    return tuple(accepted_at), tuple(drafted_at)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Token and round totals of one or more generations; ``+`` adds them (``sum(items, Counters())``).
+
+    ``emitted`` counts output token ids (bonus and correction tokens included); ``relaxed`` counts accepted drafts
+    that strict verification would have rejected."""
+
+    emitted: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    relaxed: int = 0
+    accepted_per_position: tuple[int, ...] = ()  # rounds that accepted draft position i
+    drafted_per_position: tuple[int, ...] = ()  # rounds that drafted draft position i
+
+    @classmethod
+    def of_rounds(cls, drafted: Sequence[int], accepted: Sequence[int], relaxed: Sequence[int],
+                  emitted: int) -> Counters:
+        """The counters of one generation from its per-round columns and its output length."""
+        accepted_at, drafted_at = per_position(drafted, accepted)
+        return cls(emitted, len(drafted), sum(drafted), sum(accepted), sum(relaxed), accepted_at, drafted_at)
+
+    def __add__(self, other: Counters) -> Counters:
+        return Counters(self.emitted + other.emitted, self.rounds + other.rounds, self.drafted + other.drafted,
+                        self.accepted + other.accepted, self.relaxed + other.relaxed,
+                        _add(self.accepted_per_position, other.accepted_per_position),
+                        _add(self.drafted_per_position, other.drafted_per_position))
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Emitted tokens / verification rounds, bonus included (1.0 for the target alone); None without rounds."""
+        return _ratio(self.emitted, self.rounds)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / drafted tokens; None when nothing was drafted."""
+        return _ratio(self.accepted, self.drafted)
+
+    @property
+    def relaxed_fraction(self) -> float | None:
+        """Relaxed acceptances / emitted tokens: the share of the output that strict verification would not have
+        let through (per emitted token, so it reads as a share of the text and is comparable across k)."""
+        return _ratio(self.relaxed, self.emitted)
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...]:
+        """Rounds that accepted draft position i / rounds that drafted it, per position."""
+        return tuple(a / d for a, d in zip(self.accepted_per_position, self.drafted_per_position) if d)
 
 
 @dataclass
@@ -55,27 +130,14 @@ class GenerationResult:
         return len(self.output_ids)
 
     @property
-    def mean_acceptance_length(self) -> float:
-        """Emitted tokens per verification round, bonus included (1.0 for plain decoding)."""
-        return self.n_emitted / self.n_rounds if self.n_rounds else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        drafted = sum(self.rounds.drafted)
-        return sum(self.rounds.accepted) / drafted if drafted else 0.0
+    def counters(self) -> Counters:
+        """This generation's counters (tokens counted from the output ids)."""
+        r = self.rounds
+        return Counters.of_rounds(r.drafted, r.accepted, r.relaxed, self.n_emitted)
 
     @property
     def tokens_per_second(self) -> float:
         return self.n_emitted / self.time_total if self.time_total > 0 else 0.0
-
-    def accepted_per_position(self) -> list[int]:
-        """How many rounds accepted the draft at position i (0-based), for i < the longest draft."""
-        width = max(self.rounds.drafted, default=0)
-        counts = [0] * width
-        for n in self.rounds.accepted:
-            for i in range(n):
-                counts[i] += 1
-        return counts
 
     def to_record(self) -> dict[str, Any]:
         return {

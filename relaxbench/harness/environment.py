@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from relaxbench.machine import cpu_flags, cpu_model
 from relaxbench.validation import PROJECT_ROOT
 
 
@@ -20,17 +21,6 @@ def package_version(name: str) -> str | None:
         return version(name)
     except PackageNotFoundError:
         return None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_average() -> list[float] | None:
@@ -71,6 +61,7 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "threads": torch.get_num_threads(),
         "policy_kernels": kernels.describe(),  # native greedy kernels or torch: what timed the policy decisions
         "cpu_model": cpu_model(),
+        "cpu_flags": sorted(cpu_flags()),  # what a -march=native build and the bf16 defaults depend on
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was
         "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,

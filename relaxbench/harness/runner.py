@@ -6,7 +6,6 @@ The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -21,7 +20,7 @@ from relaxbench.decoding.loop import SpeculativeDecoder
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.calibrate import calibrate
 from relaxbench.harness.plan import Arm, TaskJob
-from relaxbench.harness.store import CellDefinition, Store, dumps, now
+from relaxbench.harness.store import CellDefinition, SampleRow, Store
 from relaxbench.policies import POLICIES
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
@@ -151,9 +150,8 @@ class TaskRun:
         row = self.w.store.sample(self.cells[arm.name], key)
         if row is None:
             return None
-        score = Score(row["score"], None if row["passed"] is None else bool(row["passed"]),
-                      json.loads(row["score_details"]))
-        return Output(json.loads(row["prompt_ids"]), json.loads(row["output_ids"]), row["output_text"], score)
+        score = Score(row.score, row.passed, row.score_details)
+        return Output(list(row.prompt_ids), list(row.output_ids), row.output_text, score)
 
     def _run_sample(self, item: TaskItem, repeat: int, turn: int) -> None:
         baseline: Output | None = None
@@ -181,26 +179,11 @@ class TaskRun:
         out = Output(result.prompt_ids, result.output_ids, result.text)
         out.score = self._score(arm, item, repeat, turn, out, baseline)
         matches, divergence = self._against_baseline(arm, out, baseline)
-        rounds = result.rounds
-        row: dict[str, Any] = {
-            "cell_id": self.cells[arm.name], "session_id": self.w.session_id, "item_id": item.item_id,
-            "item_index": self.job.items.index(item), "turn": turn, "repeat": repeat, "category": item.category,
-            "created_at": now(), "prompt_ids": json.dumps(result.prompt_ids),
-            "output_ids": json.dumps(result.output_ids), "output_text": result.text,
-            "stop_reason": result.stop_reason, "n_prompt_tokens": len(result.prompt_ids),
-            "n_output_tokens": result.n_emitted, "n_rounds": result.n_rounds, "n_drafted": sum(rounds.drafted),
-            "n_accepted": sum(rounds.accepted), "n_relaxed": sum(rounds.relaxed), "time_total": result.time_total,
-            "time_prefill": result.time_prefill, "time_draft": sum(rounds.t_draft),
-            "time_verify": sum(rounds.t_verify), "time_policy": sum(rounds.t_policy),
-            "round_drafted": json.dumps(rounds.drafted), "round_accepted": json.dumps(rounds.accepted),
-            "round_relaxed": json.dumps(rounds.relaxed), "round_emitted": json.dumps(rounds.emitted),
-            "round_t_draft": json.dumps(rounds.t_draft), "round_t_verify": json.dumps(rounds.t_verify),
-            "round_t_policy": json.dumps(rounds.t_policy),
-            "score": out.score.value, "passed": None if out.score.passed is None else int(out.score.passed),
-            "score_details": dumps(out.score.details), "matches_baseline": matches,
-            "divergence": None if divergence is None else dumps(divergence),
-        }
-        self.w.store.add_sample(row)
+        self.w.store.add_sample(SampleRow.from_generation(
+            result, cell_id=self.cells[arm.name], session_id=self.w.session_id, item_id=item.item_id,
+            item_index=self.job.items.index(item), turn=turn, repeat=repeat, category=item.category,
+            score=out.score.value, passed=out.score.passed, score_details=out.score.details,
+            matches_baseline=None if matches is None else bool(matches), divergence=divergence))
         return out
 
     def _score(self, arm: Arm, item: TaskItem, repeat: int, turn: int, out: Output,
@@ -256,22 +239,11 @@ class LikelihoodRun:
             start = clock.now()
             score = self.job.source.score_likelihoods(self.w.target, item)
             seconds = clock.now() - start
-            self.w.store.add_sample({
-                "cell_id": self.cells[self.baseline.name], "session_id": self.w.session_id, "item_id": item.item_id,
-                "item_index": self.job.items.index(item), "turn": 0, "repeat": 0, "category": item.category,
-                "created_at": now(), "prompt_ids": "[]", "output_ids": "[]", "output_text": "",
-                "stop_reason": LIKELIHOOD_STOP_REASON, "n_prompt_tokens": 0, "n_output_tokens": 0, "n_rounds": 0,
-                "n_drafted": 0, "n_accepted": 0, "n_relaxed": 0, "time_total": seconds, "time_prefill": seconds,
-                "time_draft": 0.0, "time_verify": 0.0, "time_policy": 0.0, **{column: "[]" for column in ROUND_COLUMNS},
-                "score": score.value, "passed": None if score.passed is None else int(score.passed),
-                "score_details": dumps(score.details), "matches_baseline": None, "divergence": None,
-            })
+            self.w.store.add_sample(SampleRow.likelihood_only(
+                seconds, cell_id=self.cells[self.baseline.name], session_id=self.w.session_id, item_id=item.item_id,
+                item_index=self.job.items.index(item), category=item.category, score=score.value,
+                passed=score.passed, score_details=score.details))
             self.progress.advance(self.job.name, self.baseline.name)
-
-
-LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
-ROUND_COLUMNS = ("round_drafted", "round_accepted", "round_relaxed", "round_emitted", "round_t_draft",
-                 "round_t_verify", "round_t_policy")
 
 
 @torch.inference_mode()

@@ -21,11 +21,12 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from relaxbench.decoding.records import Counters, GenerationResult, RoundLog, per_position
 from relaxbench.errors import DataError
 
 SCHEMA_VERSION = 1
@@ -167,6 +168,134 @@ class CellDefinition:
 
 
 SampleKey = tuple[str, int, int]  # (item_id, turn, repeat)
+LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
+
+# how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1
+_LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_accepted", "round_relaxed",
+                           "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy"})
+_OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
+_FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One row of ``samples``, with Python values: the one type the runner writes and the analysis reads. Field
+    names are the column names; ``to_columns``/``from_columns`` are the only translation to and from SQLite, so
+    a store written by any earlier version of this schema reads the same way."""
+
+    cell_id: int
+    session_id: int
+    item_id: str
+    item_index: int
+    turn: int
+    repeat: int
+    category: str | None
+    created_at: str
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    output_text: str
+    stop_reason: str
+    n_prompt_tokens: int
+    n_output_tokens: int
+    n_rounds: int
+    n_drafted: int
+    n_accepted: int
+    n_relaxed: int
+    time_total: float
+    time_prefill: float
+    time_draft: float
+    time_verify: float
+    time_policy: float
+    round_drafted: tuple[int, ...]
+    round_accepted: tuple[int, ...]
+    round_relaxed: tuple[int, ...]
+    round_emitted: tuple[int, ...]
+    round_t_draft: tuple[float, ...]
+    round_t_verify: tuple[float, ...]
+    round_t_policy: tuple[float, ...]
+    score: float | None
+    passed: bool | None
+    score_details: Mapping[str, Any]
+    matches_baseline: bool | None
+    divergence: Mapping[str, Any] | None
+    sample_id: int | None = None  # assigned by the store
+
+    @classmethod
+    def from_generation(cls, result: GenerationResult, *, cell_id: int, session_id: int, item_id: str,
+                        item_index: int, turn: int, repeat: int, category: str | None, score: float | None,
+                        passed: bool | None, score_details: Mapping[str, Any], matches_baseline: bool | None = None,
+                        divergence: Mapping[str, Any] | None = None) -> SampleRow:
+        """The row of one scored generation: its counters, per-round columns and timings."""
+        rounds, counters = result.rounds, result.counters
+        return cls(
+            cell_id=cell_id, session_id=session_id, item_id=item_id, item_index=item_index, turn=turn, repeat=repeat,
+            category=category, created_at=now(), prompt_ids=tuple(result.prompt_ids),
+            output_ids=tuple(result.output_ids), output_text=result.text, stop_reason=result.stop_reason,
+            n_prompt_tokens=len(result.prompt_ids), n_output_tokens=counters.emitted, n_rounds=counters.rounds,
+            n_drafted=counters.drafted, n_accepted=counters.accepted, n_relaxed=counters.relaxed,
+            time_total=result.time_total, time_prefill=result.time_prefill, time_draft=sum(rounds.t_draft, 0.0),
+            time_verify=sum(rounds.t_verify, 0.0), time_policy=sum(rounds.t_policy, 0.0),
+            round_drafted=tuple(rounds.drafted), round_accepted=tuple(rounds.accepted),
+            round_relaxed=tuple(rounds.relaxed), round_emitted=tuple(rounds.emitted),
+            round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
+            round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
+            matches_baseline=matches_baseline, divergence=divergence)
+
+    @classmethod
+    def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
+                        category: str | None, score: float | None, passed: bool | None,
+                        score_details: Mapping[str, Any]) -> SampleRow:
+        """A document the target alone scored by likelihoods: no tokens, no rounds; ``seconds`` (the likelihood
+        forwards) is both its prefill and its total time."""
+        nothing = GenerationResult([], [], "", LIKELIHOOD_STOP_REASON, RoundLog(), seconds, seconds)
+        return cls.from_generation(nothing, cell_id=cell_id, session_id=session_id, item_id=item_id,
+                                   item_index=item_index, turn=0, repeat=0, category=category, score=score,
+                                   passed=passed, score_details=score_details)
+
+    @classmethod
+    def from_columns(cls, row: Mapping[str, Any]) -> SampleRow:
+        """A row as SQLite returns it (``sqlite3.Row`` or a mapping of column names)."""
+        values = {}
+        for f in fields(cls):
+            value = row[f.name]
+            if value is None:
+                pass
+            elif f.name in _LIST_COLUMNS:
+                value = tuple(json.loads(value))
+            elif f.name in _OBJECT_COLUMNS:
+                value = json.loads(value)
+            elif f.name in _FLAG_COLUMNS:
+                value = bool(value)
+            values[f.name] = value
+        return cls(**values)
+
+    def to_columns(self) -> dict[str, Any]:
+        """Column name → SQLite value (``sample_id`` only once the store assigned one)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                if f.name == "sample_id":
+                    continue
+            elif f.name in _LIST_COLUMNS:
+                value = json.dumps(list(value))
+            elif f.name in _OBJECT_COLUMNS:
+                value = dumps(value)
+            elif f.name in _FLAG_COLUMNS:
+                value = int(value)
+            out[f.name] = value
+        return out
+
+    @property
+    def key(self) -> SampleKey:
+        return (self.item_id, self.turn, self.repeat)
+
+    @property
+    def counters(self) -> Counters:
+        """This sample's counters: the stored totals, and per-position counts from the per-round columns."""
+        accepted_at, drafted_at = per_position(self.round_drafted, self.round_accepted)
+        return Counters(self.n_output_tokens, self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
+                        accepted_at, drafted_at)
 
 
 class Store:
@@ -279,15 +408,22 @@ class Store:
         rows = self.conn.execute("SELECT item_id, turn, repeat FROM samples WHERE cell_id=?", (cell_id,))
         return {(r["item_id"], int(r["turn"]), int(r["repeat"])) for r in rows}
 
-    def sample(self, cell_id: int, key: SampleKey) -> sqlite3.Row | None:
-        return self.conn.execute("SELECT * FROM samples WHERE cell_id=? AND item_id=? AND turn=? AND repeat=?",
-                                 (cell_id, *key)).fetchone()
+    def sample(self, cell_id: int, key: SampleKey) -> SampleRow | None:
+        row = self.conn.execute("SELECT * FROM samples WHERE cell_id=? AND item_id=? AND turn=? AND repeat=?",
+                                (cell_id, *key)).fetchone()
+        return None if row is None else SampleRow.from_columns(row)
 
-    def add_sample(self, row: Mapping[str, Any]) -> None:
+    def samples(self, cell_id: int) -> list[SampleRow]:
+        """A cell's samples in data order (item, turn, repeat)."""
+        return [SampleRow.from_columns(row) for row in self.conn.execute(
+            "SELECT * FROM samples WHERE cell_id=? ORDER BY item_index, turn, repeat", (cell_id,))]
+
+    def add_sample(self, row: SampleRow) -> None:
         """Insert one finished sample and commit it."""
+        columns = row.to_columns()
         with self.transaction() as conn:
-            conn.execute(f"INSERT INTO samples ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                         tuple(row.values()))
+            conn.execute(f"INSERT INTO samples ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                         tuple(columns.values()))
 
     def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
                         t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None:

@@ -38,7 +38,7 @@ from relaxbench.arms import build_decoder, load_pair, resolve_k
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
-from relaxbench.decoding.records import GenerationResult
+from relaxbench.decoding.records import Counters, GenerationResult
 from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError, DataError
 from relaxbench.methods import MethodSpec, load_method, with_overrides
@@ -217,40 +217,40 @@ class RunStats:
             "n_prompt_tokens": len(result.prompt_ids),
             "n_emitted": result.n_emitted,
             "n_rounds": result.n_rounds,
-            "mean_acceptance_length": result.mean_acceptance_length,
-            "acceptance_rate": result.acceptance_rate,
+            "mean_acceptance_length": result.counters.mean_acceptance_length,
+            "acceptance_rate": result.counters.acceptance_rate,
             "tokens_per_second": result.tokens_per_second,
             **result.to_record(),
         })
 
+    def counters(self) -> Counters:
+        """The counters of every generation request, summed (rebuilt from the raw records)."""
+        return sum((Counters.of_rounds(r["rounds"]["drafted"], r["rounds"]["accepted"], r["rounds"]["relaxed"],
+                                       r["n_emitted"]) for r in self.records), Counters())
+
     def summary(self) -> dict[str, Any]:
-        """Totals over all generation requests. Mean acceptance length = emitted / rounds (bonus included; 1.0 for
-        the target alone); acceptance rate = accepted / drafted; relaxed fraction = relaxed / accepted (accepted
-        draft tokens that exact verification would have rejected); tokens/s = emitted / generation time."""
-        rounds = [r["rounds"] for r in self.records]
-        emitted = sum(r["n_emitted"] for r in self.records)
-        n_rounds = sum(r["n_rounds"] for r in self.records)
-        drafted = sum(sum(r["drafted"]) for r in rounds)
-        accepted = sum(sum(r["accepted"]) for r in rounds)
-        relaxed = sum(sum(r["relaxed"]) for r in rounds)
+        """Totals over all generation requests, with the ratios ``Counters`` defines for every relaxbench figure:
+        mean acceptance length = emitted / rounds (bonus included; 1.0 for the target alone); acceptance rate =
+        accepted / drafted; relaxed fraction = relaxed / emitted (the share of the output that exact verification
+        would not have let through; the same definition as ``relaxbench compare`` and the report); tokens/s =
+        emitted / generation time."""
+        counters = self.counters()
         seconds = sum(r["time_total"] for r in self.records)
-        width = max((max(r["drafted"], default=0) for r in rounds), default=0)
-        per_position = [sum(1 for r in rounds for n in r["accepted"] if n > i) for i in range(width)]
         return {
             **self.arm,
             "generate_requests": len(self.records),
-            "emitted_tokens": emitted,
-            "rounds": n_rounds,
-            "drafted_tokens": drafted,
-            "accepted_tokens": accepted,
-            "relaxed_tokens": relaxed,
-            "accepted_per_position": per_position,
-            "mean_acceptance_length": emitted / n_rounds if n_rounds else None,
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "relaxed_fraction": relaxed / accepted if accepted else None,
+            "emitted_tokens": counters.emitted,
+            "rounds": counters.rounds,
+            "drafted_tokens": counters.drafted,
+            "accepted_tokens": counters.accepted,
+            "relaxed_tokens": counters.relaxed,
+            "accepted_per_position": list(counters.accepted_per_position),
+            "mean_acceptance_length": counters.mean_acceptance_length,
+            "acceptance_rate": counters.acceptance_rate,
+            "relaxed_fraction": counters.relaxed_fraction,
             "generation_seconds": seconds,
             "prefill_seconds": sum(r["time_prefill"] for r in self.records),
-            "tokens_per_second": emitted / seconds if seconds > 0 else None,
+            "tokens_per_second": counters.emitted / seconds if seconds > 0 else None,
             "stop_reasons": {reason: sum(1 for r in self.records if r["stop_reason"] == reason)
                              for reason in sorted({r["stop_reason"] for r in self.records})},
             "loglikelihood_requests": self.loglikelihood_requests,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from relaxbench.errors import ConfigError, ModelError, RelaxbenchError
+from relaxbench.machine import has_bf16_units
 from relaxbench.models.fetch import assemble_from_wheels, sha256_of, verify_file
 from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, cache_root
 from relaxbench.registry import did_you_mean
@@ -82,16 +83,6 @@ class LoadedModel:
         }
 
 
-def cpu_has_bf16_units() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 # below this many parameters a target stays in fp32 even on a CPU with bf16 units: SmolLM2-135M measured 41 ms
 # (fp32) vs 75 ms (bf16) for a 1-token forward and 83 vs 83 ms for 11 tokens (docs/performance.md)
 BF16_TARGET_MIN_PARAMS = 300_000_000
@@ -110,11 +101,11 @@ def default_dtype(device: str | torch.device, role: str, n_params: int | None = 
     * CPU without them: the target in fp32 (bf16 is emulated, so a k-token verify costs about k 1-token passes) and
       the draft in bf16 (1-token steps are memory-bound: half the bytes).
 
-    ``bf16_units`` overrides the CPU detection (``cpu_has_bf16_units``).
+    ``bf16_units`` overrides the CPU detection (``relaxbench.machine.has_bf16_units``).
     """
     if torch.device(device).type == "cuda":
         return torch.bfloat16
-    if cpu_has_bf16_units() if bf16_units is None else bf16_units:
+    if has_bf16_units() if bf16_units is None else bf16_units:
         big = n_params is None or n_params >= BF16_TARGET_MIN_PARAMS
         return torch.bfloat16 if role == "target" and big else torch.float32
     return torch.float32 if role == "target" else torch.bfloat16

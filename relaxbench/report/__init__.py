@@ -1,7 +1,10 @@
-"""Reports: HTML and PDF from a stored run, with the trade-off plot and every table.
+"""Reports: HTML and PDF from a stored run, with the trade-off plot and every table, and the same tables in the
+terminal.
 
-``content.py`` decides what is said (reading the run through ``relaxbench.analysis``), ``figures.py`` draws,
-``html.py`` and ``pdf.py`` lay the same content out. ``write_report`` is what the CLI calls.
+``tables.py`` is the one table model and builds the per-task tables; ``content.py`` decides what the report says
+(reading the run through ``relaxbench.analysis``: summaries, the arm selection, the notices that apply);
+``figures.py`` draws; ``html.py``, ``pdf.py`` and ``terminal.py`` render the same tables. ``write_report`` is what
+the CLI calls.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def output_paths(run_dir: str | Path, formats: Sequence[str], out: str | Path | 
 def write_report(run_dir: str | Path, formats: Sequence[str] = FORMATS, out: str | Path | None = None,
                  budget: float | None = None, run_id: int | None = None) -> dict[str, Path]:
     """Read the run in ``run_dir``, write each format, return {format: path}."""
-    from relaxbench.report.content import DEFAULT_BUDGET, load_report
+    from relaxbench.analysis.selection import DEFAULT_BUDGET
+    from relaxbench.report.content import load_report
 
     check_budget(budget)
     paths = output_paths(run_dir, formats, out)

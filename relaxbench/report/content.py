@@ -1,13 +1,13 @@
-"""What a report says, decided once for every output format: the summary, per-task tables (each cell keeps the
-analysis value it shows), figures, method definitions, setup, environment, notices and definitions.
+"""What a report says, decided once for every output format: the summary, per-task sections (tables, figures,
+headline, notices), method definitions, setup, environment and definitions.
 
 Run → summarize → present: this module reads a stored run through ``relaxbench.analysis`` (``load_run``,
-``summarize_run``) and only selects and formats what those functions return; it computes no metric.
+``summarize_run``, the arm selection and the notices that apply) and only words and arranges what those return;
+it computes no metric. The tables are ``relaxbench.report.tables``' model, which the terminal renders too.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,60 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
-from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Estimate, by_unit
-from relaxbench.analysis.present import fmt, fmt_ci, fmt_p
+from relaxbench.analysis.metrics import METRIC_DEFINITIONS, Divergences
+from relaxbench.analysis.notices import (MODEL_GAP, WIDE_DELTA, WIDE_SPEEDUP, BusyMachine, FewUnits, Finding,
+                                         LosslessCheck, ModelGaps, NoCalibration, NoEnvironment, NoUnits,
+                                         SessionsDiffer, TargetAlone, Truncated, UnfinishedSession, UnitsLeftOut,
+                                         WideDeltas, WideSpeedups, run_findings, task_findings)
 from relaxbench.analysis.records import CellRecord
-from relaxbench.report.figures import FIGURE_METHODS, POINTS, FigureArt, method_palette, task_figures
+from relaxbench.analysis.selection import (DEFAULT_BUDGET, best_within_budget, fastest, loss_beyond_budget,
+                                           lossless_reference)
+from relaxbench.report.figures import FIGURE_METHODS, FigureArt, method_palette, task_figures
+from relaxbench.report.tables import Cell, Row, Table, est, fmt, knobs_text, num, pts, pts_ci, speed_ci, task_tables
 
-DEFAULT_BUDGET = 1.0  # capability-loss budget for the summary, in score points
-FEW_UNITS = 30  # below this many paired units, intervals are wide and McNemar has little power
-WIDE_SPEEDUP = 0.25  # CI width / value above which a speed-up interval is called wide
-WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
-MODEL_GAP = 2.0  # measured / modelled speed-up beyond this factor (either way) is flagged
-BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
-
-
-# ------------------------------------------------------------------------------------------------ building blocks
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One table cell: its text, and the analysis figure it formats (``metric`` names the CellSummary field)."""
-
-    text: str
-    metric: str = ""
-    value: float | None = None
-    low: float | None = None
-    high: float | None = None
-    numeric: bool = False
-
-    def attributes(self) -> dict[str, str]:
-        """HTML attributes: the metric and its exact values (``repr``), so a reader or a test can check the text
-        against the analysis."""
-        out = {"data-metric": self.metric} if self.metric else {}
-        for name in ("value", "low", "high"):
-            number = getattr(self, name)
-            if number is not None:
-                out[f"data-{name}"] = repr(float(number))
-        if self.numeric:
-            out["class"] = "num"
-        return out
-
-
-@dataclass(frozen=True)
-class Row:
-    key: str  # the arm (or task) the row is about
-    cells: tuple[Cell, ...]
-    emphasis: bool = False
-
-
-@dataclass(frozen=True)
-class Table:
-    key: str  # stable id (HTML anchor)
-    title: str
-    columns: tuple[str, ...]
-    rows: tuple[Row, ...]
-    note: str = ""
+# ------------------------------------------------------------------------------------------------ the document
 
 
 @dataclass(frozen=True)
@@ -117,143 +75,7 @@ class Report:
         return [f for t in self.tasks for f in t.figures]
 
 
-# ------------------------------------------------------------------------------------------------ formatting
-
-
-def pts(value: float | None, signed: bool = False) -> str:
-    """A score (a fraction) in points."""
-    return "-" if value is None else f"{value * POINTS:{'+' if signed else ''}.1f}"
-
-
-def pts_ci(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "-"
-    text = pts(estimate.value, signed=True)
-    if estimate.low is not None and estimate.high is not None:
-        text += f" [{pts(estimate.low, True)}, {pts(estimate.high, True)}]"
-    return text
-
-
-def speed_ci(estimate: Estimate) -> str:
-    return fmt_ci(estimate, ".2f", "×")
-
-
-def knobs_text(knobs: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "-"
-
-
-def _num(text: str, metric: str, value: float | None) -> Cell:
-    return Cell(text, metric, value, numeric=True)
-
-
-def _est(text: str, metric: str, estimate: Estimate) -> Cell:
-    return Cell(text, metric, estimate.value, estimate.low, estimate.high, numeric=True)
-
-
-# ------------------------------------------------------------------------------------------------ tables
-
-MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
-                "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio")
-
-
-def main_row(cell: CellSummary, binary: bool) -> Row:
-    """The issue's per-task columns; each cell keeps the CellSummary value it formats."""
-    score = pts(cell.score) + ("%" if binary and cell.score is not None else "")
-    return Row(cell.arm, (
-        Cell(cell.arm, "arm"),
-        Cell(knobs_text(cell.knobs), "knobs"),
-        _num(fmt(cell.mean_acceptance_length), "mean_acceptance_length", cell.mean_acceptance_length),
-        _num(fmt(cell.acceptance_rate, ".1%"), "acceptance_rate", cell.acceptance_rate),
-        _est(speed_ci(cell.speedup_total), "speedup_total", cell.speedup_total),
-        _num(fmt(cell.latency_mean, ".2f"), "latency_mean", cell.latency_mean),
-        _num(score, "score", cell.score),
-        _est("-" if cell.is_baseline else pts_ci(cell.score_delta), "score_delta", cell.score_delta),
-        _num(fmt_p(cell.mcnemar_p), "mcnemar_p", cell.mcnemar_p),
-        _num(fmt(cell.accuracy_retained, ".1%"), "accuracy_retained", cell.accuracy_retained),
-        _num(fmt(cell.relaxed_fraction, ".1%"), "relaxed_fraction", cell.relaxed_fraction),
-        _num(fmt(cell.output_length_ratio, ".3f"), "output_length_ratio", cell.output_length_ratio),
-    ), emphasis=cell.is_baseline)
-
-
-DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",
-                      "median latency s", "tokens/s", "McNemar discordant (lost/gained)", "reproduced AR",
-                      "stop reasons")
-
-
-def reproduced_text(cell: CellSummary) -> str:
-    d = cell.divergences
-    if d is None:
-        return "-"
-    text = f"{d.reproduced}/{d.compared}"
-    if cell.lossless and d.reproduced < d.compared:
-        parts = [f"{d.near_tie} near-tie", f"{d.not_near_tie} not near-tie"]
-        if d.inherited:
-            parts.append(f"{d.inherited} inherited")
-        text += f" ({', '.join(parts)})"
-    return text
-
-
-def diagnostic_row(cell: CellSummary) -> Row:
-    discordant = "-" if cell.discordant is None else f"{cell.discordant[0]} / {cell.discordant[1]}"
-    stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
-    return Row(cell.arm, (
-        Cell(cell.arm, "arm"),
-        Cell(cell.policy + (" (lossless)" if cell.lossless and not cell.is_baseline else ""), "policy"),
-        _num(str(cell.n_units), "n_units", cell.n_units),
-        _num(str(cell.n_samples), "n_samples", cell.n_samples),
-        _est(speed_ci(cell.speedup_geomean), "speedup_geomean", cell.speedup_geomean),
-        _num(fmt(cell.modelled_speedup, ".2f", "×"), "modelled_speedup", cell.modelled_speedup),
-        _num(fmt(cell.latency_median, ".2f"), "latency_median", cell.latency_median),
-        _num(fmt(cell.tokens_per_second, ".2f"), "tokens_per_second", cell.tokens_per_second),
-        Cell(discordant, "discordant", numeric=True),
-        Cell(reproduced_text(cell), "divergences", numeric=True),
-        Cell(stops, "stop_reasons"),
-    ), emphasis=cell.is_baseline)
-
-
-def category_table(summary: TaskSummary) -> Table | None:
-    """Per-category score and the scorer's detail metrics (agreement: exact match, ROUGE-L, log-likelihood)."""
-    keys = sorted({k for c in summary.cells for k in c.details})
-    categories = sorted({name for c in summary.cells for name in c.by_category})
-    if not keys and not categories:
-        return None
-    rows = []
-    for cell in summary.cells:
-        groups = [("all", cell.n_units, cell.score, cell.score_delta, cell.details)]
-        groups += [(name, g.n_units, g.score, g.score_delta, g.details) for name, g in cell.by_category.items()]
-        for name, n, score, delta, details in groups:
-            rows.append(Row(f"{cell.arm}/{name}", (
-                Cell(cell.arm if name == "all" else "", "arm"), Cell(name, "category"),
-                _num(str(n), "n_units", n), _num(pts(score), "score", score),
-                _est("-" if cell.is_baseline else pts_ci(delta), "score_delta", delta),
-                *(_num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
-            ), emphasis=name == "all"))
-    return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
-                 ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
-                 "Scores in points; the detail columns are the scorer's own metrics averaged over units (first "
-                 "repeat).")
-
-
 # ------------------------------------------------------------------------------------------------ the summary
-
-
-def best_within_budget(summary: TaskSummary, budget: float) -> CellSummary | None:
-    """The fastest arm (measured speed-up, total) whose mean score loss vs AR is at most ``budget`` points; None
-    when no arm within the budget is faster than AR."""
-    eligible = [c for c in summary.cells if not c.is_baseline and c.speedup_total.value is not None
-                and c.score_delta.value is not None and c.score_delta.value * POINTS >= -budget]
-    best = max(eligible, key=lambda c: c.speedup_total.value, default=None)
-    return best if best is not None and best.speedup_total.value > 1.0 else None
-
-
-def fastest(summary: TaskSummary) -> CellSummary | None:
-    cells = [c for c in summary.cells if not c.is_baseline and c.speedup_total.value is not None]
-    return max(cells, key=lambda c: c.speedup_total.value, default=None)
-
-
-def _lossless_reference(summary: TaskSummary) -> CellSummary | None:
-    cells = [c for c in summary.cells if not c.is_baseline and c.lossless and c.speedup_total.value is not None]
-    return max(cells, key=lambda c: c.speedup_total.value, default=None)
 
 
 def headline(summary: TaskSummary, budget: float) -> str:
@@ -273,11 +95,11 @@ def headline(summary: TaskSummary, budget: float) -> str:
         text += (f"the fastest method within a {budget:g}-point loss budget is {best.arm}: "
                  f"{speed_ci(best.speedup_total)} over AR, Δ {pts_ci(best.score_delta)} pts, "
                  f"MAL {fmt(best.mean_acceptance_length)}.")
-        if best.score_delta.low is not None and best.score_delta.low * POINTS < -budget:
+        if loss_beyond_budget(best, budget):
             text += " Its Δ interval reaches below the budget, so the loss is within budget on average only."
         if best.speedup_total.low is not None and best.speedup_total.low <= 1.0:
             text += " Its speed-up interval includes 1.0×."
-    ref = _lossless_reference(summary)
+    ref = lossless_reference(summary)
     if ref is not None:
         text += f" Lossless reference ({ref.arm}): {speed_ci(ref.speedup_total)}."
     return text
@@ -289,15 +111,15 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float) -> Table:
         ar = summary.baseline
         best = best_within_budget(summary, budget)
         top = fastest(summary)
-        ref = _lossless_reference(summary)
+        ref = lossless_reference(summary)
         chosen = best or ar
         rows.append(Row(summary.task, (
-            Cell(summary.task, "task"), _num(str(summary.n_units), "n_units", summary.n_units),
-            Cell(summary.scorer, "scorer"), _num(pts(ar.score), "score", ar.score),
+            Cell(summary.task, "task"), num(str(summary.n_units), "n_units", summary.n_units),
+            Cell(summary.scorer, "scorer"), num(pts(ar.score), "score", ar.score),
             Cell(chosen.arm if best else "ar (none faster within budget)", "arm"),
-            _est(speed_ci(chosen.speedup_total), "speedup_total", chosen.speedup_total),
-            _est("-" if best is None else pts_ci(best.score_delta), "score_delta", chosen.score_delta),
-            _num(fmt(chosen.accuracy_retained, ".1%"), "accuracy_retained", chosen.accuracy_retained),
+            est(speed_ci(chosen.speedup_total), "speedup_total", chosen.speedup_total),
+            est("-" if best is None else pts_ci(best.score_delta), "score_delta", chosen.score_delta),
+            num(fmt(chosen.accuracy_retained, ".1%"), "accuracy_retained", chosen.accuracy_retained),
             Cell("-" if top is None else f"{top.arm}: {speed_ci(top.speedup_total)}, Δ {pts_ci(top.score_delta)}",
                  "fastest"),
             Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ref.speedup_total)}", "lossless"),
@@ -314,107 +136,79 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float) -> Table:
 # ------------------------------------------------------------------------------------------------ notices
 
 
+def _lossless_text(arm: str, d: Divergences | None) -> str:
+    if d is None:
+        return (f"{arm} (lossless) was not compared token by token with AR (sampled decoding reproduces AR's "
+                "distribution, not its tokens).")
+    if d.reproduced == d.compared:
+        return f"{arm} (lossless) reproduced AR's output exactly on all {d.compared} units."
+    text = (f"{arm} (lossless) reproduced AR's output exactly on {d.reproduced} of {d.compared} units; "
+            f"of the {d.compared - d.reproduced} that differ, {d.near_tie} diverged at a numerical near-tie "
+            "(the top-2 target logits within the dtype's tolerance, so rounding in a k-token verify pass can "
+            "flip the argmax)")
+    if d.inherited:
+        text += f", {d.inherited} inherited an earlier turn's difference"
+    if d.not_near_tie:
+        text += f", and {d.not_near_tie} diverged where no near-tie explains it — investigate before trusting"
+    return text + "."
+
+
+def word(finding: Finding) -> str:
+    """What the report says about one finding of ``relaxbench.analysis.notices``."""
+    match finding:
+        case TargetAlone():
+            return ("Scored by the target's likelihoods alone (no generation): no verification rule changes a "
+                    "likelihood, so every method has AR's score by definition and there are no speed or acceptance "
+                    "figures for this task.")
+        case NoUnits():
+            return "No unit was finished by every arm: this task has no figures yet."
+        case FewUnits(n_units=n, paired=False):
+            return f"Only {n} units: AR's score has a wide interval."
+        case FewUnits(n_units=n):
+            return (f"Only {n} paired units: intervals are wide and the McNemar test has little power; read "
+                    "differences as indicative.")
+        case UnitsLeftOut(left_out=left, stored=stored):
+            return (f"{left} of the {stored} AR units are left out because not every arm finished them (figures "
+                    "use only paired units).")
+        case WideSpeedups(arms=arms):
+            return (f"Wide speed-up intervals (width > {WIDE_SPEEDUP:.0%} of the estimate): {', '.join(arms)}. "
+                    "Timings vary a lot between units or the machine was noisy.")
+        case WideDeltas(arms=arms):
+            return f"Wide Δ-vs-AR intervals (wider than {WIDE_DELTA:g} points): {', '.join(arms)}."
+        case LosslessCheck(arm=arm, divergences=d):
+            return _lossless_text(arm, d)
+        case Truncated(counts=counts, limits=limits):
+            limit = f" ({', '.join(map(str, limits))} tokens)" if limits else ""
+            parts = ", ".join(f"{arm} {n}/{of}" for arm, n, of in counts)
+            return (f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a complete "
+                    "one would pass, and truncation caps any length change.")
+        case ModelGaps(arms=arms):
+            apart = "; ".join(f"{arm} ({measured:.2f}× measured, {modelled:.2f}× modelled)"
+                              for arm, measured, modelled in arms)
+            return (f"Measured and modelled speed-ups differ by more than {MODEL_GAP:g}×: {apart}. Overheads the "
+                    "model leaves out rarely explain that much; timing noise (load spikes during some samples) "
+                    "usually does. The geomean speed-up and the modelled figure are less sensitive to it.")
+        case NoCalibration(arms=arms):
+            return f"No modelled speed-up (no calibration stored) for: {', '.join(arms)}."
+        case NoEnvironment():
+            return "No environment was recorded with this run."
+        case UnfinishedSession(session_id=sid, started_at=started, status=status):
+            return f"Session {sid} (started {started}) ended '{status}'; its finished samples are kept and used."
+        case BusyMachine(session_id=sid, load=load, cpus=cpus):
+            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs): "
+                    "wall-clock speed-ups are noisy; the modelled speed-up is steadier.")
+        case SessionsDiffer(key=key, values=values):
+            return (f"Sessions of this run differ in {key} ({', '.join(values)}): samples timed in different "
+                    "setups are pooled.")
+    raise TypeError(f"no wording for {finding!r}")
+
+
 def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Notice]:
-    notices: list[Notice] = []
-    baseline = next(c for c in cells if c.is_baseline)
-    stored_units = len(by_unit(baseline.samples))
-    if summary.target_alone:
-        notices.append(Notice("info", "Scored by the target's likelihoods alone (no generation): no verification "
-                                      "rule changes a likelihood, so every method has AR's score by definition "
-                                      "and there are no speed or acceptance figures for this task."))
-    if summary.n_units == 0:
-        notices.append(Notice("warning", "No unit was finished by every arm: this task has no figures yet."))
-        return notices
-    if summary.target_alone:
-        if summary.n_units < FEW_UNITS:
-            notices.append(Notice("warning", f"Only {summary.n_units} units: AR's score has a wide interval."))
-        return notices
-    if stored_units > summary.n_units:
-        notices.append(Notice("info", f"{stored_units - summary.n_units} of the {stored_units} AR units are left "
-                                      "out because not every arm finished them (figures use only paired units)."))
-    if summary.n_units < FEW_UNITS:
-        notices.append(Notice("warning", f"Only {summary.n_units} paired units: intervals are wide and the McNemar "
-                                         "test has little power; read differences as indicative."))
-    wide_speed = [c.arm for c in summary.cells if not c.is_baseline and c.speedup_total.value
-                  and c.speedup_total.low is not None
-                  and (c.speedup_total.high - c.speedup_total.low) / c.speedup_total.value > WIDE_SPEEDUP]
-    if wide_speed:
-        notices.append(Notice("warning", f"Wide speed-up intervals (width > {WIDE_SPEEDUP:.0%} of the estimate): "
-                                         f"{', '.join(wide_speed)}. Timings vary a lot between units or the machine "
-                                         "was noisy."))
-    wide_delta = [c.arm for c in summary.cells if not c.is_baseline and c.score_delta.low is not None
-                  and (c.score_delta.high - c.score_delta.low) * POINTS > WIDE_DELTA]
-    if wide_delta:
-        notices.append(Notice("warning", f"Wide Δ-vs-AR intervals (wider than {WIDE_DELTA:g} points): "
-                                         f"{', '.join(wide_delta)}."))
-    for cell in summary.cells:
-        if cell.is_baseline or not cell.lossless:
-            continue
-        d = cell.divergences
-        if d is None:
-            notices.append(Notice("info", f"{cell.arm} (lossless) was not compared token by token with AR (sampled "
-                                          "decoding reproduces AR's distribution, not its tokens)."))
-        elif d.reproduced == d.compared:
-            notices.append(Notice("info", f"{cell.arm} (lossless) reproduced AR's output exactly on all "
-                                          f"{d.compared} units."))
-        else:
-            level = "warning" if d.not_near_tie else "info"
-            text = (f"{cell.arm} (lossless) reproduced AR's output exactly on {d.reproduced} of {d.compared} units; "
-                    f"of the {d.compared - d.reproduced} that differ, {d.near_tie} diverged at a numerical near-tie "
-                    "(the top-2 target logits within the dtype's tolerance, so rounding in a k-token verify pass can "
-                    "flip the argmax)")
-            if d.inherited:
-                text += f", {d.inherited} inherited an earlier turn's difference"
-            if d.not_near_tie:
-                text += f", and {d.not_near_tie} diverged where no near-tie explains it — investigate before trusting"
-            notices.append(Notice(level, text + "."))
-    truncated = {c.arm: c.stop_reasons.get("length", 0) for c in summary.cells if c.stop_reasons.get("length")}
-    if truncated:
-        max_new = {c.decode.get("max_new_tokens") for c in cells} - {None}
-        limit = f" ({', '.join(map(str, sorted(max_new)))} tokens)" if max_new else ""
-        parts = ", ".join(f"{arm} {n}/{next(c.n_samples for c in summary.cells if c.arm == arm)}"
-                          for arm, n in truncated.items())
-        ar_share = truncated.get(summary.baseline.arm, 0) / max(1, summary.baseline.n_samples)
-        notices.append(Notice("warning" if ar_share > 0.25 else "info",
-                              f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a "
-                              "complete one would pass, and truncation caps any length change."))
-    apart = [f"{c.arm} ({c.speedup_total.value:.2f}× measured, {c.modelled_speedup:.2f}× modelled)"
-             for c in summary.cells if not c.is_baseline and c.modelled_speedup and c.speedup_total.value
-             and not 1 / MODEL_GAP <= c.speedup_total.value / c.modelled_speedup <= MODEL_GAP]
-    if apart:
-        notices.append(Notice("warning", f"Measured and modelled speed-ups differ by more than {MODEL_GAP:g}×: "
-                                         f"{'; '.join(apart)}. Overheads the model leaves out rarely explain that "
-                                         "much; timing noise (load spikes during some samples) usually does. The "
-                                         "geomean speed-up and the modelled figure are less sensitive to it."))
-    no_model = [c.arm for c in summary.cells if c.modelled_speedup is None]
-    if no_model:
-        notices.append(Notice("info", f"No modelled speed-up (no calibration stored) for: {', '.join(no_model)}."))
-    return notices
+    return [Notice(f.level, word(f)) for f in task_findings(summary, cells)]
 
 
 def run_notices(run: RunRecord) -> list[Notice]:
-    notices: list[Notice] = []
-    sessions = run.environment
-    if not sessions:
-        notices.append(Notice("warning", "No environment was recorded with this run."))
-        return notices
-    for env in sessions:
-        if env.get("status") != "finished":
-            notices.append(Notice("info", f"Session {env.get('session_id')} (started {env.get('started_at')}) ended "
-                                          f"'{env.get('status')}'; its finished samples are kept and used."))
-        load, cpus = env.get("load_average"), env.get("cpu_count")
-        if load and cpus and load[0] / cpus > BUSY_LOAD:
-            notices.append(Notice("warning", f"Session {env.get('session_id')} started on a busy machine (1-min load "
-                                             f"average {load[0]:g} on {cpus} CPUs): wall-clock speed-ups are noisy; "
-                                             "the modelled speed-up is steadier."))
-    for key in ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "torch", "transformers",
-                "git_revision", "hostname"):
-        values = {json.dumps(env.get(key), default=str) for env in sessions}
-        if len(values) > 1:
-            notices.append(Notice("warning", f"Sessions of this run differ in {key} "
-                                             f"({', '.join(sorted(values))}): samples timed in different setups "
-                                             "are pooled."))
-    return notices
+    return [Notice(f.level, word(f)) for f in run_findings(run)]
 
 
 # ------------------------------------------------------------------------------------------------ definitions
@@ -439,7 +233,7 @@ def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
             Cell(arm, "arm"), Cell(cell.method, "method"), Cell(cell.policy, "policy"),
             Cell("AR baseline" if cell.is_baseline else ("lossless" if cell.lossless else "relaxed"), "kind"),
             Cell(knobs_text(cell.knobs), "knobs"), Cell(_drafter_text(cell.drafter), "drafter"),
-            _num(str(cell.k), "k", cell.k),
+            num(str(cell.k), "k", cell.k),
             Cell(str(spec.get("description") or ("the target alone, one token per step" if cell.is_baseline
                                                  else "-")), "description"),
             Cell(str(spec.get("source") or "-"), "source"),
@@ -479,8 +273,8 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
                                                      f"top-p={sampling.get('top_p')}, seed={decode.get('seed')}")
         rows.append(Row(summary.task, (
             Cell(summary.task, "task"), Cell(str(task.get("description") or "-"), "description"),
-            Cell(summary.scorer, "scorer"), _num(str(summary.n_units), "n_units", summary.n_units),
-            _num(str(decode.get("max_new_tokens", "-")), "max_new_tokens", None), Cell(decoding, "decoding"),
+            Cell(summary.scorer, "scorer"), num(str(summary.n_units), "n_units", summary.n_units),
+            num(str(decode.get("max_new_tokens", "-")), "max_new_tokens", None), Cell(decoding, "decoding"),
             Cell(", ".join(repr(s) for s in decode.get("stop_strings") or ()) or "-", "stop"),
         )))
     tasks = Table("tasks-table", "Tasks and decoding settings",
@@ -510,10 +304,10 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
     environment = Table("environment-table", "Environment (latest session)", ("field", "value"), tuple(rows))
     counts = Counter(s.session_id for c in run.cells for s in c.samples)
     session_rows = tuple(Row(str(env.get("session_id")), (
-        _num(str(env.get("session_id")), "session_id", env.get("session_id")),
+        num(str(env.get("session_id")), "session_id", env.get("session_id")),
         Cell(str(env.get("started_at") or "-"), "started_at"), Cell(str(env.get("finished_at") or "-"), "finished_at"),
         Cell(str(env.get("status")), "status"),
-        _num(str(counts.get(env.get("session_id"), 0)), "samples", counts.get(env.get("session_id"), 0)),
+        num(str(counts.get(env.get("session_id"), 0)), "samples", counts.get(env.get("session_id"), 0)),
         Cell(f"{env.get('device')}, {env.get('target_dtype')}/{env.get('draft_dtype')}, {env.get('threads')} threads",
              "setup"),
         Cell(str(env.get("git_revision") or "-"), "git_revision"),
@@ -527,40 +321,12 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
 # ------------------------------------------------------------------------------------------------ the report
 
 
-def _agreement_note(scorer: str) -> str:
-    """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
-    from relaxbench.scoring import SCORERS
-
-    if scorer in SCORERS and SCORERS.get(scorer).needs_baseline:
-        return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
-                "100 there by definition and Δ measures how far an arm's text drifts from AR's.")
-    return ""
-
-
 def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float) -> TaskSection:
     cells = run.cells_of(summary.task)
     baseline = next(c for c in cells if c.is_baseline)
-    main = Table(f"{summary.task}-table", f"{summary.task}: speed and capability per arm", MAIN_COLUMNS,
-                 tuple(main_row(c, summary.binary) for c in summary.cells),
-                 f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
-                 f"seconds per unit; score in points ({'pass rate, %' if summary.binary else summary.scorer + ' × 100'});"
-                 f" Δ vs AR = mean paired score difference; p = exact McNemar test "
-                 f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
-                 "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
-                 "tokens / AR output tokens. Brackets: 95% paired-bootstrap CI." + _agreement_note(summary.scorer))
-    diagnostics = Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
-                        DIAGNOSTIC_COLUMNS, tuple(diagnostic_row(c) for c in summary.cells),
-                        "Geomean speed-up = exp(mean log(AR time / method time)) over units; modelled = from counters "
-                        "and the run's calibration; discordant = units AR passed and the arm failed / the reverse; "
-                        "reproduced AR = units whose output ids equal AR's (divergences of lossless arms are "
-                        "diagnosed); stop reasons over the paired samples ('length' = cut at max_new_tokens).")
-    tables = [main, diagnostics]
-    categories = category_table(summary)
-    if categories is not None:
-        tables.append(categories)
     return TaskSection(task=summary.task, description=str(baseline.task_spec.get("description") or ""),
                        scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget),
-                       tables=tuple(tables),
+                       tables=task_tables(summary),
                        figures=() if summary.target_alone else tuple(task_figures(summary, palette)),
                        notices=tuple(task_notices(summary, cells)))
 

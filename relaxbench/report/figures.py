@@ -18,12 +18,11 @@ matplotlib.use("Agg", force=False)  # headless: the report never opens a window
 
 from matplotlib.figure import Figure  # noqa: E402
 
-from relaxbench.analysis.metrics import CellSummary, TaskSummary  # noqa: E402
+from relaxbench.analysis.metrics import POINTS, CellSummary, TaskSummary  # noqa: E402
 
 AR_COLOR = "#222222"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
-POINTS = 100.0  # scores are stored as fractions; figures and tables show points
 
 FIGURE_METHODS: dict[str, tuple[str, str]] = {
     "tradeoff": (

@@ -33,8 +33,9 @@ from reportlab.platypus import (
 from reportlab.platypus import Table as PdfTable
 
 from relaxbench import __version__
-from relaxbench.report.content import Notice, Report, Table
+from relaxbench.report.content import Notice, Report
 from relaxbench.report.figures import FigureArt
+from relaxbench.report.tables import Table
 
 PAGE = landscape(A4)
 MARGIN = 0.5 * inch

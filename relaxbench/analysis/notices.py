@@ -1,0 +1,194 @@
+"""What a careful reader must know before trusting a run's figures: too few units, wide intervals, measured and
+modelled speed-ups far apart, truncated outputs, lossless arms that did not reproduce AR, a busy machine, sessions
+that differ. Deciding which findings apply (and how serious each is) is analysis; the report words them
+(``relaxbench.report.content``).
+
+Each finding is a small frozen record of the facts behind it; ``level`` is "warning" (a figure may mislead) or
+"info".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from relaxbench.analysis.metrics import POINTS, Divergences, TaskSummary, by_unit
+from relaxbench.analysis.records import CellRecord, RunRecord
+
+FEW_UNITS = 30  # below this many paired units, intervals are wide and McNemar has little power
+WIDE_SPEEDUP = 0.25  # CI width / value above which a speed-up interval is called wide
+WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
+MODEL_GAP = 2.0  # measured / modelled speed-up beyond this factor (either way) is flagged
+TRUNCATED_AR = 0.25  # share of AR's samples cut at max_new_tokens above which truncation is a warning
+BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
+SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "torch", "transformers",
+                "git_revision", "hostname")  # sessions that differ in one of these pooled different setups
+
+
+class Finding:
+    """A fact about a run that a reader must weigh; subclasses carry its numbers, the report words it."""
+
+    level: ClassVar[str] = "warning"
+
+
+# ------------------------------------------------------------------------------------------------ per task
+
+
+@dataclass(frozen=True)
+class TargetAlone(Finding):
+    """Scored by the target's likelihoods: methods equal AR by definition, no speed figures."""
+
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class NoUnits(Finding):
+    """No unit finished by every arm: no figures."""
+
+
+@dataclass(frozen=True)
+class FewUnits(Finding):
+    n_units: int
+    paired: bool  # False for a target-alone task (AR's units only)
+
+
+@dataclass(frozen=True)
+class UnitsLeftOut(Finding):
+    left_out: int
+    stored: int
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class WideSpeedups(Finding):
+    arms: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WideDeltas(Finding):
+    arms: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LosslessCheck(Finding):
+    """How a lossless arm compared with AR token by token (None: not compared, as under sampling)."""
+
+    arm: str
+    divergences: Divergences | None
+
+    @property
+    def level(self) -> str:  # type: ignore[override]
+        return "warning" if self.divergences is not None and self.divergences.not_near_tie else "info"
+
+
+@dataclass(frozen=True)
+class Truncated(Finding):
+    counts: tuple[tuple[str, int, int], ...]  # (arm, samples cut at max_new_tokens, samples)
+    limits: tuple[int, ...]  # the task's max_new_tokens values
+    ar_share: float  # of AR's samples
+
+    @property
+    def level(self) -> str:  # type: ignore[override]
+        return "warning" if self.ar_share > TRUNCATED_AR else "info"
+
+
+@dataclass(frozen=True)
+class ModelGaps(Finding):
+    arms: tuple[tuple[str, float, float], ...]  # (arm, measured, modelled)
+
+
+@dataclass(frozen=True)
+class NoCalibration(Finding):
+    arms: tuple[str, ...]
+    level: ClassVar[str] = "info"
+
+
+def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Finding]:
+    """The findings of one task, in the order a reader should see them."""
+    found: list[Finding] = []
+    baseline = next(c for c in cells if c.is_baseline)
+    stored_units = len(by_unit(baseline.samples))
+    if summary.target_alone:
+        found.append(TargetAlone())
+    if summary.n_units == 0:
+        return found + [NoUnits()]
+    if summary.target_alone:
+        return found + ([FewUnits(summary.n_units, paired=False)] if summary.n_units < FEW_UNITS else [])
+    if stored_units > summary.n_units:
+        found.append(UnitsLeftOut(stored_units - summary.n_units, stored_units))
+    if summary.n_units < FEW_UNITS:
+        found.append(FewUnits(summary.n_units, paired=True))
+    arms = [c for c in summary.cells if not c.is_baseline]
+    wide_speed = tuple(c.arm for c in arms if c.speedup_total.value and c.speedup_total.low is not None
+                       and (c.speedup_total.high - c.speedup_total.low) / c.speedup_total.value > WIDE_SPEEDUP)
+    if wide_speed:
+        found.append(WideSpeedups(wide_speed))
+    wide_delta = tuple(c.arm for c in arms if c.score_delta.low is not None
+                       and (c.score_delta.high - c.score_delta.low) * POINTS > WIDE_DELTA)
+    if wide_delta:
+        found.append(WideDeltas(wide_delta))
+    found += [LosslessCheck(c.arm, c.divergences) for c in arms if c.lossless]
+    truncated = tuple((c.arm, c.stop_reasons["length"], c.n_samples) for c in summary.cells
+                      if c.stop_reasons.get("length"))
+    if truncated:
+        limits = tuple(sorted({c.decode.get("max_new_tokens") for c in cells} - {None}))
+        ar_cut = {arm: n for arm, n, _ in truncated}.get(summary.baseline.arm, 0)
+        found.append(Truncated(truncated, limits, ar_cut / max(1, summary.baseline.n_samples)))
+    apart = tuple((c.arm, c.speedup_total.value, c.modelled_speedup) for c in arms
+                  if c.modelled_speedup and c.speedup_total.value
+                  and not 1 / MODEL_GAP <= c.speedup_total.value / c.modelled_speedup <= MODEL_GAP)
+    if apart:
+        found.append(ModelGaps(apart))
+    no_model = tuple(c.arm for c in summary.cells if c.modelled_speedup is None)
+    if no_model:
+        found.append(NoCalibration(no_model))
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ per run
+
+
+@dataclass(frozen=True)
+class NoEnvironment(Finding):
+    """No session recorded its environment."""
+
+
+@dataclass(frozen=True)
+class UnfinishedSession(Finding):
+    session_id: int | None
+    started_at: str | None
+    status: str | None
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class BusyMachine(Finding):
+    session_id: int | None
+    load: float  # 1-min load average at the session's start
+    cpus: int
+
+
+@dataclass(frozen=True)
+class SessionsDiffer(Finding):
+    key: str
+    values: tuple[str, ...]  # JSON of each distinct value, sorted
+
+
+def run_findings(run: RunRecord) -> list[Finding]:
+    sessions: Sequence[Mapping[str, Any]] = run.environment
+    if not sessions:
+        return [NoEnvironment()]
+    found: list[Finding] = []
+    for env in sessions:
+        if env.get("status") != "finished":
+            found.append(UnfinishedSession(env.get("session_id"), env.get("started_at"), env.get("status")))
+        load, cpus = env.get("load_average"), env.get("cpu_count")
+        if load and cpus and load[0] / cpus > BUSY_LOAD:
+            found.append(BusyMachine(env.get("session_id"), load[0], cpus))
+    for key in SESSION_KEYS:
+        values = {json.dumps(env.get(key), default=str) for env in sessions}
+        if len(values) > 1:
+            found.append(SessionsDiffer(key, tuple(sorted(values))))
+    return found

@@ -1,0 +1,253 @@
+"""The one table model (``Table`` of ``Row`` of ``Cell``) and the builders of the per-task tables.
+
+The terminal (``terminal.py``, for ``compare`` and ``summary``), the HTML template and the PDF renderer all render
+these same objects, so a count is worded and formatted once. Each cell keeps the analysis value it formats
+(``metric`` names the ``CellSummary`` field), which the HTML writes as data attributes for readers and tests.
+No figure is computed here: everything comes from ``relaxbench.analysis``' summaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, TaskSummary
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: its text, and the analysis figure it formats (``metric`` names the CellSummary field)."""
+
+    text: str
+    metric: str = ""
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    numeric: bool = False
+
+    def attributes(self) -> dict[str, str]:
+        """HTML attributes: the metric and its exact values (``repr``), so a reader or a test can check the text
+        against the analysis."""
+        out = {"data-metric": self.metric} if self.metric else {}
+        for name in ("value", "low", "high"):
+            number = getattr(self, name)
+            if number is not None:
+                out[f"data-{name}"] = repr(float(number))
+        if self.numeric:
+            out["class"] = "num"
+        return out
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str  # the arm (or task) the row is about
+    cells: tuple[Cell, ...]
+    emphasis: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str  # stable id (HTML anchor)
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[Row, ...]
+    note: str = ""
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+
+
+def fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def fmt_ci(estimate: Estimate, spec: str = ".2f", suffix: str = "") -> str:
+    if estimate.value is None:
+        return "-"
+    text = f"{estimate.value:{spec}}{suffix}"
+    if estimate.low is not None and estimate.high is not None:
+        text += f" [{estimate.low:{spec}}, {estimate.high:{spec}}]"
+    return text
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def pts(value: float | None, signed: bool = False) -> str:
+    """A score (a fraction) in points."""
+    return "-" if value is None else f"{value * POINTS:{'+' if signed else ''}.1f}"
+
+
+def pts_ci(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "-"
+    text = pts(estimate.value, signed=True)
+    if estimate.low is not None and estimate.high is not None:
+        text += f" [{pts(estimate.low, True)}, {pts(estimate.high, True)}]"
+    return text
+
+
+def speed_ci(estimate: Estimate) -> str:
+    return fmt_ci(estimate, ".2f", "×")
+
+
+def knobs_text(knobs: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "-"
+
+
+def num(text: str, metric: str, value: float | None) -> Cell:
+    return Cell(text, metric, value, numeric=True)
+
+
+def est(text: str, metric: str, estimate: Estimate) -> Cell:
+    return Cell(text, metric, estimate.value, estimate.low, estimate.high, numeric=True)
+
+
+def score_text(cell: CellSummary, binary: bool) -> str:
+    return pts(cell.score) + ("%" if binary and cell.score is not None else "")
+
+
+# ------------------------------------------------------------------------------------------------ per-task tables
+
+MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
+                "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio")
+
+
+def main_row(cell: CellSummary, binary: bool) -> Row:
+    """The headline columns of one arm; each cell keeps the CellSummary value it formats."""
+    return Row(cell.arm, (
+        Cell(cell.arm, "arm"),
+        Cell(knobs_text(cell.knobs), "knobs"),
+        num(fmt(cell.mean_acceptance_length), "mean_acceptance_length", cell.mean_acceptance_length),
+        num(fmt(cell.acceptance_rate, ".1%"), "acceptance_rate", cell.acceptance_rate),
+        est(speed_ci(cell.speedup_total), "speedup_total", cell.speedup_total),
+        num(fmt(cell.latency_mean, ".2f"), "latency_mean", cell.latency_mean),
+        num(score_text(cell, binary), "score", cell.score),
+        est("-" if cell.is_baseline else pts_ci(cell.score_delta), "score_delta", cell.score_delta),
+        num(fmt_p(cell.mcnemar_p), "mcnemar_p", cell.mcnemar_p),
+        num(fmt(cell.accuracy_retained, ".1%"), "accuracy_retained", cell.accuracy_retained),
+        num(fmt(cell.relaxed_fraction, ".1%"), "relaxed_fraction", cell.relaxed_fraction),
+        num(fmt(cell.output_length_ratio, ".3f"), "output_length_ratio", cell.output_length_ratio),
+    ), emphasis=cell.is_baseline)
+
+
+def _agreement_note(scorer: str) -> str:
+    """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
+    from relaxbench.scoring import SCORERS
+
+    if scorer in SCORERS and SCORERS.get(scorer).needs_baseline:
+        return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
+                "100 there by definition and Δ measures how far an arm's text drifts from AR's.")
+    return ""
+
+
+def main_table(summary: TaskSummary) -> Table:
+    return Table(f"{summary.task}-table", f"{summary.task}: speed and capability per arm", MAIN_COLUMNS,
+                 tuple(main_row(c, summary.binary) for c in summary.cells),
+                 f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
+                 f"seconds per unit; score in points ({'pass rate, %' if summary.binary else summary.scorer + ' × 100'});"
+                 f" Δ vs AR = mean paired score difference; p = exact McNemar test "
+                 f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
+                 "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
+                 "tokens / AR output tokens. Brackets: 95% paired-bootstrap CI." + _agreement_note(summary.scorer))
+
+
+DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",
+                      "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
+                      "reproduced AR", "stop reasons")
+
+
+def reproduced_text(cell: CellSummary) -> str:
+    d = cell.divergences
+    if d is None:
+        return "-"
+    text = f"{d.reproduced}/{d.compared}"
+    if cell.lossless and d.reproduced < d.compared:
+        parts = [f"{d.near_tie} near-tie", f"{d.not_near_tie} not near-tie"]
+        if d.inherited:
+            parts.append(f"{d.inherited} inherited")
+        text += f" ({', '.join(parts)})"
+    return text
+
+
+def diagnostic_row(cell: CellSummary) -> Row:
+    discordant = "-" if cell.discordant is None else f"{cell.discordant[0]} / {cell.discordant[1]}"
+    stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
+    policy_ms = None if cell.policy_time_per_round is None else cell.policy_time_per_round * 1e3
+    return Row(cell.arm, (
+        Cell(cell.arm, "arm"),
+        Cell(cell.policy + (" (lossless)" if cell.lossless and not cell.is_baseline else ""), "policy"),
+        num(str(cell.n_units), "n_units", cell.n_units),
+        num(str(cell.n_samples), "n_samples", cell.n_samples),
+        est(speed_ci(cell.speedup_geomean), "speedup_geomean", cell.speedup_geomean),
+        num(fmt(cell.modelled_speedup, ".2f", "×"), "modelled_speedup", cell.modelled_speedup),
+        num(fmt(cell.latency_median, ".2f"), "latency_median", cell.latency_median),
+        num(fmt(cell.tokens_per_second, ".2f"), "tokens_per_second", cell.tokens_per_second),
+        Cell(fmt(policy_ms, ".3f"), "policy_time_per_round", cell.policy_time_per_round, numeric=True),
+        num(fmt(cell.policy_share, ".1%"), "policy_share", cell.policy_share),
+        Cell(discordant, "discordant", numeric=True),
+        Cell(reproduced_text(cell), "divergences", numeric=True),
+        Cell(stops, "stop_reasons"),
+    ), emphasis=cell.is_baseline)
+
+
+def diagnostics_table(summary: TaskSummary) -> Table:
+    return Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
+                 DIAGNOSTIC_COLUMNS, tuple(diagnostic_row(c) for c in summary.cells),
+                 "Geomean speed-up = exp(mean log(AR time / method time)) over units; modelled = from counters and "
+                 "the run's calibration; policy ms/round = the verification rule's decision time per round on this "
+                 "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
+                 "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
+                 "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
+                 "max_new_tokens).")
+
+
+def target_alone_table(summary: TaskSummary) -> Table:
+    """A task scored by the target's likelihoods: AR's score, and every method equal to it by definition."""
+    rows = tuple(Row(cell.arm, (
+        Cell(cell.arm, "arm"),
+        num(score_text(cell, summary.binary), "score", cell.score),
+        est("-" if cell.is_baseline else pts(cell.score_delta.value, signed=True), "score_delta", cell.score_delta),
+        Cell("= AR by definition: no rule changes a likelihood" if cell.by_definition else "measured", "why"),
+    ), emphasis=cell.is_baseline) for cell in summary.cells)
+    return Table(f"{summary.task}-table", f"{summary.task}: scored by the target's likelihoods alone (no generation, "
+                                          "so no speed figures)", ("method", "score", "Δ vs AR, pts", "why"), rows,
+                 f"n = {summary.n_units} units, scored once by the target alone; score in points "
+                 f"({'pass rate, %' if summary.binary else summary.scorer + ' × 100'}).")
+
+
+def category_table(summary: TaskSummary) -> Table | None:
+    """Per-category score and the scorer's detail metrics (agreement: exact match, ROUGE-L, log-likelihood)."""
+    keys = sorted({k for c in summary.cells for k in c.details})
+    categories = sorted({name for c in summary.cells for name in c.by_category})
+    if not keys and not categories:
+        return None
+    rows = []
+    for cell in summary.cells:
+        groups = [("all", cell.n_units, cell.score, cell.score_delta, cell.details)]
+        groups += [(name, g.n_units, g.score, g.score_delta, g.details) for name, g in cell.by_category.items()]
+        for name, n, score, delta, details in groups:
+            rows.append(Row(f"{cell.arm}/{name}", (
+                Cell(cell.arm if name == "all" else "", "arm"), Cell(name, "category"),
+                num(str(n), "n_units", n), num(pts(score), "score", score),
+                est("-" if cell.is_baseline else pts_ci(delta), "score_delta", delta),
+                *(num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
+            ), emphasis=name == "all"))
+    return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
+                 ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
+                 "Scores in points; the detail columns are the scorer's own metrics averaged over units (first "
+                 "repeat).")
+
+
+def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
+    """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
+    tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
+                                                                          diagnostics_table(summary)]
+    categories = category_table(summary)
+    if categories is not None:
+        tables.append(categories)
+    return tuple(tables)
