@@ -84,7 +84,8 @@ def small_vocab_model(vocab: int, seed: int, layers: int = 2):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from relaxbench.models.load import LoadedModel, ModelLocation
+    from relaxbench.models.load import LoadedModel
+    from relaxbench.models.resolve import ModelLocation
 
     words = {chr(ord("a") + i): i for i in range(vocab)}
     core = Tokenizer(models.WordLevel(vocab=words, unk_token="a"))

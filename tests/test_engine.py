@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.policies import make_policy
 from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan
 

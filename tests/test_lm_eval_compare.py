@@ -136,8 +136,8 @@ def test_summary_reports_delta_from_the_store(lm_eval_run, tmp_path):
 def test_chat_template_and_fewshot_prompts_equal_lm_evals():
     """--apply-chat-template and --num-fewshot build the prompts lm-eval's own --apply_chat_template --num_fewshot
     builds (same few-shot examples, as conversation turns); they change the run's identity."""
-    from relaxbench.harness.suite import SuiteSpec
     from relaxbench.harness.plan import build_plan
+    from relaxbench.harness.suite import SuiteSpec
 
     suite = SuiteSpec(target="tiny-random-target", draft="ngram", methods=("exact",), tasks=(ARITH,), limit=2,
                       num_fewshot=2, apply_chat_template=True)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from relaxbench.arms import build_decoder
-from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
+from relaxbench.methods import DrafterSpec, MethodSpec
 
 EXACT_MODEL = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
 EXACT_NGRAM = MethodSpec(name="exact-ngram", policy="exact", drafter=DrafterSpec(kind="ngram", knobs={"max_ngram": 3}))

@@ -30,7 +30,7 @@ def test_quiet_load_draws_no_progress_bar(capfd):
 def test_auto_dtype_follows_the_measured_cpu_table():
     import torch
 
-    from relaxbench.models.load import BF16_TARGET_MIN_PARAMS, default_dtype
+    from relaxbench.models.dtypes import BF16_TARGET_MIN_PARAMS, default_dtype
 
     big, small = 1_500_000_000, 135_000_000
     assert BF16_TARGET_MIN_PARAMS > small
@@ -45,7 +45,9 @@ def test_auto_dtype_follows_the_measured_cpu_table():
 
 
 def test_parameter_count_reads_the_config_only(tiny_target):
-    from relaxbench.models.load import materialize, parameter_count, resolve_model
+    from relaxbench.models.convert import materialize
+    from relaxbench.models.dtypes import parameter_count
+    from relaxbench.models.resolve import resolve_model
 
     ref = materialize(resolve_model("tiny-random-target"), quiet=True)
     assert parameter_count(ref, offline=True) == sum(p.numel() for p in tiny_target.model.parameters())
@@ -57,7 +59,8 @@ def test_dtype_copy_has_exactly_the_weights_of_a_cast_load(tmp_path, tiny_target
     import torch
     from transformers import AutoModelForCausalLM
 
-    from relaxbench.models.load import dtype_copy, materialize, resolve_model
+    from relaxbench.models.convert import dtype_copy, materialize
+    from relaxbench.models.resolve import resolve_model
 
     source = tmp_path / "ckpt"
     shutil.copytree(materialize(resolve_model("tiny-random-target"), quiet=True), source)

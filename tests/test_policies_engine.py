@@ -15,12 +15,12 @@ import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
-from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, NgramVerifiedByDraftLM
 from relaxbench.decoding.layerskip import LayerSkipDrafter
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
+from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.policies import POLICIES
 from relaxbench.policies.base import Need
 from tests.conftest import assert_one_line_error
@@ -183,7 +183,8 @@ def test_layerskip_and_ngram_lm_on_a_qwen2_model():
     window is full (transformers raises in ``crop``), which is a limit of the engine's rollback, not of layerskip."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from relaxbench.models.load import LoadedModel, ModelLocation
+    from relaxbench.models.load import LoadedModel
+    from relaxbench.models.resolve import ModelLocation
     from relaxbench.models.tiny import build_tokenizer
 
     config = Qwen2Config(vocab_size=264, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from relaxbench.data import TaskItem
-from relaxbench.harness.suite import SuiteSpec
-from relaxbench.tasks import load_task, task_files
-from relaxbench.tasks.yaml_tasks import load_items, render_turn
 from relaxbench.errors import ConfigError, DataError, UnknownNameError
+from relaxbench.harness.suite import SuiteSpec
 from relaxbench.scoring import ScoringContext, make_scorer
 from relaxbench.scoring.answers import flexible_answer, strict_answer
 from relaxbench.scoring.code import build_program, extract_code
+from relaxbench.tasks import load_task, task_files
+from relaxbench.tasks.yaml_tasks import load_items, render_turn
 
 DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
 

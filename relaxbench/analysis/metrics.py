@@ -15,7 +15,6 @@ with Δ = 0 by definition (``by_definition``), and no speed or counter figures f
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence

@@ -40,7 +40,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_fetch(args: argparse.Namespace) -> int:
     from relaxbench.commands.args import runtime_from_args
-    from relaxbench.models.load import materialize, resolve_model
+    from relaxbench.models.convert import materialize
+    from relaxbench.models.resolve import resolve_model
 
     runtime_from_args(args)
     for name in args.names:

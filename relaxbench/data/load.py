@@ -62,7 +62,7 @@ def package_rows(requirement: str, member: str) -> list[dict[str, Any]]:
 
 def hub_rows(path: str, name: str | None, split: str) -> list[dict[str, Any]]:
     """``datasets.load_dataset(path, name, split=split)`` as rows; an unreachable hub fails within seconds."""
-    from relaxbench.models.load import hub_reachable
+    from relaxbench.models.resolve import hub_reachable
 
     offline = any(os.environ.get(v, "0").lower() in ("1", "true", "yes")
                   for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))

@@ -384,7 +384,7 @@ def _datasets_progress_bars_off() -> Iterator[None]:
 def _check_data_reachable(manager: TaskManager, name: str) -> None:
     """A task whose data set is on the hub fails within seconds when the hub is unreachable (instead of after the
     hub client's retries), with a line saying what to do."""
-    from relaxbench.models.load import hub_reachable
+    from relaxbench.models.resolve import hub_reachable
 
     entry = manager.task_index.get(name)
     config = getattr(entry, "cfg", None) or {}

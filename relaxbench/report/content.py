@@ -17,13 +17,36 @@ from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
 from relaxbench.analysis.metrics import METRIC_DEFINITIONS, Divergences
-from relaxbench.analysis.notices import (MODEL_GAP, WIDE_DELTA, WIDE_SPEEDUP, BusyMachine, FewUnits, Finding,
-                                         LosslessCheck, ModelGaps, NoCalibration, NoEnvironment, NoUnits,
-                                         SessionsDiffer, TargetAlone, Truncated, UnfinishedSession, UnitsLeftOut,
-                                         WideDeltas, WideSpeedups, run_findings, task_findings)
+from relaxbench.analysis.notices import (
+    MODEL_GAP,
+    WIDE_DELTA,
+    WIDE_SPEEDUP,
+    BusyMachine,
+    FewUnits,
+    Finding,
+    LosslessCheck,
+    ModelGaps,
+    NoCalibration,
+    NoEnvironment,
+    NoUnits,
+    SessionsDiffer,
+    TargetAlone,
+    Truncated,
+    UnfinishedSession,
+    UnitsLeftOut,
+    WideDeltas,
+    WideSpeedups,
+    run_findings,
+    task_findings,
+)
 from relaxbench.analysis.records import CellRecord
-from relaxbench.analysis.selection import (DEFAULT_BUDGET, best_within_budget, fastest, loss_beyond_budget,
-                                           lossless_reference)
+from relaxbench.analysis.selection import (
+    DEFAULT_BUDGET,
+    best_within_budget,
+    fastest,
+    loss_beyond_budget,
+    lossless_reference,
+)
 from relaxbench.report.figures import FIGURE_METHODS, FigureArt, method_palette, task_figures
 from relaxbench.report.tables import Cell, Row, Table, est, fmt, knobs_text, num, pts, pts_ci, speed_ci, task_tables
 
