@@ -32,6 +32,12 @@ from relaxbench.errors import DataError
 SCHEMA_VERSION = 1
 STORE_NAME = "results.sqlite"
 
+# Columns added to the version-1 tables since they were first written: (table, column, declaration). Changes are
+# additive only — a new table goes into SCHEMA (``CREATE TABLE IF NOT EXISTS``), a new column here — and both are
+# applied whenever a store is opened, so a store written by any earlier version reads and resumes unchanged (its
+# old rows get NULL or the declared default), and the schema version stays 1.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = ()
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -315,9 +321,13 @@ class Store:
             raise DataError(f"{self.path}: not a relaxbench results store ({exc})") from None
         if version is not None and version != SCHEMA_VERSION:
             raise DataError(f"{self.path}: store schema version {version}, this relaxbench reads {SCHEMA_VERSION}")
-        if version is None:
-            with self.conn:
-                self.conn.executescript(SCHEMA)
+        with self.conn:  # new tables and added columns, idempotently (see ADDED_COLUMNS)
+            self.conn.executescript(SCHEMA)
+            for table, column, declaration in ADDED_COLUMNS:
+                present = {r["name"] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            if version is None:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def _schema_version(self) -> int | None:
