@@ -10,9 +10,10 @@ from relaxbench.config import DrafterSpec, MethodSpec
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
-from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
+from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy
+from relaxbench.policies.greedy import greedy_verdict
 
 AR = MethodSpec(name="ar", policy="none")
 EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec("model"))
@@ -117,7 +118,7 @@ class AppendsTokens(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         self.seen.append(block.extras["extra_logits"].shape[0])
-        return greedy_scan(block)
+        return greedy_verdict(block)
 
 
 def test_extra_verify_tokens_are_seen_then_dropped(tiny_target, tiny_draft):
@@ -157,21 +158,17 @@ def test_divergence_is_located_and_classified(tiny_target):
 
 
 def test_policy_knobs_are_validated():
-    from dataclasses import dataclass
-
     from relaxbench.errors import ConfigError
-    from relaxbench.policies.base import parse_knobs
 
-    @dataclass(frozen=True)
-    class Knobs:
-        theta: float = 0.3
-        window: int = 6
-
-    assert parse_knobs(Knobs, {"theta": 1}, "p").theta == 1.0
-    assert parse_knobs(Knobs, {"theta": "inf"}, "p").theta == float("inf")
+    assert make_policy("fly", {"theta": 1}).knobs.theta == 1.0
+    assert make_policy("fly", {"theta": "inf"}).knobs.theta == float("inf")
+    assert make_policy("fly").describe() == {"policy": "fly", "knobs": {"theta": 0.3, "window": 6}}
     with pytest.raises(ConfigError, match="did you mean 'theta'"):
-        parse_knobs(Knobs, {"thetaa": 1}, "p")
+        make_policy("fly", {"thetaa": 1})
     with pytest.raises(ConfigError, match="must be an integer"):
-        parse_knobs(Knobs, {"window": 2.5}, "p")
-    with pytest.raises(ConfigError, match="no knob"):
+        make_policy("fly", {"window": 2.5})
+    with pytest.raises(ConfigError, match="^policy 'fly': window must be >= 1$"):
+        make_policy("fly", {"window": 0})
+    with pytest.raises(ConfigError, match="unknown knob 'theta'"):
         make_policy("exact", {"theta": 1})
+

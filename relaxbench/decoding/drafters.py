@@ -7,17 +7,18 @@ can roll its own cache back.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from pydantic import model_validator
 
 from relaxbench.decoding.cache import CachedLM, common_prefix_length
-from relaxbench.decoding.sampling import SamplingParams, greedy_argmax, next_token
 from relaxbench.errors import ConfigError
-from relaxbench.policies.base import parse_knobs
+from relaxbench.ops.reductions import argmax
+from relaxbench.ops.sampling import SamplingParams, next_token
 from relaxbench.registry import Registry
+from relaxbench.validation import Integer, Spec, validate
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,8 @@ class Drafter:
     # set by the decoder: return draft logits only when the policy reads q or the run samples
     keep_logits: bool = False
 
-    @dataclass(frozen=True)
-    class Knobs:
-        pass
+    class Knobs(Spec):
+        """No knobs."""
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         self.knobs = knobs
@@ -53,7 +53,7 @@ class Drafter:
     def build(cls, raw_knobs: dict[str, Any] | None, inputs: DrafterInputs) -> Drafter:
         if cls.needs_draft_model and inputs.draft is None:
             raise ConfigError(f"drafter {cls.name!r} needs a draft model (--draft NAME)")
-        return cls(parse_knobs(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}"), inputs)
+        return cls(validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob"), inputs)
 
     def reset(self, prompt: torch.Tensor) -> None:
         pass
@@ -66,7 +66,7 @@ class Drafter:
         pass
 
     def describe(self) -> dict[str, Any]:
-        return {"drafter": self.name, **dataclasses.asdict(self.knobs)}
+        return {"drafter": self.name, **self.knobs.model_dump()}
 
 
 DRAFTERS: Registry[type[Drafter]] = Registry("drafter", "relaxbench.drafters")
@@ -146,19 +146,20 @@ def prompt_lookup(context: torch.Tensor, max_ngram: int, min_ngram: int, num_tok
     return context[:0]
 
 
-@dataclass(frozen=True)
-class NgramKnobs:
+class NgramKnobs(Spec):
     """Prompt-lookup settings: n-gram sizes tried (max_ngram down to min_ngram) and tokens copied per match."""
 
-    max_ngram: int = 3
-    min_ngram: int = 1
-    num_tokens: int = 10
+    max_ngram: Integer = 3
+    min_ngram: Integer = 1
+    num_tokens: Integer = 10
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self):
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         if self.num_tokens < 1:
             raise ValueError("num_tokens must be >= 1")
+        return self
 
 
 @register_drafter
@@ -195,10 +196,9 @@ class NgramVerifiedByDraftLM(LMDrafter):
     needs_draft_model = True
     summary = "FLy's drafter: prompt-lookup n-grams verified greedily by the draft LM until k drafts exist"
 
-    @dataclass(frozen=True)
     class Knobs(NgramKnobs):  # FLy's defaults: n = 4 down to 1, 6 tokens
-        max_ngram: int = 4
-        num_tokens: int = 6
+        max_ngram: Integer = 4
+        num_tokens: Integer = 6
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
@@ -212,7 +212,7 @@ class NgramVerifiedByDraftLM(LMDrafter):
             guess = prompt_lookup(context, knobs.max_ngram, knobs.min_ngram, knobs.num_tokens)
             n_guess = int(guess.shape[0])
             logits = lm.run(torch.cat([lm.pending(context), guess]), n_logits=n_guess + 1).logits
-            own = greedy_argmax(logits)  # own[j]: the LM's next token after guess[:j]
+            own = argmax(logits)  # own[j]: the LM's next token after guess[:j]
             agreed = common_prefix_length(guess, own[:n_guess])
             context = torch.cat([context, guess[:agreed], own[agreed: agreed + 1]])
             lm.sync_to(context)  # drops the cache entries of rejected n-gram tokens

@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from relaxbench.decoding import kernels
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import Drafter, Proposal
 from relaxbench.decoding.records import GenerationResult, RoundLog
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.timing import Clock
 
@@ -57,8 +56,6 @@ class SpeculativeDecoder:
         self.clock = Clock(target.device)
         self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
-        if torch.device(target.device).type == "cpu":
-            kernels.active_backend()  # build/load the native greedy kernels now, not inside the first timed round
         # what the drafter samples with: the run's settings, or greedy for a policy that verifies greedy drafts
         self.draft_sampling = SamplingParams() if policy.greedy_drafts else config.sampling
         if drafter is not None:

@@ -58,8 +58,6 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
     """Device, dtype per model, threads, library versions, CPU, GPU, git revision, date and command line."""
     import torch
 
-    from relaxbench.decoding import kernels
-
     env: dict[str, Any] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["relaxbench", *(sys.argv[1:] if argv is None else argv)]),
@@ -69,7 +67,6 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "target_dtype": str(target.dtype).removeprefix("torch."),
         "draft_dtype": str(draft.dtype).removeprefix("torch.") if draft is not None else None,
         "threads": torch.get_num_threads(),
-        "policy_kernels": kernels.describe(),  # native greedy kernels or torch: what timed the policy decisions
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was

@@ -16,8 +16,8 @@ from relaxbench.arms import effective_drafter, resolve_k
 from relaxbench.config import DrafterSpec, MethodSpec, SuiteSpec, TaskSpec, is_lm_eval_name, load_method, load_task
 from relaxbench.data import TaskItem, load_items
 from relaxbench.decoding.loop import DecodeConfig
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.registry import did_you_mean
 
 BASELINE_ARM = "ar"

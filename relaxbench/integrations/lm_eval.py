@@ -42,8 +42,8 @@ from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.records import GenerationResult
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError, DataError
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES
 from relaxbench.registry import did_you_mean
 from relaxbench.timing import Clock
@@ -132,7 +132,7 @@ def resolve_method(args: ModelArgs) -> MethodSpec:
     """The method named by ``method=`` with the model args' knobs and drafter settings applied (the same rules
     as ``relaxbench generate``: ``draft=ngram`` stands in for the method's draft model)."""
     method = load_method(args.method)
-    policy_knobs = {f.name for f in dataclasses.fields(POLICIES.get(method.policy).Knobs)}
+    policy_knobs = set(POLICIES.get(method.policy).Knobs.model_fields)
     for key in args.knobs:
         if key.replace("-", "_") not in policy_knobs:
             known = ModelArgs.names()
