@@ -16,8 +16,7 @@ import torch
 from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
 from relaxbench.config import DrafterSpec, MethodSpec
-from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, NgramVerifiedByDraftLM
-from relaxbench.decoding.layerskip import LayerSkipDrafter
+from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, LayerSkipDrafter, NgramVerifiedByDraftLM
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from relaxbench.decoding.cache import CachedLM
-from relaxbench.decoding.drafters import DrafterInputs, LMDrafter, register_drafter
+from relaxbench.decoding.drafters.base import DrafterInputs, register_drafter
+from relaxbench.decoding.drafters.model import LMDrafter
 from relaxbench.errors import ConfigError
 from relaxbench.validation import Integer, Spec
 
