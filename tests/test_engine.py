@@ -172,3 +172,22 @@ def test_policy_knobs_are_validated():
     with pytest.raises(ConfigError, match="unknown knob 'theta'"):
         make_policy("exact", {"theta": 1})
 
+
+def test_t_policy_is_the_policy_decision_alone(tiny_target, tiny_draft):
+    """A policy that sleeps 20 ms in ``verify`` shows that in ``t_policy``; a drafter whose ``commit`` (after the
+    verdict, with the cache sync) sleeps 100 ms does not."""
+    import time
+
+    class Slow(VerificationPolicy):
+        name = "slow"
+
+        def decide(self, block: Block) -> Verdict:
+            time.sleep(0.02)
+            return greedy_verdict(block)
+
+    drafter = build_decoder(EXACT, tiny_target, tiny_draft, DecodeConfig(k=3)).drafter
+    commit = drafter.commit
+    drafter.commit = lambda context: (time.sleep(0.1), commit(context))
+    out = SpeculativeDecoder(tiny_target, drafter, Slow(), DecodeConfig(k=3, max_new_tokens=12)).generate([1, 2, 3])
+    timed = [t for t, drafted in zip(out.rounds.t_policy, out.rounds.drafted) if drafted]  # k = 0: no decide
+    assert timed and all(0.02 <= t < 0.1 for t in timed)

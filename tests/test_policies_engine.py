@@ -214,7 +214,7 @@ def test_bench_policies_prints_a_row_per_policy_and_mode_with_its_share_of_a_rou
     for cells in rows[1:]:
         if tuple(cells[:2]) in RUNS:
             assert cells[-3].endswith("%") and cells[-1] in ("yes", "NO")
-            assert float(cells[-3].rstrip(" %")) == pytest.approx(100 * float(cells[3]) / float(cells[-4]), rel=0.05,
+            assert float(cells[-3].rstrip(" %")) == pytest.approx(100 * float(cells[3]) / float(cells[-4]), rel=0.1,
                                                                    abs=0.01)
 
 

@@ -40,7 +40,7 @@ class ArmTotals:
     drafted: int = 0
     t_draft: float = 0.0
     t_verify: float = 0.0
-    t_policy: float = 0.0
+    t_policy: float = 0.0  # the policy decisions alone (policy.verify), summed
     calibration: Calibration | None = None  # the latest one
 
     def add(self, result: GenerationResult) -> float:

@@ -146,7 +146,7 @@ def run_efficiency(args: argparse.Namespace) -> int:
     table = Table(title="efficiency = measured speed-up / modelled speed-up (decode phase, vs our AR arm; medians "
                         "over prompt × repeat)")
     for col in ("method", "k", "MAL", "measured", "modelled", "efficiency per prompt × repeat", "efficiency",
-                "target", "holds", "draft / verify / policy+commit s"):
+                "target", "holds", "draft / verify / policy decision s"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in rows:
         a = row.arm
@@ -264,7 +264,7 @@ def run_policies(args: argparse.Namespace) -> int:
         base = baselines.get(t.mode)
         table.add_row(t.policy, t.mode, str(t.rounds), f"{t.median_ms:.3f}", f"{t.p90_ms:.3f}",
                       "-" if t.all_match_median_ms is None else f"{t.all_match_median_ms:.3f}",
-                      "-" if base is None else f"{t.median_ms - base:+.3f}", f"{round_ms:.1f}",
+                      "-" if base is None else f"{t.median_ms - base:+.3f}", f"{round_ms:.2f}",
                       f"{100 * t.share_of(round_ms):.2f} %", target_label,
                       "yes" if t.holds(round_ms) else "[red]NO[/red]")
     out.print(table)

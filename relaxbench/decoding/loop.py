@@ -90,16 +90,17 @@ class SpeculativeDecoder:
             t2 = clock.now()
             block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
                           cfg.sampling, generator, _extras(out, drafts.shape[0], n_extra))
+            t3 = clock.now()
             verdict = self.policy.verify(block)
+            t4 = clock.now()
             new = torch.cat([drafts[: verdict.n_accepted], drafts.new_tensor([verdict.next_token])])
             new, stop_reason = self._truncate(context, new, prompt.shape[0])
             context = torch.cat([context, new])
             lm.sync_to(context)
             if self.drafter is not None:
                 self.drafter.commit(context)
-            t3 = clock.now()
             rounds.add(int(drafts.shape[0]), verdict.n_accepted, verdict.n_relaxed, int(new.shape[0]),
-                       t1 - t0, t2 - t1, t3 - t2)
+                       t1 - t0, t2 - t1, t4 - t3)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start
