@@ -5,10 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 BENCH_SUITE ?= default
-# Debian packages: headless Chromium renders the HTML report and poppler renders and reads the PDF (report tests);
-# a C compiler builds the native greedy kernels of the verification policies (without one, torch runs them)
-SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core gcc libc6-dev
-SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo cc
+# Debian packages: headless Chromium renders the HTML report and poppler renders and reads the PDF (report tests)
+SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
+SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
 .PHONY: install system-deps test test-fast bench bench-full clean
 

@@ -17,10 +17,10 @@ from scipy import stats
 
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
-from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
+from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
 from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy
-from relaxbench.policies.rejection import rejection_sample
 from tests.conftest import small_vocab_model
 
 VOCAB, LENGTH, K = 4, 3, 2

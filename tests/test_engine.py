@@ -9,10 +9,11 @@ from relaxbench.arms import build_decoder
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
-from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
 from relaxbench.methods import DrafterSpec, MethodSpec
+from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy
+from relaxbench.policies.greedy import greedy_verdict
 
 AR = MethodSpec(name="ar", policy="none")
 EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
@@ -119,7 +120,7 @@ class AppendsTokens(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         self.seen.append(block.extras["extra_logits"].shape[0])
-        return greedy_scan(block)
+        return greedy_verdict(block)
 
 
 def test_extra_verify_tokens_are_seen_then_dropped(tiny_target, tiny_draft):
@@ -159,21 +160,36 @@ def test_divergence_is_located_and_classified(tiny_target):
 
 
 def test_policy_knobs_are_validated():
-    from dataclasses import dataclass
-
     from relaxbench.errors import ConfigError
-    from relaxbench.policies.base import parse_knobs
 
-    @dataclass(frozen=True)
-    class Knobs:
-        theta: float = 0.3
-        window: int = 6
-
-    assert parse_knobs(Knobs, {"theta": 1}, "p").theta == 1.0
-    assert parse_knobs(Knobs, {"theta": "inf"}, "p").theta == float("inf")
+    assert make_policy("fly", {"theta": 1}).knobs.theta == 1.0
+    assert make_policy("fly", {"theta": "inf"}).knobs.theta == float("inf")
+    assert make_policy("fly").describe() == {"policy": "fly", "knobs": {"theta": 0.3, "window": 6}}
     with pytest.raises(ConfigError, match="did you mean 'theta'"):
-        parse_knobs(Knobs, {"thetaa": 1}, "p")
+        make_policy("fly", {"thetaa": 1})
     with pytest.raises(ConfigError, match="must be an integer"):
-        parse_knobs(Knobs, {"window": 2.5}, "p")
-    with pytest.raises(ConfigError, match="no knob"):
+        make_policy("fly", {"window": 2.5})
+    with pytest.raises(ConfigError, match="^policy 'fly': window must be >= 1$"):
+        make_policy("fly", {"window": 0})
+    with pytest.raises(ConfigError, match="unknown knob 'theta'"):
         make_policy("exact", {"theta": 1})
+
+
+def test_t_policy_is_the_policy_decision_alone(tiny_target, tiny_draft):
+    """A policy that sleeps 20 ms in ``verify`` shows that in ``t_policy``; a drafter whose ``commit`` (after the
+    verdict, with the cache sync) sleeps 100 ms does not."""
+    import time
+
+    class Slow(VerificationPolicy):
+        name = "slow"
+
+        def decide(self, block: Block) -> Verdict:
+            time.sleep(0.02)
+            return greedy_verdict(block)
+
+    drafter = build_decoder(EXACT, tiny_target, tiny_draft, DecodeConfig(k=3)).drafter
+    commit = drafter.commit
+    drafter.commit = lambda context: (time.sleep(0.1), commit(context))
+    out = SpeculativeDecoder(tiny_target, drafter, Slow(), DecodeConfig(k=3, max_new_tokens=12)).generate([1, 2, 3])
+    timed = [t for t, drafted in zip(out.rounds.t_policy, out.rounds.drafted) if drafted]  # k = 0: no decide
+    assert timed and all(0.02 <= t < 0.1 for t in timed)

@@ -159,8 +159,8 @@ def test_likelihoods_match_lm_evals_own_hf_model():
 
 
 def test_generation_kwargs_map_to_the_engine():
-    from relaxbench.decoding.sampling import SamplingParams
     from relaxbench.integrations.lm_eval import RelaxbenchLM
+    from relaxbench.ops.sampling import SamplingParams
 
     lm = RelaxbenchLM(target="tiny-random-target", method="none", max_gen_toks=9, device="cpu")
     sampled = lm._decode_config({"until": ["\n\n", ""], "do_sample": True, "temperature": 0.7, "top_p": 0.9,

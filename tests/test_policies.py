@@ -1,11 +1,11 @@
-"""The relaxed verification rules on hand-built and random blocks (tensors only, no model), on both kernel
-backends (native greedy reductions and torch).
+"""The relaxed verification rules on hand-built and random blocks (tensors only, no model).
 
 * hand-built logits with known answers, covering each rule's edges;
 * the strict end: every rule at its ``strict_knobs`` gives exactly the lossless baseline's verdicts;
 * monotonicity: loosening a knob never lowers the accepted count on the same block (same uniforms);
 * ``n_relaxed`` is the number of accepted drafts the strict test would have rejected;
-* the shared rejection sampler's acceptance probability and residual, including its point-mass and ``relax`` paths.
+* the shared rejection sampler's acceptance probability and residual, including its point-mass and ``relax`` paths;
+* the reductions' tie-break (the first index of the maximum) and top values with ties and -inf.
 """
 
 from __future__ import annotations
@@ -18,25 +18,17 @@ import torch
 from scipy import stats
 from scipy.spatial.distance import jensenshannon
 
-from relaxbench.decoding import kernels
-from relaxbench.decoding.sampling import SamplingParams, logits_to_probs
 from relaxbench.errors import ConfigError
+from relaxbench.ops.reductions import argmax, top_values
+from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict
-from relaxbench.policies.fly import row_top3_entropy, top3_entropy, window_candidates
+from relaxbench.policies.fly import top3_entropy, window_candidates
 from relaxbench.policies.judge import ReflectiveJudge
-from relaxbench.policies.rejection import rejection_sample
 
 GREEDY = SamplingParams()
 
-
-@pytest.fixture(autouse=True, params=["native", "torch"])
-def kernel_backend(request):
-    """Every rule is held to its edges on both kernel backends (the native greedy reductions and torch's)."""
-    if request.param == "native" and kernels.compiler() is None:
-        pytest.skip("no C compiler: the native kernels cannot be built here")
-    with kernels.use_backend(request.param):
-        yield request.param
 SAMPLING_SETTINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=8, top_p=0.95)]
 NEG = -30.0  # "absent" logit: probability ~1e-13 relative to the tokens that matter
 
@@ -95,7 +87,7 @@ def sampling_block(case, sampling: SamplingParams, seed: int, extras: dict | Non
 def test_top3_entropy_is_over_the_full_softmax_not_renormalised():
     z = torch.log(torch.tensor([[0.5, 0.25, 0.25, 1e-30], [0.4, 0.3, 0.2, 0.1]]))
     expected = [1.5 * math.log(2), -(0.4 * math.log(0.4) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2))]
-    torch.testing.assert_close(top3_entropy(z), torch.tensor(expected), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(top3_entropy(z), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6)
     assert float(top3_entropy(torch.zeros(1, 1000))) < math.log(3)  # at most ln 3 (three of 1000 equal tokens)
 
 
@@ -150,8 +142,8 @@ def test_fly_window_reaching_the_block_end_is_strict():
 def test_fly_entropy_exactly_at_theta_passes():
     logits = fly_logits(["high"] * 9)
     block_drafts = [1, 0, 0, 0, 0, 0, 0, 0]
-    h = row_top3_entropy(greedy_block(logits, block_drafts), 0)  # the entropy the greedy rule computes (a double)
-    assert h == pytest.approx(float(top3_entropy(logits[:1].float())[0]), rel=1e-6)  # = the tensor form's
+    h = float(top3_entropy(logits[:1]))  # the entropy the rule computes (a double)
+    assert h == pytest.approx(-3 * (1 / 3) * math.log(1 / 3), rel=0.05)  # a flat top-3
     assert decide("fly", greedy_block(logits, block_drafts), theta=h, window=3).n_accepted == 8
     above = math.nextafter(h, math.inf)  # the next double above H
     assert decide("fly", greedy_block(logits, block_drafts), theta=above, window=3).n_accepted == 0
@@ -164,6 +156,26 @@ def test_fly_theta_inf_is_exact_and_knobs_are_checked():
     with pytest.raises(ConfigError, match="window"):
         make_policy("fly", {"window": 0})
     assert make_policy("fly").knobs.theta == 0.3 and make_policy("fly").knobs.window == 6
+
+
+def test_top3_entropy_counts_a_masked_top3_token_as_zero():
+    z = torch.full((1, 8), -math.inf)
+    z[0, :2] = 0.0  # two finite logits: the third "largest" has probability 0 and contributes 0·log 0 = 0
+    assert float(top3_entropy(z)) == pytest.approx(math.log(2))
+
+
+def test_fly_computes_the_entropy_only_where_it_can_change_the_verdict(monkeypatch):
+    from relaxbench.policies import fly
+
+    judged = []
+    entropy = fly.top3_entropy
+    monkeypatch.setattr(fly, "top3_entropy", lambda logits: judged.append(logits.shape[0]) or entropy(logits))
+    # k = 12, W = 3: mismatches at 0, 4 (window candidates), 7 (not: 8 mismatches too) and 8 (a candidate, but after
+    # the rejection at 7 it cannot matter)
+    v = decide("fly", greedy_block(fly_logits(["high"] * 13), [1, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0]),
+               theta=0.3, window=3)
+    assert (v.n_accepted, v.next_token, v.n_relaxed) == (7, 0, 2)
+    assert judged == [2]  # one batched call over positions 0 and 4
 
 
 # -- margin (MARS) and margin-first (AdaptiveSpec) -------------------------------------------------------------
@@ -610,27 +622,34 @@ def test_typical_sampling_draws_from_the_typical_set_after_a_rejection():
     assert emitted_frequencies("typical", logits, [1], 200)[-1] == 200  # p(1) = 0.3 > 0.09: always accepted
 
 
-def test_greedy_argmax_is_argmax_exactly_ties_and_short_last_chunk_included():
-    from relaxbench.decoding.sampling import greedy_argmax
+# -- the greedy walk ---------------------------------------------------------------------------------------------
+def test_greedy_verdict_takes_the_leading_run_and_counts_relaxed_mismatches():
+    from relaxbench.policies.greedy import greedy_verdict
 
-    g = torch.Generator().manual_seed(0)
-    for vocab in (7, 1024, 2048, 3000, 5121, 151_936):
-        ties = torch.randint(-2, 3, (6, vocab), generator=g).float()  # many tied maxima across chunks
-        smooth = torch.randn(6, vocab, generator=g)
-        for logits in (ties, smooth):
-            assert torch.equal(greedy_argmax(logits), logits.argmax(-1))
+    block = greedy_block(torch.stack([row(V, {0: 1.0})] * 6), [0, 3, 0, 4, 0])  # the argmax is 0 everywhere
+    assert greedy_verdict(block) == Verdict(1, 0, 0)
+    asked = []
+
+    def relax_first(rows):
+        asked.append(rows.tolist())
+        return torch.tensor([True, False])
+
+    assert greedy_verdict(block, relax_first) == Verdict(3, 0, 1)
+    assert asked == [[1, 3]]  # every mismatch at once, in order
+    assert greedy_verdict(block, lambda rows: torch.ones_like(rows, dtype=torch.bool)) == Verdict(5, 0, 2)
+    matching = greedy_block(torch.stack([row(V, {2: 1.0})] * 4), [2, 2, 2])
+    assert greedy_verdict(matching, relax_first) == Verdict(3, 2, 0)  # nothing to relax: never asked
+
+
+# -- the exact reductions ----------------------------------------------------------------------------------------
+def test_reductions_break_ties_by_the_first_index_and_repeat_tied_values():
     x = torch.full((3, 5000), -1.0)
-    x[0, 4999] = 2.0  # the maximum is the very last logit (inside the short last chunk)
-    x[1, [100, 4999]] = 2.0  # tie: the first wins
-    x[2, [4096, 4097]] = 5.0  # tie at a chunk boundary
-    assert torch.equal(greedy_argmax(x), x.argmax(-1)) and greedy_argmax(x).tolist() == [4999, 100, 4096]
-
-
-def test_top_values_is_topk_exactly():
-    from relaxbench.decoding.sampling import top_values
-
-    g = torch.Generator().manual_seed(1)
-    for vocab in (3, 1024, 3000, 5121, 40_000, 151_936):
-        for n in (1, 2, 3, 10):
-            for logits in (torch.randint(-2, 3, (4, vocab), generator=g).float(), torch.randn(4, vocab, generator=g)):
-                assert torch.equal(top_values(logits, n), torch.topk(logits, min(n, vocab), dim=-1).values)
+    x[0, 4999] = 2.0  # the maximum is the very last logit
+    x[1, [100, 4999]] = 2.0  # a tie: the first wins
+    x[2, :2500] = -math.inf  # a masked half row
+    x[2, [4096, 4097]] = 5.0
+    assert argmax(x).tolist() == [4999, 100, 4096]
+    assert argmax(torch.full((2, 7), -math.inf)).tolist() == [0, 0]  # everything masked: the first index
+    assert top_values(x, 3).tolist() == [[2.0, -1.0, -1.0], [2.0, 2.0, -1.0], [5.0, 5.0, -1.0]]
+    assert top_values(x[:, :2], 3).shape == (3, 2)  # n is capped at V
+    assert argmax(x[0]).ndim == 0 and top_values(x.view(3, 1, 5000), 2).shape == (3, 1, 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from relaxbench.decoding.sampling import SamplingParams
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Need
 from tests.test_distribution import chi_square_pvalue, empirical_joint, exact_joint, pair  # noqa: F401

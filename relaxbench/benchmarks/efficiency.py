@@ -38,7 +38,7 @@ class ArmTotals:
     counters: Counters = field(default_factory=Counters)
     t_draft: float = 0.0
     t_verify: float = 0.0
-    t_policy: float = 0.0
+    t_policy: float = 0.0  # the policy decisions alone (policy.verify), summed
     calibration: Calibration | None = None  # the latest one
 
     def add(self, result: GenerationResult) -> float:

@@ -1,13 +1,15 @@
-"""Policy decision time per verification round, for every registered policy.
+"""Policy decision time per verification round, held to a share of the round it decides.
 
-Each round builds a fresh ``Block`` (so lazily computed argmaxes and distributions are paid for, as in the engine)
+Each round builds a fresh ``Block`` (so the lazily computed argmax and distributions are paid for, as in the engine)
 from synthetic logits at a realistic size — by default Qwen2.5's padded vocabulary (V = 151,936) and FLy's draft
-length k = 15 — and times ``policy.verify(block)`` with the project's one ``Clock``. Drafts follow a typical
+length k = 15 — and times ``policy.verify(block)`` alone with the project's one ``Clock``. Drafts follow a typical
 block: each matches the target's argmax with probability 0.8, otherwise it is one of the next three tokens, so the
-rules that only look at mismatches do realistic work. A second pool has every draft match ("all-match"): every
-target row must then be read, the worst case of the greedy scan. Each round is timed on every requested kernel
-backend in turn (native greedy kernels, torch), side by side. The median over many rounds is reported; greedy-mode
-rows are checked against the target (0.5 ms per round; FLy reports < 0.6 ms on a GPU) on the engine's own backend.
+rules that only look at mismatches do realistic work. A second pool has every draft match ("all-match"; greedy
+mode only).
+
+What a decision costs only matters against the round it decides, so the bench also measures a real round on the
+same device: one verify forward of k + 1 tokens of the target model on a cache of a few hundred tokens (median of
+repeats). The target: each rule's median decision takes at most 1 % of that round.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from relaxbench.decoding import kernels
-from relaxbench.decoding.sampling import SamplingParams
+from relaxbench.benchmarks.forward_cost import measure_forward_costs
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv
 from relaxbench.timing import Clock
 
-GREEDY_TARGET_MS = 0.5
+ROUND_SHARE_TARGET = 0.01  # a decision may take at most this share of a measured round
 REFLECTION_TOKENS = 16  # judge: reflection prompt length assumed for its extra logits
 
 
@@ -33,11 +35,9 @@ REFLECTION_TOKENS = 16  # judge: reflection prompt length assumed for its extra 
 class PolicyTiming:
     policy: str
     mode: str  # "greedy" or "sampling"
-    backend: str  # kernel backend timed: "native" or "torch"
     rounds: int
     times_ms: tuple[float, ...] = field(repr=False)  # the typical pool
     all_match_ms: tuple[float, ...] = field(repr=False)  # the all-match pool (greedy mode; empty otherwise)
-    target_ms: float | None  # the target this row is held to (None: no target)
 
     @property
     def median_ms(self) -> float:
@@ -52,9 +52,12 @@ class PolicyTiming:
         ordered = sorted(self.times_ms)
         return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
-    @property
-    def meets_target(self) -> bool | None:
-        return None if self.target_ms is None else self.median_ms < self.target_ms
+    def share_of(self, round_ms: float) -> float:
+        """The median decision as a share of a round of ``round_ms``."""
+        return self.median_ms / round_ms
+
+    def holds(self, round_ms: float) -> bool:
+        return self.share_of(round_ms) <= ROUND_SHARE_TARGET
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def synthetic_inputs(vocab: int, k: int, device: torch.device, seed: int) -> Blo
 
 
 def all_match(inputs: BlockInputs) -> BlockInputs:
-    """The same logits with every draft equal to the target's argmax: a verdict must read every row."""
+    """The same logits with every draft equal to the target's argmax: a greedy verdict reads every row."""
     k = int(inputs.drafts.shape[0])
     return dataclasses.replace(inputs, drafts=inputs.target_logits[:k].argmax(dim=-1))
 
@@ -96,11 +99,9 @@ def policy_modes(names: Iterable[str] | None = None, modes: Iterable[str] = ("gr
 
 
 def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[BlockInputs]], rounds: int,
-                sampling: SamplingParams, backends: tuple[str, ...], target_backend: str | None,
-                warmup: int = 5) -> list[PolicyTiming]:
-    """Timings of ``name`` in ``mode`` on each kernel backend, round by round in turn (greedy mode ignores
-    ``sampling``; the all-match pool is timed in greedy mode only). ``target_backend`` is the one the target is
-    checked on (the engine's)."""
+                sampling: SamplingParams, warmup: int = 5) -> PolicyTiming:
+    """Decision times of ``name`` in ``mode`` (greedy mode ignores ``sampling``; the all-match pool is timed in
+    greedy mode only)."""
     policy = make_policy(name)
     typical_pool, all_match_pool = pools
     device = typical_pool[0].target_logits.device
@@ -110,23 +111,18 @@ def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[Block
     sampling = SamplingParams() if mode == "greedy" else sampling
     generator = torch.Generator(device=device).manual_seed(0)
     clock = Clock(device)
-    times: dict[tuple[str, str], list[float]] = {(b, p): [] for b in backends for p in ("typical", "all-match")}
+    times: dict[str, list[float]] = {"typical": [], "all-match": []}
     for pool_name, pool in (("typical", typical_pool), ("all-match", all_match_pool if mode == "greedy" else [])):
         for i in range(warmup + rounds if pool else 0):
             inputs = pool[i % len(pool)]
-            for backend in backends:
-                block = Block(inputs.drafts, inputs.target_logits, inputs.draft_logits, sampling, generator,
-                              {"extra_logits": inputs.extra_logits})
-                with kernels.use_backend(backend):
-                    start = clock.now()
-                    policy.verify(block)
-                    elapsed = clock.now() - start
-                if i >= warmup:
-                    times[backend, pool_name].append(elapsed * 1e3)
-    target = GREEDY_TARGET_MS if mode == "greedy" else None
-    return [PolicyTiming(name, mode, backend, rounds, tuple(times[backend, "typical"]),
-                         tuple(times[backend, "all-match"]), target if backend == target_backend else None)
-            for backend in backends]
+            block = Block(inputs.drafts, inputs.target_logits, inputs.draft_logits, sampling, generator,
+                          {"extra_logits": inputs.extra_logits})
+            start = clock.now()
+            policy.verify(block)
+            elapsed = clock.now() - start
+            if i >= warmup:
+                times[pool_name].append(elapsed * 1e3)
+    return PolicyTiming(name, mode, rounds, tuple(times["typical"]), tuple(times["all-match"]))
 
 
 class _CountingTokenizer:
@@ -140,22 +136,23 @@ def run_policy_bench(vocab: int = 151_936, k: int = 15, rounds: int = 200, sampl
                      device: str = "cpu", names: Iterable[str] | None = None,
                      modes: Iterable[str] = ("greedy", "sampling"),
                      sampling: SamplingParams = SamplingParams(temperature=0.7),
-                     pool_size: int = 4, backends: tuple[str, ...] = ("native", "torch")) -> list[PolicyTiming]:
-    """Time every (policy, mode) on each kernel backend; sampling-mode rows use ``sampling`` (a top-p below 1
-    adds a full sort per row of p and q to every rule, inside ``logits_to_probs``). The target is checked on the
-    backend the engine runs by default (``kernels.active_backend()``) when it is among ``backends``."""
+                     pool_size: int = 4) -> list[PolicyTiming]:
+    """Time every (policy, mode); sampling-mode rows use ``sampling`` (a top-p below 1 adds a full sort per row of
+    p and q to every rule, inside ``logits_to_probs``)."""
     torch_device = torch.device(device)
     typical_pool = [synthetic_inputs(vocab, k, torch_device, seed) for seed in range(pool_size)]
     pools = (typical_pool, [all_match(inputs) for inputs in typical_pool])
-    engine_backend = kernels.active_backend()
-    target_backend = engine_backend if engine_backend in backends else None
-    return [timing for name, mode in policy_modes(names, modes)
-            for timing in time_policy(name, mode, pools, rounds if mode == "greedy" else sampling_rounds, sampling,
-                                      backends, target_backend)]
+    return [time_policy(name, mode, pools, rounds if mode == "greedy" else sampling_rounds, sampling)
+            for name, mode in policy_modes(names, modes)]
 
 
-def baseline_medians(timings: list[PolicyTiming]) -> dict[tuple[str, str], float]:
-    """Median of the lossless rule of each (mode, backend) (exact / speculative sampling), to show each rule's
-    overhead."""
+def verify_round_ms(target, k: int, context: int = 300, repeats: int = 5) -> float:
+    """Median milliseconds of one verify forward of ``k + 1`` tokens of the loaded ``target`` on a ``context``-token
+    cache: the round a decision is held to."""
+    return measure_forward_costs(target, (k + 1,), context, repeats)[0].median_ms
+
+
+def baseline_medians(timings: list[PolicyTiming]) -> dict[str, float]:
+    """Median of the lossless rule of each mode (exact / speculative sampling), to show each rule's overhead."""
     baseline = {"greedy": "exact", "sampling": "speculative-sampling"}
-    return {(t.mode, t.backend): t.median_ms for t in timings if baseline[t.mode] == t.policy}
+    return {t.mode: t.median_ms for t in timings if baseline[t.mode] == t.policy}

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.decoding.drafters import DRAFTERS
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import encode_prompt
-    from relaxbench.decoding.sampling import SamplingParams
     from relaxbench.errors import ConfigError
+    from relaxbench.ops.sampling import SamplingParams
     from relaxbench.ui import console
 
     device = runtime_from_args(args)

@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from relaxbench.decoding import kernels
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import Drafter, Proposal
 from relaxbench.decoding.records import GenerationResult, RoundLog
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.timing import Clock
 
@@ -57,8 +56,6 @@ class SpeculativeDecoder:
         self.clock = Clock(target.device)
         self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
-        if torch.device(target.device).type == "cpu":
-            kernels.active_backend()  # build/load the native greedy kernels now, not inside the first timed round
         # what the drafter samples with: the run's settings, or greedy for a policy that verifies greedy drafts
         self.draft_sampling = SamplingParams() if policy.greedy_drafts else config.sampling
         if drafter is not None:
@@ -93,16 +90,17 @@ class SpeculativeDecoder:
             t2 = clock.now()
             block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
                           cfg.sampling, generator, _extras(out, drafts.shape[0], n_extra))
+            t3 = clock.now()
             verdict = self.policy.verify(block)
+            t4 = clock.now()
             new = torch.cat([drafts[: verdict.n_accepted], drafts.new_tensor([verdict.next_token])])
             new, stop_reason = self._truncate(context, new, prompt.shape[0])
             context = torch.cat([context, new])
             lm.sync_to(context)
             if self.drafter is not None:
                 self.drafter.commit(context)
-            t3 = clock.now()
             rounds.add(int(drafts.shape[0]), verdict.n_accepted, verdict.n_relaxed, int(new.shape[0]),
-                       t1 - t0, t2 - t1, t3 - t2)
+                       t1 - t0, t2 - t1, t4 - t3)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start

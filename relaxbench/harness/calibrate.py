@@ -16,7 +16,7 @@ import torch
 
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import Drafter
-from relaxbench.decoding.sampling import SamplingParams
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.timing import Clock
 
 

@@ -48,8 +48,6 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
     """Device, dtype per model, threads, library versions, CPU, GPU, git revision, date and command line."""
     import torch
 
-    from relaxbench.decoding import kernels
-
     env: dict[str, Any] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["relaxbench", *(sys.argv[1:] if argv is None else argv)]),
@@ -59,7 +57,6 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "target_dtype": str(target.dtype).removeprefix("torch."),
         "draft_dtype": str(draft.dtype).removeprefix("torch.") if draft is not None else None,
         "threads": torch.get_num_threads(),
-        "policy_kernels": kernels.describe(),  # native greedy kernels or torch: what timed the policy decisions
         "cpu_model": cpu_model(),
         "cpu_flags": sorted(cpu_flags()),  # what a -march=native build and the bf16 defaults depend on
         "cpu_count": os.cpu_count(),

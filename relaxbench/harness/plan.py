@@ -15,10 +15,10 @@ from typing import Any
 from relaxbench.arms import effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
 from relaxbench.tasks.yaml_tasks import YAML_LOADER

@@ -39,10 +39,10 @@ from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.records import Counters, GenerationResult
-from relaxbench.decoding.sampling import SamplingParams
 from relaxbench.errors import ConfigError, DataError
 from relaxbench.methods import MethodSpec, load_method, with_overrides
 from relaxbench.models.device import configure_runtime
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES
 from relaxbench.registry import did_you_mean
 from relaxbench.timing import Clock

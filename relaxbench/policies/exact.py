@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
 
 
 @register_policy
@@ -13,4 +14,4 @@ class ExactMatch(VerificationPolicy):
     summary = "greedy exact match: accept d_i iff d_i = argmax p_i (lossless)"
 
     def decide(self, block: Block) -> Verdict:
-        return greedy_scan(block)
+        return greedy_verdict(block)

@@ -28,68 +28,36 @@ rejection ``s1`` follows ``p`` with ``d_i`` removed — the same joint distribut
 bonus token is one sample from ``p_k``. ``p`` is the run's processed distribution (temperature, top-k, top-p);
 the authors apply temperature only. ``n_relaxed`` counts acceptances the one-sample test ``u_i < p_i(d_i)`` (strict
 speculative sampling of a greedy draft) would have rejected, with the same uniforms.
+
+Both modes share one relaxation (``fly_relaxation``), computed over the block at once; the entropy is computed only
+at window candidates before the first mismatch that is not one (no later position can change the verdict), with
+the normaliser summed in double.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
+from pydantic import model_validator
 
-from relaxbench.decoding.sampling import softmax_sums, top_values
-from relaxbench.policies.base import (
-    Block,
-    Verdict,
-    VerificationPolicy,
-    greedy_scan,
-    register_policy,
-    relax_mismatches,
-)
-from relaxbench.policies.rejection import rejection_sample
+from relaxbench.ops.reductions import top_values
+from relaxbench.ops.rejection import rejection_sample
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import RelaxRows, accept_relaxed, greedy_verdict
+from relaxbench.validation import Integer, Number, Spec
 
 
-def top3_entropy(logits: torch.Tensor, top: torch.Tensor | None = None,
-                 row_max: torch.Tensor | None = None) -> torch.Tensor:
-    """FLy's entropy of each row of raw ``logits`` [n, V]: over the 3 largest probabilities of the full softmax.
-    ``top`` ([n, 3], the rows' three largest logits) and ``row_max`` ([n]) may be passed when already known."""
+def top3_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """[n] float64: FLy's entropy of each row of raw ``logits`` [n, V], over the 3 largest probabilities of the
+    full softmax (not renormalised; 0·log 0 = 0)."""
     logits = logits.float()
-    top = top_values(logits, 3) if top is None else top
-    row_max = top[:, 0] if row_max is None else row_max
-    total, _ = softmax_sums(logits, row_max.contiguous())
-    log_p = top - (row_max + total.log()).unsqueeze(-1)  # log-normaliser = max + ln Σ e^(z − max)
-    return -(log_p.exp() * log_p).sum(dim=-1)
-
-
-def block_top3_entropy(block: Block) -> Callable[[torch.Tensor], torch.Tensor]:
-    """rows -> FLy's entropy of the target at ``rows``, reading the round's shared row reductions."""
-    return lambda rows: top3_entropy(block.target_rows(rows), block.target_top_values(3).index_select(0, rows),
-                                     block.target_max.index_select(0, rows))
-
-
-def row_top3_entropy(block: Block, j: int) -> float:
-    """``top3_entropy`` of the target row at draft position ``j``, from the round's scan (Python numbers)."""
-    rows = block.greedy_rows
-    total, _ = rows.softmax_sums_at(j)
-    log_normaliser = rows.max_at(j) + math.log(total)
-    log_p = [z - log_normaliser for z in rows.top_values_at(j, 3) if z != -math.inf]  # 0·log 0 = 0
-    return -sum(math.exp(lp) * lp for lp in log_p)
-
-
-def fly_relax_greedy(block: Block, theta: float, window: int) -> Callable[[int], bool]:
-    """j -> FLy's relaxation of the mismatch at draft position ``j``, for ``greedy_scan``: a window candidate
-    (the next ``window − 1`` drafts match and ``j + window < k``) whose top-3 entropy is ``>= theta`` —
-    ``fly_accept``'s rule, reading the target rows only through the window."""
-    rows = block.greedy_rows
-
-    def relax(j: int) -> bool:
-        candidate = j + window < block.k and rows.first_mismatch(j + 1) >= j + window
-        if not candidate or theta <= 0:
-            return candidate
-        return row_top3_entropy(block, j) >= theta
-
-    return relax
+    top = top_values(logits, 3)
+    row_max = top[:, 0]
+    total = (logits - row_max.unsqueeze(-1)).exp().sum(dim=-1, dtype=torch.float64)
+    log_p = top.double() - (row_max.double() + total.log()).unsqueeze(-1)  # log-normaliser = max + ln Σ e^(z − max)
+    p = log_p.exp()
+    return -torch.where(p > 0, p * log_p, 0.0).sum(dim=-1)
 
 
 def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
@@ -104,22 +72,20 @@ def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
     return out
 
 
-def fly_accept(matches: torch.Tensor, entropy: Callable[[torch.Tensor], torch.Tensor], theta: float,
-               window: int) -> torch.Tensor:
-    """acc = m or (window candidate and H ≥ θ), ``entropy(rows)`` giving H at ``rows``. The entropy is computed
-    only where it can change the verdict: at candidates up to the first rejected position (H ≥ 0, so θ ≤ 0 never
-    needs it)."""
+def fly_relaxation(matches: torch.Tensor, logits: torch.Tensor, theta: float, window: int) -> RelaxRows:
+    """rows -> FLy's relaxation of the mismatches at ``rows``: a window candidate whose top-3 entropy (of the
+    target's raw ``logits`` [k+1, V]) is ``>= θ``; ``θ ≤ 0`` switches the gate off (H ≥ 0)."""
     candidates = window_candidates(matches, window)
-    if math.isinf(theta) and theta > 0 or not bool(candidates.any()):
-        return matches
 
     def relax(rows: torch.Tensor) -> torch.Tensor:
-        passed = candidates[rows]
-        if theta > 0 and bool(passed.any()):
-            passed[passed.clone()] = entropy(rows[passed]) >= theta
-        return passed
+        reachable = candidates[rows].cumprod(dim=0).bool()  # candidates before the first mismatch that is not one
+        if theta <= 0 or not bool(reachable.any()):
+            return reachable
+        accept = reachable.clone()
+        accept[reachable] = top3_entropy(logits[rows[reachable]]) >= theta
+        return accept
 
-    return relax_mismatches(matches, relax)
+    return relax
 
 
 @register_policy
@@ -129,28 +95,31 @@ class FLy(VerificationPolicy):
     strict_knobs = {"theta": math.inf}
     summary = "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        theta: float = 0.3  # entropy gate θ (nats); inf = exact match
-        window: int = 6  # W: the mismatch plus W − 1 following matches
+    class Knobs(Spec):
+        theta: Number = 0.3  # entropy gate θ (nats); inf = exact match
+        window: Integer = 6  # W: the mismatch plus W − 1 following matches
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if self.window < 1:
                 raise ValueError("window must be >= 1")
             if math.isnan(self.theta):
                 raise ValueError("theta must be a number")
+            return self
 
     def decide(self, block: Block) -> Verdict:
         theta, window = self.knobs.theta, self.knobs.window
+        strict = math.isinf(theta) and theta > 0
         if block.greedy:
-            if math.isinf(theta) and theta > 0:
-                return greedy_scan(block)
-            return greedy_scan(block, fly_relax_greedy(block, theta, window))
-        entropy = block_top3_entropy(block)
+            if strict:
+                return greedy_verdict(block)
+            return greedy_verdict(block, fly_relaxation(block.matches, block.target_logits, theta, window))
         p = block.target_probs
         p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
         two_sample_hit = 1 - (1 - p_d) ** 2
-        return rejection_sample(
-            block.draft_tokens, None, two_sample_hit, p[:-1], p[-1], block.generator, strict_p=p_d,
-            relax=lambda m: fly_accept(m, entropy, theta, window),
-        )
+
+        def relax(hits: torch.Tensor) -> torch.Tensor:
+            return accept_relaxed(hits, fly_relaxation(hits, block.target_logits, theta, window))
+
+        return rejection_sample(block.draft_tokens, None, two_sample_hit, p[:-1], p[-1], block.generator,
+                                strict_p=p_d, relax=None if strict else relax)

@@ -27,23 +27,16 @@ strict rule accepts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+from pydantic import model_validator
 
-from relaxbench.decoding.sampling import logits_to_probs, mixture_argmax
 from relaxbench.errors import ConfigError
-from relaxbench.policies.base import (
-    Block,
-    Need,
-    PolicyEnv,
-    Verdict,
-    VerificationPolicy,
-    greedy_scan,
-    register_policy,
-    take_rows,
-)
-from relaxbench.policies.rejection import rejection_sample
+from relaxbench.ops.reductions import argmax
+from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.sampling import logits_to_probs
+from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.validation import Number, Spec, Text
 
 DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again, correcting any mistake:\n"
 
@@ -55,14 +48,15 @@ class ReflectiveJudge(VerificationPolicy):
     strict_knobs = {"alpha": 0.0}
     summary = "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        alpha: float = 0.3
-        prompt: str = DEFAULT_REFLECTION
+    class Knobs(Spec):
+        alpha: Number = 0.3
+        prompt: Text = DEFAULT_REFLECTION
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not 0 <= self.alpha <= 1:
                 raise ValueError("alpha must be in [0, 1]")
+            return self
 
     def __init__(self, knobs=None) -> None:
         super().__init__(knobs)
@@ -88,19 +82,19 @@ class ReflectiveJudge(VerificationPolicy):
         return extra[m - 1: m + block.k]
 
     def fused_logits(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
+        """[m, V] ``(1 − α)·z0 + α·zr`` at draft positions ``rows``."""
         alpha = self.knobs.alpha
-        return torch.add((1 - alpha) * block.target_rows(rows),
-                         take_rows(self.reflective_logits(block), rows).float(), alpha=alpha)
+        return torch.add((1 - alpha) * block.target_logits[rows].float(),
+                         self.reflective_logits(block)[rows].float(), alpha=alpha)
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            alpha = self.knobs.alpha
-            if alpha == 0:
-                return greedy_scan(block)
-            reflective = self.reflective_logits(block)
-            drafts = block.greedy_rows.draft_ids
-            return greedy_scan(block, lambda j: mixture_argmax(
-                block.target_logits[j], reflective[j], 1 - alpha, alpha) == drafts[j])
+            if self.knobs.alpha == 0:
+                return greedy_verdict(block)
+            def fused_argmax_is_draft(rows: torch.Tensor) -> torch.Tensor:
+                return argmax(self.fused_logits(block, rows)) == block.draft_tokens[rows]
+
+            return greedy_verdict(block, fused_argmax_is_draft)
         p = block.target_probs
         pi = p[:-1]
         if self.knobs.alpha > 0:
@@ -108,4 +102,3 @@ class ReflectiveJudge(VerificationPolicy):
             pi = torch.maximum(pi, logits_to_probs(self.fused_logits(block, all_drafts), block.sampling))
         q = block.draft_probs if block.draft_logits is not None else None
         return rejection_sample(block.draft_tokens, q, pi, p[:-1], p[-1], block.generator, strict_p=p[:-1])
-

@@ -1,6 +1,6 @@
 """Margin rules: accept a mismatch when the target's own preference for its top token over the draft is slim.
 
-``margin`` — MARS (arXiv 2601.15498; no public code found; rule as POLICIES.md §4 gives it). Per position:
+``margin`` — MARS (arXiv 2601.15498; no public code found). Per position:
 accept if ``d_i`` is the target's argmax; else accept if ``d_i`` holds the target's second-largest raw logit
 (``z_d = z_(2)``; a tie with the third counts as top-2) and the logit ratio ``z_(2)/z_(1) > θ`` (default 0.9);
 else reject. The ratio is of raw logits, so it is not shift-invariant, and it is meaningless when ``z_(1) ≤ 0``
@@ -16,23 +16,29 @@ unverified); ours is 0.5. ``κ > 1`` is strict (``inf`` in the YAMLs). AdaptiveS
 feature and is not part of this rule.
 
 Both are greedy-only: neither paper defines a sampling-mode rule we could follow, so sampling is a configuration
-error. Under greedy decoding the correction token is the target's argmax.
+error. Under greedy decoding the correction token is the target's argmax. Ratios and gaps are computed in double
+from the float32 logits.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
+import torch
+from pydantic import model_validator
+
+from relaxbench.ops.reductions import top_values
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.validation import Number, Spec
 
 
-def top2_ratio_relax(block: Block, j: int, theta: float) -> bool:
-    """MARS's relaxation of the mismatch at draft position ``j`` (cheap: it reads only the row's top-2 logits,
-    from the round's chunk maxima)."""
-    z1, z2 = block.greedy_rows.top_values_at(j, 2)
-    is_top2 = block.greedy_rows.draft_logit_at(j) >= z2  # the second-largest logit (or tied with it)
-    return is_top2 and z1 > 0 and z2 / z1 > theta
+def top2_ratio_accepts(block: Block, rows: torch.Tensor, theta: float) -> torch.Tensor:
+    """[m] MARS's relaxation at draft positions ``rows``: the draft holds the second-largest logit (or ties it),
+    ``z_(1) > 0`` and ``z_(2)/z_(1) > θ``."""
+    z1, z2 = top_values(block.target_logits[rows], 2).double().unbind(-1)
+    is_top2 = block.target_logit_of_drafts(rows).double() >= z2
+    return is_top2 & (z1 > 0) & (z2 / z1 > theta)
 
 
 @register_policy
@@ -42,19 +48,20 @@ class Margin(VerificationPolicy):
     strict_knobs = {"theta": 1.0}
     summary = "MARS: accept a top-2 draft when the raw-logit ratio z2/z1 > theta (z1 <= 0: strict)"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        theta: float = 0.9
+    class Knobs(Spec):
+        theta: Number = 0.9
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not self.theta >= 0:
                 raise ValueError("theta must be >= 0")
+            return self
 
     def decide(self, block: Block) -> Verdict:
         theta = self.knobs.theta
         if theta >= 1:
-            return greedy_scan(block)
-        return greedy_scan(block, lambda j: top2_ratio_relax(block, j, theta))
+            return greedy_verdict(block)
+        return greedy_verdict(block, lambda rows: top2_ratio_accepts(block, rows, theta))
 
 
 @register_policy
@@ -64,26 +71,28 @@ class MarginFirst(VerificationPolicy):
     strict_knobs = {"kappa": math.inf}
     summary = "AdaptiveSpec: promote the first mismatch of a block iff p(d)/p(top1) >= kappa"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        kappa: float = 0.5
+    class Knobs(Spec):
+        kappa: Number = 0.5
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not self.kappa >= 0:
                 raise ValueError("kappa must be >= 0")
+            return self
 
     def decide(self, block: Block) -> Verdict:
         kappa = self.knobs.kappa
         if kappa > 1:
-            return greedy_scan(block)
-        rows = block.greedy_rows
-        judged: list[int] = []
+            return greedy_verdict(block)
 
-        def promote_first(j: int) -> bool:  # greedy_scan's first call is the block's first mismatch
-            judged.append(j)
-            if len(judged) > 1:
-                return False
-            gap = rows.draft_logit_at(j) - rows.max_at(j)  # ln p(d)/p(top1)
-            return gap >= math.log(kappa) if kappa > 0 else True
+        def promote_first(rows: torch.Tensor) -> torch.Tensor:  # only the block's first mismatch can pass
+            accept = torch.zeros_like(rows, dtype=torch.bool)
+            if kappa == 0:
+                accept[0] = True
+            else:
+                first = rows[:1]
+                gap = block.target_logit_of_drafts(first).double() - block.target_logits[first].amax(-1).double()
+                accept[0] = bool(gap[0] >= math.log(kappa))  # ln p(d)/p(top1) >= ln κ
+            return accept
 
-        return greedy_scan(block, promote_first)
+        return greedy_verdict(block, promote_first)

@@ -44,13 +44,15 @@ the output distribution — not the acceptance test.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
+from pydantic import model_validator
 
-from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_scan, register_policy
-from relaxbench.policies.rejection import Row, rejection_sample
+from relaxbench.ops.rejection import Row, rejection_sample
+from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.policies.typical import safe_log
+from relaxbench.validation import Number, Spec, Text
 
 
 class RelaxedTarget(VerificationPolicy):
@@ -65,7 +67,7 @@ class RelaxedTarget(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            return greedy_scan(block)
+            return greedy_verdict(block)
         p_all, q = block.target_probs, block.draft_probs
         p = p_all[:-1]
         pi_accept, pi_residual = self.targets(block, p, q)
@@ -85,13 +87,14 @@ class Mentored(RelaxedTarget):
     strict_knobs = {"alpha": 0.0}
     summary = "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+ (sampling; greedy: exact)"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        alpha: float = 0.3
+    class Knobs(Spec):
+        alpha: Number = 0.3
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not 0 <= self.alpha < 1:
                 raise ValueError("alpha must be in [0, 1)")
+            return self
 
     def targets(self, block, p, q):
         return at_drafts(block, p) / (1 - self.knobs.alpha), p
@@ -114,13 +117,14 @@ class Cactus(RelaxedTarget):
     strict_knobs = {"delta": 0.0}
     summary = "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        delta: float = 0.1
+    class Knobs(Spec):
+        delta: Number = 0.1
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not self.delta >= 0:
                 raise ValueError("delta must be >= 0")
+            return self
 
     def targets(self, block, p, q):
         p_x = at_drafts(block, p)
@@ -136,13 +140,14 @@ class SpecCascadeOpt(RelaxedTarget):
     strict_knobs = {"alpha": -math.inf}
     summary = "spec-cascade OPT: pi = q unless max q < max p - alpha*TV(p, q) (then pi = p, strict test)"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        alpha: float = -0.1
+    class Knobs(Spec):
+        alpha: Number = -0.1
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if math.isnan(self.alpha):
                 raise ValueError("alpha must be a number")
+            return self
 
     def defer_to_target(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         if self.knobs.alpha == -math.inf:
@@ -163,13 +168,14 @@ class SpecCascadeToken(RelaxedTarget):
     strict_knobs = {"alpha": -1.0}
     summary = "spec-cascade Tok3: pi = q on the target's top set T_alpha plus q(outside T)*p; alpha<0: strict"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        alpha: float = 0.0
+    class Knobs(Spec):
+        alpha: Number = 0.0
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not self.alpha <= 1:
                 raise ValueError("alpha must be <= 1 (alpha < 0 empties the top set: strict)")
+            return self
 
     def targets(self, block, p, q):
         if self.knobs.alpha < 0:  # T_α is empty and η = Σq = 1: π = p (exactly, not up to Σq's rounding)
@@ -201,16 +207,17 @@ class FuzzySpeculative(RelaxedTarget):
     strict_knobs = {"threshold": 0.0}
     summary = "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        threshold: float = 0.05
-        divergence: str = "js"
+    class Knobs(Spec):
+        threshold: Number = 0.05
+        divergence: Text = "js"
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if self.divergence not in ("js", "kl"):
                 raise ValueError("divergence must be 'js' or 'kl'")
             if math.isnan(self.threshold):
                 raise ValueError("threshold must be a number")
+            return self
 
     def targets(self, block, p, q):
         use_draft = divergence(p, q, self.knobs.divergence) <= self.knobs.threshold
@@ -226,13 +233,14 @@ class StaticEnsemble(RelaxedTarget):
     strict_knobs = {"w": 1.0}
     summary = "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        w: float = 0.95
+    class Knobs(Spec):
+        w: Number = 0.95
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not 0 <= self.w <= 1:
                 raise ValueError("w must be in [0, 1]")
+            return self
 
     def targets(self, block, p, q):
         w = self.knobs.w
@@ -248,16 +256,17 @@ class SpeculativeContrastive(RelaxedTarget):
     strict_knobs = {"beta": 0.0}
     summary = "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        beta: float = 0.1
-        alpha: float = 0.0  # plausibility cut z_p >= max z_p + T ln(alpha); 0 = off
+    class Knobs(Spec):
+        beta: Number = 0.1
+        alpha: Number = 0.0  # plausibility cut z_p >= max z_p + T ln(alpha); 0 = off
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if not self.beta >= 0:
                 raise ValueError("beta must be >= 0")
             if not 0 <= self.alpha <= 1:
                 raise ValueError("alpha must be in [0, 1]")
+            return self
 
     def targets(self, block, p, q):
         temperature = block.sampling.temperature

@@ -6,8 +6,9 @@ Under greedy decoding p and q are one-hot argmaxes, so the rule reduces to exact
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, greedy_scan, register_policy
-from relaxbench.policies.rejection import rejection_sample
+from relaxbench.ops.rejection import rejection_sample
+from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
 
 
 @register_policy
@@ -19,6 +20,6 @@ class SpeculativeSampling(VerificationPolicy):
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
-            return greedy_scan(block)
+            return greedy_verdict(block)
         p = block.target_probs
         return rejection_sample(block.draft_tokens, block.draft_probs, p[:-1], p[:-1], p[-1], block.generator)

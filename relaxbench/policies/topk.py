@@ -9,9 +9,12 @@ baseline has no sampling rule, so sampling is a configuration error. The correct
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import model_validator
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, greedy_scan, register_policy
+from relaxbench.ops.reductions import top_values
+from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.validation import Integer, Spec
 
 
 @register_policy
@@ -21,17 +24,22 @@ class LenientTopK(VerificationPolicy):
     strict_knobs = {"top": 1}
     summary = "lenient top-K: accept iff the draft is among the target's K most likely tokens"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        top: int = 2  # K: how many of the target's most likely tokens are acceptable
+    class Knobs(Spec):
+        top: Integer = 2  # K: how many of the target's most likely tokens are acceptable
 
-        def __post_init__(self) -> None:
+        @model_validator(mode="after")
+        def _check(self):
             if self.top < 1:
                 raise ValueError("top must be >= 1")
+            return self
 
     def decide(self, block: Block) -> Verdict:
         top = self.knobs.top
         if top == 1:
-            return greedy_scan(block)
-        rows = block.greedy_rows
-        return greedy_scan(block, lambda j: rows.draft_logit_at(j) >= rows.top_values_at(j, top)[-1])
+            return greedy_verdict(block)
+
+        def in_top(rows):  # z_d >= the K-th largest logit of its row
+            kth = top_values(block.target_logits[rows], top)[:, -1]
+            return block.target_logit_of_drafts(rows) >= kth.float()
+
+        return greedy_verdict(block, in_top)

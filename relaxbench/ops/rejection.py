@@ -1,4 +1,5 @@
-"""The one rejection-sampling helper, shared by speculative sampling and every sampling-mode rule.
+"""The one rejection-sampling helper, shared by speculative sampling and every sampling-mode rule, and the
+``Verdict`` every policy returns.
 
 In the "relaxed target" framework (Xia et al., arXiv 2607.08690) a rule defines ``pi_accept`` (used in the
 acceptance test) and ``pi_residual`` (used after a rejection): a draft ``x ~ q`` is accepted with probability
@@ -20,13 +21,28 @@ drafts):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.sampling import sample
-from relaxbench.policies.base import Verdict, accepted_prefix_length
+from relaxbench.ops.sampling import sample
 
 Row = Callable[[int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one verification round."""
+
+    n_accepted: int  # length of the accepted draft prefix, 0..k
+    next_token: int  # correction token (n < k) or bonus token (n == k)
+    n_relaxed: int = 0  # accepted tokens that strict verification would have rejected
+
+
+def accepted_prefix_length(accept: torch.Tensor) -> int:
+    """Length of the leading run of True in a 1-D bool tensor (on the host: k is small, tensor ops are not)."""
+    flags = accept.tolist()
+    return next((i for i, flag in enumerate(flags) if not flag), len(flags))
 
 
 def _at_drafts(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

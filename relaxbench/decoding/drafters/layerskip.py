@@ -12,14 +12,15 @@ tokens, which the tests use as a check.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from relaxbench.decoding.cache import CachedLM
-from relaxbench.decoding.drafters import DrafterInputs, LMDrafter, register_drafter
+from relaxbench.decoding.drafters.base import DrafterInputs, register_drafter
+from relaxbench.decoding.drafters.model import LMDrafter
 from relaxbench.errors import ConfigError
+from relaxbench.validation import Integer, Spec
 
 
 def shallow_model(target: torch.nn.Module, n_layers: int) -> torch.nn.Module:
@@ -61,9 +62,8 @@ class LayerSkipDrafter(LMDrafter):
     provides_probs = True
     summary = "self-speculation: the target's first N layers + final norm + LM head (shared weights, own cache)"
 
-    @dataclass(frozen=True)
-    class Knobs:
-        layers: int | None = None  # leading decoder layers to draft with; default: half the target's depth
+    class Knobs(Spec):
+        layers: Integer | None = None  # leading decoder layers to draft with; default: half the target's depth
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)

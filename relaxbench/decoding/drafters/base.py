@@ -1,0 +1,74 @@
+"""The drafter protocol: where the k proposed tokens of a round come from.
+
+``reset(prompt)`` before a sequence; ``propose(context, k, ...)`` returns up to ``k`` tokens (fewer when, say, an
+n-gram lookup finds nothing); ``commit(context)`` after the verdict, with the new committed sequence, so the drafter
+can roll its own cache back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from relaxbench.errors import ConfigError
+from relaxbench.ops.sampling import SamplingParams
+from relaxbench.registry import Registry
+from relaxbench.validation import Spec, validate
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: torch.Tensor  # [k'] long, k' <= k
+    logits: torch.Tensor | None  # [k', V] draft logits, when the drafter has a distribution
+
+
+@dataclass(frozen=True)
+class DrafterInputs:
+    """What a drafter may be built from: the target, and the separately loaded draft model if any."""
+
+    target: Any  # LoadedModel
+    draft: Any | None  # LoadedModel
+
+
+class Drafter:
+    name: ClassVar[str] = ""
+    provides_probs: ClassVar[bool] = False
+    needs_draft_model: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+    # set by the decoder: return draft logits only when the policy reads q or the run samples
+    keep_logits: bool = False
+
+    class Knobs(Spec):
+        """No knobs."""
+
+    def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
+        self.knobs = knobs
+
+    @classmethod
+    def build(cls, raw_knobs: dict[str, Any] | None, inputs: DrafterInputs) -> Drafter:
+        if cls.needs_draft_model and inputs.draft is None:
+            raise ConfigError(f"drafter {cls.name!r} needs a draft model (--draft NAME)")
+        return cls(validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob"), inputs)
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        pass
+
+    def propose(self, context: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None) -> Proposal:
+        raise NotImplementedError
+
+    def commit(self, context: torch.Tensor) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"drafter": self.name, **self.knobs.model_dump()}
+
+
+DRAFTERS: Registry[type[Drafter]] = Registry("drafter", "relaxbench.drafters")
+
+
+def register_drafter(cls: type[Drafter]) -> type[Drafter]:
+    DRAFTERS.add(cls.name, cls)
+    return cls

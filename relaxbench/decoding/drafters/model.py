@@ -1,0 +1,65 @@
+"""Drafters backed by a causal LM with its own KV cache, and the independent draft model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from relaxbench.decoding.cache import CachedLM
+from relaxbench.decoding.drafters.base import Drafter, DrafterInputs, Proposal, register_drafter
+from relaxbench.ops.sampling import SamplingParams, next_token
+
+
+def draft_autoregressively(lm: CachedLM, context: torch.Tensor, k: int, sampling: SamplingParams,
+                           generator: torch.Generator | None, keep_logits: bool) -> Proposal:
+    """k steps of plain decoding with ``lm`` on top of its cache (the shared core of every LM drafter)."""
+    lm.sync_to(context)
+    feed = lm.pending(context)
+    tokens, rows = [], []
+    for _ in range(k):
+        logits = lm.run(feed, n_logits=1).logits[-1]
+        token = next_token(logits, sampling, generator)
+        tokens.append(token)
+        if keep_logits:
+            rows.append(logits)
+        feed = token.view(1)
+    empty = torch.empty(0, dtype=torch.long, device=context.device)
+    return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None)
+
+
+class LMDrafter(Drafter):
+    """A drafter backed by a causal LM with its own KV cache (``self.lm``): reset and roll back alike."""
+
+    lm: CachedLM
+
+    def reset(self, prompt: torch.Tensor) -> None:
+        """New sequence: prefill the drafter's cache with the prompt (all but its last token, as the target), so
+        the prefill is timed with the target's and not charged to the first round's draft steps."""
+        self.lm.reset()
+        if prompt.shape[0] > 1:
+            self.lm.run(prompt[:-1].to(self.lm.device), n_logits=0)
+
+    def propose(self, context, k, sampling, generator) -> Proposal:
+        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
+
+    def commit(self, context: torch.Tensor) -> None:
+        self.lm.sync_to(context)
+
+
+@register_drafter
+class DraftModelDrafter(LMDrafter):
+    """An independent (smaller) draft LM with its own KV cache."""
+
+    name = "model"
+    provides_probs = True
+    needs_draft_model = True
+    summary = "an independent draft LM with its own KV cache"
+
+    def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
+        super().__init__(knobs, inputs)
+        self.lm = CachedLM(inputs.draft.model)
+        self.model_name = inputs.draft.name
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model": self.model_name}
