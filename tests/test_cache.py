@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relaxbench.decoding import cache as cache_mod
 from relaxbench.decoding.cache import CachedLM, cache_length, common_prefix_length, forward, new_cache, rollback
 
 
@@ -67,13 +66,14 @@ class RecordingCache:
         self.calls.append(arg)
 
 
-def test_rollback_speaks_both_crop_conventions(monkeypatch):
+def test_rollback_crops_the_number_of_tokens_to_remove():
+    """transformers 5.x's ``crop`` takes a negative number of tokens to remove; keeping everything crops nothing."""
     cache = RecordingCache(10)
-    monkeypatch.setattr(cache_mod, "_CROP_TAKES_TOKENS_TO_REMOVE", True)  # transformers 5.x
     rollback(cache, 4)
-    monkeypatch.setattr(cache_mod, "_CROP_TAKES_TOKENS_TO_REMOVE", False)  # transformers 4.x
-    rollback(cache, 4)
-    assert cache.calls == [-6, 4]
+    rollback(cache, 10)
+    assert cache.calls == [-6]
+    with pytest.raises(ValueError):
+        rollback(cache, 11)
 
 
 def test_cached_lm_keeps_the_longest_valid_prefix(tiny_target):
