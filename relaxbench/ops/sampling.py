@@ -55,10 +55,34 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return torch.softmax(logits, dim=-1)
 
 
+SAMPLE_CHUNK = 1024  # vocabulary slice of the two-level inverse-CDF draw
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` [..., V] (returns [...])."""
+    """One token per row of ``probs`` [..., V] (unnormalised weights are fine; returns [...]).
+
+    An inverse-CDF draw in two levels — one float64 uniform picks a ``SAMPLE_CHUNK``-wide slice by the float64
+    cumulative mass of the slices, then the token inside it — so every token is drawn with its probability to
+    float64 precision at any vocabulary size, a token of zero mass never, and one draw costs a cumulative sum
+    instead of ``torch.multinomial``'s much slower pass on CPU."""
     flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    tokens = [_draw(row, generator) for row in flat]
+    return torch.tensor(tokens, dtype=torch.long, device=probs.device).reshape(probs.shape[:-1])
+
+
+def _draw(weights: torch.Tensor, generator: torch.Generator | None) -> int:
+    vocab = int(weights.shape[0])
+    n_chunks = -(-vocab // SAMPLE_CHUNK)
+    chunks = torch.nn.functional.pad(weights, (0, n_chunks * SAMPLE_CHUNK - vocab)).view(n_chunks, SAMPLE_CHUNK)
+    ends = chunks.sum(dim=-1, dtype=torch.float64).cumsum(0)
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=weights.device) * ends[-1]
+    chunk = min(int(torch.searchsorted(ends, u.view(1), right=True)), n_chunks - 1)
+    rest = u - (ends[chunk - 1] if chunk > 0 else 0.0)
+    inside = chunks[chunk].double().cumsum(0)
+    index = min(int(torch.searchsorted(inside, rest.view(1), right=True)), SAMPLE_CHUNK - 1)
+    if float(chunks[chunk, index]) <= 0:  # float rounding past the slice's last token: its last token of mass
+        index = int(torch.nonzero(chunks[chunk] > 0).flatten()[-1])
+    return chunk * SAMPLE_CHUNK + index
 
 
 def next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
