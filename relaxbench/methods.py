@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import PositiveInteger, Spec, Text, builtin_dir, load_yaml, validate
+from relaxbench.validation import PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
 
 # ``--draft`` values that name a model-free drafter instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip")
@@ -107,11 +107,7 @@ def method_from_dict(data: Any, where: str, default_name: str, seen: tuple[str, 
 
 def method_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
     """Method name → YAML file, from the built-in folder then ``extra_dirs`` (later folders win)."""
-    found: dict[str, Path] = {}
-    for folder in (builtin_dir("methods"), *extra_dirs):
-        for path in sorted(folder.glob("*.yaml")):
-            found[path.stem] = path
-    return found
+    return yaml_files("methods", extra_dirs)
 
 
 def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:

@@ -149,6 +149,16 @@ def builtin_dir(kind: str) -> Path:
     return PROJECT_ROOT / kind
 
 
+def yaml_files(kind: str, extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
+    """Name → YAML file of the shipped ``kind`` folder (``methods``, ``tasks``, ``suites``), then ``extra_dirs``
+    (later folders win)."""
+    found: dict[str, Path] = {}
+    for folder in (builtin_dir(kind), *extra_dirs):
+        for path in sorted(folder.glob("*.yaml")):
+            found[path.stem] = path
+    return found
+
+
 def load_yaml(path: Path) -> Any:
     """Parse a YAML file; a syntax error names the file and the line."""
     try:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from relaxbench.errors import ConfigError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Flag, Integer, Number, Spec, Text, builtin_dir, validate
+from relaxbench.validation import Flag, Integer, Number, Spec, Text, validate, yaml_files
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
@@ -122,4 +122,4 @@ def suite_path(name: str) -> Path:
 
 
 def shipped_suites() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(builtin_dir("suites").glob("*.yaml"))}
+    return yaml_files("suites")

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Flag, PositiveInteger, Spec, Text, builtin_dir, load_yaml, validate
+from relaxbench.validation import Flag, PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
 
 
 class SourceSpec(Spec):
@@ -100,11 +100,7 @@ def _check_template(spec: TaskSpec, where: str) -> None:
 
 def task_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
     """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win)."""
-    found: dict[str, Path] = {}
-    for folder in (builtin_dir("tasks"), *extra_dirs):
-        for path in sorted(folder.glob("*.yaml")):
-            found[path.stem] = path
-    return found
+    return yaml_files("tasks", extra_dirs)
 
 
 def load_task(name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
