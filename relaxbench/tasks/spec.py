@@ -13,6 +13,11 @@ from relaxbench.registry import did_you_mean
 from relaxbench.validation import Flag, PositiveInteger, Spec, Text, builtin_dir, load_yaml, validate
 
 
+# fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
+ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
+ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
+
+
 class SourceSpec(Spec):
     """Where a task's rows come from. ``--data-file TASK=PATH`` always wins over the spec's own source.
 
@@ -95,8 +100,16 @@ class TaskSpec(Spec):
         return value
 
     def to_record(self) -> dict[str, Any]:
-        """The spec as stored with every cell of the task."""
-        return self.model_dump()
+        """The spec as stored with every cell of the task. Fields added after stores were written are left out
+        while unset, so a task that does not use them keeps its record (and an old run its key)."""
+        data = self.model_dump()
+        for key in ADDED_TASK_FIELDS:
+            if not data[key]:
+                data.pop(key)
+        for key in ADDED_SOURCE_FIELDS:
+            if not data["source"][key]:
+                data["source"].pop(key)
+        return data
 
 
 def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
