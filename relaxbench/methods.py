@@ -1,5 +1,6 @@
 """Method variants (``methods/*.yaml``): a verification policy with knobs, a drafter, a draft length ``k`` and an
-optional knob ``sweep`` (every point of which is its own arm).
+optional ``sweep`` (every point of which is its own arm). A sweep varies policy knobs by name, the draft length
+as ``k`` and drafter knobs as ``drafter.NAME`` (e.g. ``drafter.max_ngram``); several keys sweep their grid.
 
 A method YAML may start from another with ``extends: NAME`` (a method name or a YAML path): the base's fields are
 taken, ``knobs`` are merged key by key (the extending file's win) and every other field given replaces the base's.
@@ -21,6 +22,7 @@ from relaxbench.validation import PositiveInteger, Spec, Text, load_yaml, valida
 
 # ``--draft`` values that name a model-free drafter instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip")
+DRAFTER_PREFIX = "drafter."  # a sweep key that sets a drafter knob
 
 
 class DrafterSpec(Spec):
@@ -57,19 +59,38 @@ class MethodSpec(Spec):
     def _sweep(cls, value: Any) -> Any:
         if not isinstance(value, Mapping) or not all(isinstance(v, (list, tuple)) and v for v in value.values()):
             raise ValueError("must map knob names to non-empty lists")
+        for k in value.get("k", ()):
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ValueError(f"'k' values must be positive integers, got {k!r}")
+        if any(key.startswith(DRAFTER_PREFIX) and not key[len(DRAFTER_PREFIX):] for key in value):
+            raise ValueError(f"'{DRAFTER_PREFIX}' must be followed by a drafter knob name")
         return value
 
     def expand(self) -> list[MethodSpec]:
-        """One spec per point of the sweep grid (the spec itself when there is no sweep)."""
+        """One spec per point of the sweep grid (the spec itself when there is no sweep): ``k`` sets the draft
+        length, ``drafter.NAME`` a drafter knob, any other key a policy knob."""
         if not self.sweep:
             return [self]
         keys = sorted(self.sweep)
         points = []
         for values in itertools.product(*(self.sweep[key] for key in keys)):
             label = ",".join(f"{key}={value}" for key, value in zip(keys, values))
-            points.append(self.model_copy(update={"name": f"{self.name}[{label}]", "sweep": {},
-                                                  "knobs": {**self.knobs, **dict(zip(keys, values))}}))
+            knobs, drafter_knobs, k = dict(self.knobs), dict(self.drafter.knobs), self.k
+            for key, value in zip(keys, values):
+                if key == "k":
+                    k = value
+                elif key.startswith(DRAFTER_PREFIX):
+                    drafter_knobs[key[len(DRAFTER_PREFIX):]] = value
+                else:
+                    knobs[key] = value
+            drafter = DrafterSpec(kind=self.drafter.kind, knobs=drafter_knobs)
+            points.append(self.model_copy(update={"name": f"{self.name}[{label}]", "sweep": {}, "knobs": knobs,
+                                                  "drafter": drafter, "k": k}))
         return points
+
+    @property
+    def sweeps_k(self) -> bool:
+        return "k" in self.sweep
 
     def record(self) -> dict[str, Any]:
         """The full spec as stored with a cell (description and source file included)."""

@@ -2,8 +2,10 @@
 here: ``relaxbench.report.tables`` turns the summaries into the tables the terminal, the HTML and the PDF show.
 The ratios over the speculative counters are ``Counters``' (decoding/records.py), summed over a cell's samples.
 
-Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats. Only units that
-every arm of the task has finished are used, so every figure of a task's table is over the same samples.
+Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over its repeats, and so is its score
+(avg@n: under sampling the n repeats are independent samples, so the score is the mean over units of each unit's
+mean over its n samples, with CIs from resampling units, i.e. items). Only units that every arm of the task has
+finished are used, so every figure of a task's table is over the same samples.
 
 Definitions: ``METRIC_DEFINITIONS`` below (also in the README, and printed in every report).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
@@ -47,15 +49,19 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
     ("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per round), "
                      "and its share of the arm's generation time, Σ policy time / Σ time_total")),
-    ("score", "mean over units (pass rate for pass/fail scorers)"),
+    ("score", "avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
+              "scorers; under greedy decoding the repeats are the same output, so n does not matter)"),
     ("Δ vs AR", "mean over units of (method score − AR score)"),
-    ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores only)"),
+    ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores with one outcome per "
+                  "unit: one sample per unit, or greedy decoding; under sampled repeats the Δ interval is the test)"),
     ("accuracy retained", "method mean score / AR mean score"),
     ("modelled speed-up", "emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), with the unit "
                           "costs from the arm's own calibration in the same run (measured back to back)"),
-    ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed)"),
-    ("unit", "one (item, turn); an arm's time for a unit is the mean over its repeats; only units every arm of "
-             "the task finished are used"),
+    ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed); "
+               "a unit's value is already averaged over its repeats, so the interval is over items"),
+    ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
+             "every arm of the task finished are used"),
+    ("truncated", "samples whose generation stopped at max_new_tokens (cut at the budget) / samples"),
 )
 
 
@@ -125,6 +131,14 @@ class CellSummary:
     by_category: Mapping[str, GroupScore] = field(default_factory=dict)
     stop_reasons: Mapping[str, int] = field(default_factory=dict)  # over the paired samples ("length" = truncated)
     by_definition: bool = False  # a method on a target-alone task: AR's score, not measured
+    score_interval: Estimate = Estimate(None)  # the score (avg@n) with its 95% CI over units
+    drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
+    repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
+
+    @property
+    def truncated(self) -> int:
+        """Samples cut at the token budget (stop reason 'length')."""
+        return int(self.stop_reasons.get("length", 0))
 
 
 @dataclass(frozen=True)
@@ -177,6 +191,13 @@ def speedups(ar_times: np.ndarray, method_times: np.ndarray) -> tuple[Estimate, 
     geo = Estimate(float(geometric_mean_ratio(ar_times, method_times)),
                    *bootstrap_interval((ar_times, method_times), geometric_mean_ratio))
     return total, geo
+
+
+def score_interval(unit_scores: np.ndarray) -> Estimate:
+    """The mean of per-unit scores (avg@n) with its bootstrap CI over units."""
+    if len(unit_scores) == 0:
+        return Estimate(None)
+    return Estimate(float(unit_scores.mean()), *bootstrap_interval((unit_scores,), mean))
 
 
 def mean_difference(method: np.ndarray, baseline: np.ndarray) -> Estimate:
@@ -243,13 +264,25 @@ def _unit_time(group: list[SampleRow]) -> float:
     return statistics.fmean(s.time_total for s in group)
 
 
-def _unit_score(group: list[SampleRow]) -> float | None:
+def avg_at_n(group: Sequence[SampleRow]) -> float | None:
+    """A unit's score: the mean over its n repeats (avg@n); None when none is scored."""
     values = [s.score for s in group if s.score is not None]
     return statistics.fmean(values) if values else None
 
 
+def unit_passed(group: Sequence[SampleRow]) -> bool | None:
+    """A unit's pass/fail when all its repeats agree (one sample, or greedy decoding); None otherwise."""
+    flags = {s.passed for s in group}
+    return next(iter(flags)) if len(flags) == 1 else None
+
+
 def _first(group: list[SampleRow]) -> SampleRow:
     return min(group, key=lambda s: s.repeat)
+
+
+def is_greedy(cell: CellRecord) -> bool:
+    """Whether the cell decoded greedily (temperature 0): its repeats are one output, re-timed."""
+    return float((cell.decode.get("sampling") or {}).get("temperature", 0.0)) == 0.0
 
 
 def detail_metrics(cell: CellRecord) -> tuple[str, ...]:
@@ -263,11 +296,16 @@ def is_target_alone(cell: CellRecord) -> bool:
 
 
 def _details_means(groups: Sequence[list[SampleRow]], keys: tuple[str, ...]) -> dict[str, float]:
+    """Each detail metric as the score is averaged: over a unit's repeats, then over units."""
     out = {}
     for key in keys:
-        values = [float(v) for g in groups if isinstance(v := _first(g).score_details.get(key), (int, float))]
-        if values:
-            out[key] = statistics.fmean(values)
+        per_unit = []
+        for group in groups:
+            values = [float(v) for s in group if isinstance(v := s.score_details.get(key), (int, float))]
+            if values:
+                per_unit.append(statistics.fmean(values))
+        if per_unit:
+            out[key] = statistics.fmean(per_unit)
     return out
 
 
@@ -284,7 +322,7 @@ def _divergences(groups: Sequence[list[SampleRow]]) -> Divergences | None:
 
 
 def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]]) -> np.ndarray:
-    return np.array([_unit_score(groups[u]) if _unit_score(groups[u]) is not None else np.nan for u in units])
+    return np.array([np.nan if (value := avg_at_n(groups[u])) is None else value for u in units])
 
 
 def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) -> CellSummary:
@@ -299,9 +337,12 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
     score = float(scores[scored].mean()) if scored.any() else None
     base_score = float(base_scores[scored].mean()) if scored.any() else None
     delta = mean_difference(scores[scored], base_scores[scored]) if scored.any() else Estimate(None)
-    passed = [_first(groups[u]).passed for u in units]
-    base_passed = [_first(base_groups[u]).passed for u in units]
-    binary = bool(units) and all(p is not None for p in passed + base_passed)
+    passed = [unit_passed(groups[u]) for u in units]
+    base_passed = [unit_passed(base_groups[u]) for u in units]
+    repeats = max((len(groups[u]) for u in units), default=1)
+    # McNemar pairs one pass/fail per unit: one sample per unit, or greedy repeats (one output, re-timed)
+    one_outcome = repeats == 1 or is_greedy(cell)
+    binary = bool(units) and one_outcome and all(p is not None for p in passed + base_passed)
     p_value, discordant = mcnemar_exact(base_passed, passed) if binary else (None, None)
     keys = detail_metrics(cell)
     counters = total_counters(samples)
@@ -338,9 +379,12 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
         mcnemar_p=p_value if not cell.is_baseline else None,
         discordant=discordant if not cell.is_baseline else None,
         accuracy_retained=_ratio(score, base_score) if score is not None and base_score is not None else None,
-        divergences=_divergences([groups[u] for u in units]),
+        divergences=_divergences([groups[u] for u in units]) if is_greedy(cell) else None,
         details=_details_means([groups[u] for u in units], keys), by_category=by_category,
-        stop_reasons=dict(sorted(Counter(s.stop_reason for s in samples).items())))
+        stop_reasons=dict(sorted(Counter(s.stop_reason for s in samples).items())),
+        score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None),
+        drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
+        repeats=repeats)
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:

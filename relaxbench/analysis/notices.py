@@ -85,13 +85,17 @@ class LosslessCheck(Finding):
 
 @dataclass(frozen=True)
 class Truncated(Finding):
+    """Outputs cut at the token budget. A warning when AR itself is often cut, or when an arm is cut more often
+    than AR: relaxation can lengthen a reasoning model's thinking, and an answer cut inside it is lost."""
+
     counts: tuple[tuple[str, int, int], ...]  # (arm, samples cut at max_new_tokens, samples)
     limits: tuple[int, ...]  # the task's max_new_tokens values
     ar_share: float  # of AR's samples
+    more_than_ar: tuple[tuple[str, float, float | None], ...] = ()  # (arm, its share, its output-length ratio)
 
     @property
     def level(self) -> str:  # type: ignore[override]
-        return "warning" if self.ar_share > TRUNCATED_AR else "info"
+        return "warning" if self.ar_share > TRUNCATED_AR or self.more_than_ar else "info"
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,10 @@ def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Fin
     if truncated:
         limits = tuple(sorted({c.decode.get("max_new_tokens") for c in cells} - {None}))
         ar_cut = {arm: n for arm, n, _ in truncated}.get(summary.baseline.arm, 0)
-        found.append(Truncated(truncated, limits, ar_cut / max(1, summary.baseline.n_samples)))
+        ar_share = ar_cut / max(1, summary.baseline.n_samples)
+        more = tuple((c.arm, c.truncated / c.n_samples, c.output_length_ratio) for c in arms
+                     if c.n_samples and c.truncated / c.n_samples > ar_share)
+        found.append(Truncated(truncated, limits, ar_share, more))
     apart = tuple((c.arm, c.speedup_total.value, c.modelled_speedup) for c in arms
                   if c.modelled_speedup and c.speedup_total.value
                   and not 1 / MODEL_GAP <= c.speedup_total.value / c.modelled_speedup <= MODEL_GAP)

@@ -29,7 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--task-limit", action="append", metavar="TASK=N", default=[],
                    help="first N items of TASK, over --limit (repeatable)")
     c.add_argument("--max-new-tokens", type=int, default=None, help="override every task's max_new_tokens")
-    c.add_argument("--repeats", type=int, default=None, help="time each sample R times, arms interleaved (default 1)")
+    c.add_argument("--repeats", type=int, default=None,
+                   help="R samples per item and turn, arms interleaved (default 1): independent samples under "
+                        "sampling (scored as avg@R), the same output re-timed under greedy decoding")
+    c.add_argument("--task-repeats", action="append", metavar="TASK=R", default=[],
+                   help="R repeats for TASK, over --repeats (repeatable)")
+    c.add_argument("--chat-template-arg", action="append", metavar="KEY=VALUE", default=[],
+                   help="an argument of the target's chat template for every task, over the tasks' own "
+                        "(e.g. enable_thinking=false; repeatable)")
     c.add_argument("--out", default=None, help="output folder holding results.sqlite (default runs/TARGET_vs_DRAFT)")
     c.add_argument("--data-file", action="append", metavar="TASK=PATH", default=[],
                    help="a local JSONL file for TASK (repeatable)")
@@ -81,6 +88,10 @@ def suite_from_args(args: argparse.Namespace):
     for required in ("target", "methods", "tasks"):
         if not fields.get(required):
             raise ConfigError(f"compare needs --{required} (or a --suite file that sets it)")
+    if args.suite and args.tasks:  # --tasks picks some of the suite's tasks: its per-task settings of the others go
+        chosen = set(split_names(args.tasks, "task"))
+        for key in ("limits", "task_repeats"):
+            fields[key] = {task: n for task, n in (fields.get(key) or {}).items() if task in chosen}
     data_files = dict(fields.get("data_files") or {})
     data_files.update({k: str(v) for k, v in parse_assignments(args.data_file, "--data-file").items()})
     fields["data_files"] = data_files
@@ -90,6 +101,15 @@ def suite_from_args(args: argparse.Namespace):
             raise ConfigError(f"--task-limit {task}={n}: N must be a positive integer")
         limits[task] = n
     fields["limits"] = limits
+    task_repeats = dict(fields.get("task_repeats") or {})
+    for task, n in parse_assignments(args.task_repeats, "--task-repeats").items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"--task-repeats {task}={n}: R must be a positive integer")
+        task_repeats[task] = n
+    fields["task_repeats"] = task_repeats
+    chat_args = dict(fields.get("chat_template_args") or {})
+    chat_args.update(parse_assignments(args.chat_template_arg, "--chat-template-arg"))
+    fields["chat_template_args"] = chat_args
     fields["methods"] = split_names(fields["methods"], "method")
     fields["tasks"] = split_names(fields["tasks"], "task")
     return validate(SuiteSpec, fields, where)

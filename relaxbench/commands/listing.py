@@ -44,11 +44,16 @@ def rows(kind: str) -> list[tuple[str, str]]:
         out = []
         for path in shipped_suites().values():
             suite = suite_file_fields(load_yaml(path), str(path))
-            limits = suite.get("limits") or {}
-            tasks = ", ".join(f"{t} ({limits.get(t, suite.get('limit') or 'all')})" for t in suite.get("tasks", ()))
+            limits, repeats = suite.get("limits") or {}, suite.get("task_repeats") or {}
+            tasks = ", ".join(f"{t} ({limits.get(t, suite.get('limit') or 'all')}"
+                              f"{' x' + str(repeats.get(t, suite.get('repeats') or 1)) if repeats else ''})"
+                              for t in suite.get("tasks", ()))
+            temperature = suite.get("temperature") or 0.0
+            decoding = ("greedy" if not temperature else
+                        f"T {temperature:g}, top-p {suite.get('top_p', 1.0):g}, top-k {suite.get('top_k', 0)}")
             out.append((path.stem, f"{suite.get('draft')} -> {suite.get('target')}; methods "
                                    f"{', '.join(suite.get('methods', ()))}; tasks {tasks}; max_new_tokens "
-                                   f"{suite.get('max_new_tokens') or 'per task'}"))
+                                   f"{suite.get('max_new_tokens') or 'per task'}; {decoding}"))
         return out
     if kind == "scorers":
         from relaxbench.scoring import SCORERS
@@ -60,7 +65,9 @@ def rows(kind: str) -> list[tuple[str, str]]:
     for name in task_files():
         spec = load_task(name)
         source = spec.source
-        where = {"hub": f"hub {source.path}", "package": f"wheel {source.requirement}",
+        where = {"hub": f"hub {source.path}" + (f" ({source.file})" if source.file else "")
+                 + (" (gated)" if source.access else ""),
+                 "package": f"wheel {source.requirement}", "generated": f"generated ({source.generator})",
                  "file": "--data-file"}[source.kind]
         out.append((name, f"[{where}; scorer {spec.scorer}; max_new_tokens {spec.max_new_tokens}] {spec.description}"))
     return out

@@ -74,3 +74,56 @@ def jsonl(row: Mapping[str, Any], index: int) -> TaskItem:
     optional = {key: (None if row.get(key) is None else str(row[key]))
                 for key in ("reference", "test", "entry_point", "category")}
     return TaskItem(str(row.get("id", index)), turns, fields=dict(row), **optional)
+
+
+@FORMATS.register("mbpp-plus")
+def mbpp_plus(row: Mapping[str, Any], index: int) -> TaskItem:
+    """EvalPlus's MBPP+ (``evalplus/mbppplus``): ``prompt`` (one sentence), ``test_list`` (MBPP's base asserts),
+    ``test_imports`` and ``test`` (EvalPlus's script: inputs, expected outputs and an ``assertion`` helper that
+    calls the function by name). ``test`` is the item's test; the first base assert is kept for FLy's setting."""
+    _need(row, index, "task_id", "prompt", "test_list", "test")
+    tests = [str(t) for t in row["test_list"]]
+    if not tests:
+        raise DataError(f"row {index + 1}: 'test_list' is empty")
+    imports = [str(i) for i in row.get("test_imports") or []]
+    fields = {**row, "first_assert": tests[0], "test_imports": imports}
+    return TaskItem(str(row["task_id"]), (str(row["prompt"]),), test=str(row["test"]), fields=fields)
+
+
+@FORMATS.register("mgsm")
+def mgsm(row: Mapping[str, Any], index: int) -> TaskItem:
+    """MGSM (``juletxara/mgsm``, one configuration per language): ``question`` and ``answer_number``."""
+    _need(row, index, "question", "answer_number")
+    number = row["answer_number"]
+    reference = str(int(number)) if isinstance(number, float) and number.is_integer() else str(number)
+    return TaskItem(str(row.get("id", index)), (str(row["question"]),), reference=reference, fields=dict(row))
+
+
+@FORMATS.register("aime")
+def aime(row: Mapping[str, Any], index: int) -> TaskItem:
+    """AIME (``HuggingFaceH4/aime_2024``): ``problem`` and ``answer`` (an integer 0-999, often zero-padded)."""
+    _need(row, index, "problem", "answer")
+    return TaskItem(str(row.get("id", index)), (str(row["problem"]),), reference=str(row["answer"]),
+                    fields=dict(row))
+
+
+@FORMATS.register("acp-progression")
+def acp_progression(row: Mapping[str, Any], index: int) -> TaskItem:
+    """ACPBench Hard's progression task (``ibm-research/acp_bench``, ``acp_prog_gen``): ``context``,
+    ``question`` and ``answer`` = {"pos": [atoms], "neg": [atoms]}, the action's positive and negative effects."""
+    _need(row, index, "context", "question", "answer")
+    answer = row["answer"]
+    if not (isinstance(answer, Mapping) and all(isinstance(answer.get(k), list) for k in ("pos", "neg"))):
+        raise DataError(f"row {index + 1}: 'answer' must be {{\"pos\": [...], \"neg\": [...]}}")
+    return TaskItem(str(row.get("id", index)), (str(row["question"]),), fields=dict(row))
+
+
+@FORMATS.register("niah")
+def niah(row: Mapping[str, Any], index: int) -> TaskItem:
+    """RULER needle-in-a-haystack rows (lm-eval's RULER port schema, or the ``niah-multivalue`` generator's):
+    ``input`` (the whole prompt), ``outputs`` (the values to recall) and ``gen_prefix`` (the answer's start)."""
+    _need(row, index, "input", "outputs")
+    outputs = row["outputs"]
+    if not isinstance(outputs, list) or not outputs or not all(isinstance(o, str) for o in outputs):
+        raise DataError(f"row {index + 1}: 'outputs' must be a non-empty list of strings")
+    return TaskItem(str(row.get("index", index)), (str(row["input"]),), fields={"gen_prefix": "", **row})

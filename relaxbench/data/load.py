@@ -60,22 +60,44 @@ def package_rows(requirement: str, member: str) -> list[dict[str, Any]]:
     return read_records(package_file(requirement, member))
 
 
-def hub_rows(path: str, name: str | None, split: str) -> list[dict[str, Any]]:
-    """``datasets.load_dataset(path, name, split=split)`` as rows; an unreachable hub fails within seconds."""
+def _check_hub(path: str) -> None:
+    """Fail within seconds when the hub is unreachable (unless the user asked for offline mode: the cache)."""
     from relaxbench.models.resolve import hub_reachable
 
     offline = any(os.environ.get(v, "0").lower() in ("1", "true", "yes")
                   for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
     if not offline and not hub_reachable(timeout=3.0):
         raise DataError(f"the Hugging Face hub is unreachable, so {path} cannot be loaded")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def hub_rows(path: str, name: str | None, split: str, revision: str | None = None) -> list[dict[str, Any]]:
+    """``datasets.load_dataset(path, name, split=split, revision=revision)`` as rows; an unreachable hub fails
+    within seconds."""
+    _check_hub(path)
     import datasets
 
     try:
-        data = datasets.load_dataset(path, name, split=split)
+        data = datasets.load_dataset(path, name, split=split, revision=revision)
     except Exception as exc:  # the datasets library raises many types; any failure here is the user's data source
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"could not load {path} ({first})") from None
+        raise DataError(f"could not load {path} ({_first_line(exc)})") from None
     return [dict(row) for row in data]
+
+
+def hub_file_rows(path: str, filename: str, revision: str | None = None) -> list[dict[str, Any]]:
+    """The rows of one JSONL file of the hub data set ``path`` (downloaded once into the Hugging Face cache)."""
+    _check_hub(path)
+    from huggingface_hub import hf_hub_download
+
+    try:
+        local = hf_hub_download(path, filename, repo_type="dataset", revision=revision)
+    except Exception as exc:  # network, authentication and missing-file errors all mean: this source failed
+        raise DataError(f"could not download {filename} of {path} ({_first_line(exc)})") from None
+    return read_records(Path(local))
 
 
 def fingerprint(rows: list[dict[str, Any]]) -> str:

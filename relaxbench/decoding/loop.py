@@ -63,9 +63,10 @@ class SpeculativeDecoder:
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int]) -> GenerationResult:
+    def generate(self, prompt_ids: list[int], seed: int | None = None) -> GenerationResult:
+        """One completion of ``prompt_ids``; its random stream is seeded with ``seed`` (default: the config's)."""
         cfg, clock, lm, k_max = self.config, self.clock, self.lm, (self.config.k if self.drafter else 0)
-        generator = torch.Generator(self.target.device).manual_seed(cfg.seed)
+        generator = torch.Generator(self.target.device).manual_seed(cfg.seed if seed is None else seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target.device)
         context, rounds, stop_reason = prompt, RoundLog(), "length"
         t_start = clock.now()

@@ -65,8 +65,24 @@ class TaskJob:
         return self.source.items
 
     def decode_config(self, arm: Arm) -> DecodeConfig:
+        """The arm's decoding settings (the run seed; each sample's generation is seeded with ``sample_seed``)."""
         return DecodeConfig(k=arm.k, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
                             stop_strings=self.source.generation().stop, seed=self.seed)
+
+    def sample_seed(self, item_id: str, turn: int, repeat: int) -> int:
+        """The seed of one sample's random stream. Under sampling it is derived from the run seed and the sample's
+        key, so every (item, turn, repeat) draws its own stream (repeats are independent samples) and every arm
+        draws the same stream for it; under greedy decoding it is the run seed, as it always was."""
+        if self.sampling.greedy:
+            return self.seed
+        return derive_seed(self.seed, self.name, item_id, turn, repeat)
+
+
+def derive_seed(run_seed: int, task: str, item_id: str, turn: int, repeat: int) -> int:
+    """A stable 63-bit seed from the run seed and a sample's key (sha256, so it is the same on every machine and
+    Python version, unlike ``hash``)."""
+    payload = json.dumps([run_seed, task, item_id, turn, repeat]).encode()
+    return int.from_bytes(hashlib.sha256(payload).digest()[:8], "big") >> 1
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,9 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
         if method.policy == "none":
             raise ConfigError(f"method {name!r} is the AR baseline (policy 'none'), which every run includes; "
                               "leave it out of --methods")
+        if method.sweeps_k and suite.k is not None:
+            raise ConfigError(f"method {name!r} sweeps the draft length k, which -k {suite.k} would override for "
+                              "every point; leave -k out or use a method without a k sweep")
         for point in method.expand():
             if point.name in seen:
                 raise ConfigError(f"arm {point.name!r} appears twice (from {seen[point.name]} and {name!r})")
@@ -116,7 +135,8 @@ def check_task_options(suite: SuiteSpec) -> None:
     own = [name for name in given if source_prefix(name) is None]
     readers = {n for names in YAML_LOADER.names(own).values() for n in names} | set(own)
     for option, named, allowed in (("--data-file", suite.data_files, readers),
-                                   ("--task-limit", suite.limits, readers | set(given))):
+                                   ("--task-limit", suite.limits, readers | set(given)),
+                                   ("--task-repeats", suite.task_repeats, readers | set(given))):
         unknown = sorted(set(named) - allowed)
         if unknown:
             name = unknown[0]
@@ -142,17 +162,19 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     request = LoadRequest(target=suite.target, limit=suite.limit, limits=suite.limits, data_files=suite.data_files,
                           options=suite.model_dump())
     loaded = load_sources(suite.tasks, request)
-    sources = [source for name in suite.tasks for source in loaded[name]]
+    given = [(name, source) for name in suite.tasks for source in loaded[name]]
+    sources = [source for _, source in given]
     names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
     run_sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
-    for source in sources:
+    for name, source in given:
         generation = source.generation()
         # a task's own sampling (an lm-eval task's generation kwargs) applies unless the run sets one
         own = generation.sampling is not None and run_sampling == SamplingParams()
-        jobs.append(TaskJob(source, arms, suite.repeats, suite.max_new_tokens or generation.max_new_tokens,
+        jobs.append(TaskJob(source, arms, suite.repeats_for(source.name, name),
+                            suite.max_new_tokens or generation.max_new_tokens,
                             generation.sampling if own else run_sampling, suite.seed))
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
 

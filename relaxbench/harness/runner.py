@@ -162,7 +162,7 @@ class TaskRun:
                 history = [self._history(arm, item, t, repeat) for t in range(turn)]
                 self.w.store.mark_started(self.w.session_id)
                 prompt_ids = self._encode(item, turn, history)
-                result = self.decoders[arm.name].generate(prompt_ids)
+                result = self.decoders[arm.name].generate(prompt_ids, seed=self.job.sample_seed(*key))
                 out = self._finish(arm, item, repeat, turn, result, baseline)
                 self.progress.advance(self.job.name, arm.name)
             if arm.is_baseline:
@@ -183,7 +183,8 @@ class TaskRun:
             result, cell_id=self.cells[arm.name], session_id=self.w.session_id, item_id=item.item_id,
             item_index=self.job.items.index(item), turn=turn, repeat=repeat, category=item.category,
             score=out.score.value, passed=out.score.passed, score_details=out.score.details,
-            matches_baseline=None if matches is None else bool(matches), divergence=divergence))
+            matches_baseline=None if matches is None else bool(matches), divergence=divergence,
+            seed=self.job.sample_seed(item.item_id, turn, repeat)))
         return out
 
     def _score(self, arm: Arm, item: TaskItem, repeat: int, turn: int, out: Output,

@@ -12,7 +12,8 @@ Tables (see README "The results store"):
                 task spec, scorer and data fingerprint
   calibrations  per cell and session: measured cost of a target step, a verify pass of k+1 tokens, a draft step
   samples       one row per (cell, item, turn, repeat): ids, text, counters incl. per-round columns, timings,
-                score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis
+                score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis, the seed of its
+                random stream
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ STORE_NAME = "results.sqlite"
 # additive only — a new table goes into SCHEMA (``CREATE TABLE IF NOT EXISTS``), a new column here — and both are
 # applied whenever a store is opened, so a store written by any earlier version reads and resumes unchanged (its
 # old rows get NULL or the declared default), and the schema version stays 1.
-ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = ()
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("samples", "seed", "INTEGER"),  # the seed of the sample's random stream (NULL in stores written before it)
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -181,6 +184,7 @@ _LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_a
                            "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy"})
 _OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
+_ADDED_SAMPLE_COLUMNS = frozenset(column for table, column, _ in ADDED_COLUMNS if table == "samples")
 
 
 @dataclass(frozen=True)
@@ -224,13 +228,14 @@ class SampleRow:
     score_details: Mapping[str, Any]
     matches_baseline: bool | None
     divergence: Mapping[str, Any] | None
+    seed: int | None = None  # the seed of the sample's random stream (see TaskJob.sample_seed)
     sample_id: int | None = None  # assigned by the store
 
     @classmethod
     def from_generation(cls, result: GenerationResult, *, cell_id: int, session_id: int, item_id: str,
                         item_index: int, turn: int, repeat: int, category: str | None, score: float | None,
                         passed: bool | None, score_details: Mapping[str, Any], matches_baseline: bool | None = None,
-                        divergence: Mapping[str, Any] | None = None) -> SampleRow:
+                        divergence: Mapping[str, Any] | None = None, seed: int | None = None) -> SampleRow:
         """The row of one scored generation: its counters, per-round columns and timings."""
         rounds, counters = result.rounds, result.counters
         return cls(
@@ -245,7 +250,7 @@ class SampleRow:
             round_relaxed=tuple(rounds.relaxed), round_emitted=tuple(rounds.emitted),
             round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
             round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
-            matches_baseline=matches_baseline, divergence=divergence)
+            matches_baseline=matches_baseline, divergence=divergence, seed=seed)
 
     @classmethod
     def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
@@ -262,7 +267,10 @@ class SampleRow:
     def from_columns(cls, row: Mapping[str, Any]) -> SampleRow:
         """A row as SQLite returns it (``sqlite3.Row`` or a mapping of column names)."""
         values = {}
+        present = set(row.keys())
         for f in fields(cls):
+            if f.name not in present and f.name in _ADDED_SAMPLE_COLUMNS:  # a row read without opening the Store
+                continue
             value = row[f.name]
             if value is None:
                 pass
@@ -281,7 +289,7 @@ class SampleRow:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None:
-                if f.name == "sample_id":
+                if f.name == "sample_id" or f.name in _ADDED_SAMPLE_COLUMNS:  # NULL either way: not written
                     continue
             elif f.name in _LIST_COLUMNS:
                 value = json.dumps(list(value))

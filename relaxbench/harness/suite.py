@@ -14,7 +14,10 @@ from relaxbench.validation import Flag, Integer, Number, Spec, Text, validate, y
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
-                   "limits")
+                   "limits", "task_repeats")
+
+# fields added to the suite after runs were stored: part of the key only when set
+ADDED_KEY_FIELDS = ("chat_template_args",)
 
 
 def split_names(value: Any, what: str) -> tuple[str, ...]:
@@ -28,9 +31,11 @@ def split_names(value: Any, what: str) -> tuple[str, ...]:
 
 class SuiteSpec(Spec):
     """Everything that decides what a ``compare`` run computes. Its ``key_fields()`` identify the run in the store:
-    rerunning the same suite resumes it. ``limit`` (``limits``: per task, over ``limit``) and ``repeats`` are not
-    part of the key, so raising them extends a run instead of starting a new one (every added sample is still
-    interleaved across all arms)."""
+    rerunning the same suite resumes it. ``limit`` (``limits``: per task, over ``limit``) and ``repeats``
+    (``task_repeats``: per task) are not part of the key, so raising them extends a run instead of starting a new
+    one (every added sample is still interleaved across all arms). Under sampling a repeat is an independent
+    sample (its own seed, from ``seed`` and the sample's key); under greedy decoding it re-times the same output.
+    ``chat_template_args`` go to the target's chat template for every task (over a task's own)."""
 
     target: Text
     draft: Text | None = None
@@ -53,6 +58,8 @@ class SuiteSpec(Spec):
     include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
     apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
     limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)
+    task_repeats: dict[str, Integer] = Field(default_factory=dict)  # per-task repeats, over ``repeats``
+    chat_template_args: dict[str, Any] = Field(default_factory=dict)  # over every task's own (enable_thinking)
 
     @field_validator("methods", "tasks", mode="before")
     @classmethod
@@ -80,7 +87,7 @@ class SuiteSpec(Spec):
             raise ValueError("must map task names to files")
         return {str(k): str(v) for k, v in value.items()}
 
-    @field_validator("limits")
+    @field_validator("limits", "task_repeats")
     @classmethod
     def _limits(cls, value: dict[str, int]) -> dict[str, int]:
         for task, n in value.items():
@@ -88,12 +95,19 @@ class SuiteSpec(Spec):
                 raise ValueError(f"{task!r} must be a positive integer, got {n!r}")
         return value
 
+    def repeats_for(self, *names: str) -> int:
+        """The repeats of a task (its ``task_repeats`` entry under any of its names, else ``repeats``)."""
+        return next((self.task_repeats[n] for n in names if n in self.task_repeats), self.repeats)
+
     def key_fields(self) -> dict[str, Any]:
         """The fields that identify the run. The lm-eval options are left out: what they change is in the tasks'
         records (lm-eval's resolved task config), which the run key includes."""
         data = self.model_dump()
         for volatile in VOLATILE_FIELDS:
             data.pop(volatile)
+        for added in ADDED_KEY_FIELDS:  # fields added later stay out of the key at their default: old runs resume
+            if not data[added]:
+                data.pop(added)
         return data
 
     def record(self) -> dict[str, Any]:

@@ -191,11 +191,13 @@ def check_room(max_new_tokens: int, max_length: int) -> None:
         raise ConfigError(f"max_gen_toks={max_new_tokens} leaves no room for a prompt in max_length {max_length}")
 
 
-def render_chat(tokenizer: Any, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+def render_chat(tokenizer: Any, chat_history: list[dict[str, str]], add_generation_prompt: bool = True,
+                template_args: Mapping[str, Any] | None = None) -> str:
     """lm-eval's chat-template hook: the conversation as the tokenizer's chat template renders it (a prompt ending
-    in an assistant prefix is continued rather than closed)."""
+    in an assistant prefix is continued rather than closed), with the suite's ``chat_template_args``."""
     return tokenizer.apply_chat_template(chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                         continue_final_message=not add_generation_prompt)
+                                         continue_final_message=not add_generation_prompt,
+                                         **dict(template_args or {}))
 
 
 @dataclass

@@ -25,7 +25,8 @@ class LmEvalLoader:
         if options.get("apply_chat_template"):  # prompts rendered with the target's chat template need its tokenizer
             from relaxbench.models import load_tokenizer
 
-            chat = ChatTemplate(load_tokenizer(request.target), request.target.replace("/", "__"))
+            chat = ChatTemplate(load_tokenizer(request.target), request.target.replace("/", "__"),
+                                dict(options.get("chat_template_args") or {}))
         by_limit: dict[int | None, list[str]] = {}  # one load per distinct item limit (--task-limit)
         for name in names:
             by_limit.setdefault(request.limit_for(name), []).append(name)

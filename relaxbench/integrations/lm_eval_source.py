@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -294,9 +294,10 @@ class ChatTemplate:
 
     tokenizer: Any
     tokenizer_name: str
+    template_args: Mapping[str, Any] = field(default_factory=dict)  # the suite's chat_template_args
 
     def render(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return render_chat(self.tokenizer, chat_history, add_generation_prompt)
+        return render_chat(self.tokenizer, chat_history, add_generation_prompt, self.template_args)
 
 
 class LmEvalScorer(Scorer):

@@ -200,11 +200,17 @@ def word(finding: Finding) -> str:
             return f"Wide Δ-vs-AR intervals (wider than {WIDE_DELTA:g} points): {', '.join(arms)}."
         case LosslessCheck(arm=arm, divergences=d):
             return _lossless_text(arm, d)
-        case Truncated(counts=counts, limits=limits):
+        case Truncated(counts=counts, limits=limits, more_than_ar=more):
             limit = f" ({', '.join(map(str, limits))} tokens)" if limits else ""
             parts = ", ".join(f"{arm} {n}/{of}" for arm, n, of in counts)
-            return (f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a complete "
+            text = (f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a complete "
                     "one would pass, and truncation caps any length change.")
+            if more:
+                longer = ", ".join(f"{arm} ({share:.0%} cut" + (f", length ratio {ratio:.2f}" if ratio else "") + ")"
+                                   for arm, share, ratio in more)
+                text += (f" Cut more often than AR: {longer}; relaxation can lengthen reasoning, so part of such an "
+                         "arm's score loss is budget, not wrong answers.")
+            return text
         case ModelGaps(arms=arms):
             apart = "; ".join(f"{arm} ({measured:.2f}× measured, {modelled:.2f}× modelled)"
                               for arm, measured, modelled in arms)

