@@ -267,11 +267,16 @@ def free_port() -> int:
 
 @needs_ray
 def test_an_unreachable_cluster_is_one_line(tmp_path, capsys, ray_entry_point, no_cluster_left):
+    """Given by flags, or by a suite file (``executor: ray`` and its options)."""
     port = free_port()  # nothing listens there any more
     out = tmp_path / "run"
-    code = main(compare_args(out, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"))
-    captured = capsys.readouterr()
-    assert_one_line_error(CliResult(code, captured.out, captured.err), f"127.0.0.1:{port}", "no Ray cluster answers")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"executor: ray\nexecutor_options: {{address: '127.0.0.1:{port}', workers: 2}}\n")
+    for extra in (["--executor", "ray", "--ray-address", f"127.0.0.1:{port}"], ["--suite", str(suite)]):
+        code = main(compare_args(out, *extra))
+        captured = capsys.readouterr()
+        assert_one_line_error(CliResult(code, captured.out, captured.err), f"127.0.0.1:{port}",
+                              "no Ray cluster answers")
     assert not out.exists()
 
 
