@@ -334,7 +334,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     finally:
         if args.out is None:
             shutil.rmtree(root, ignore_errors=True)
-    table = Table(title=f"`relaxbench compare {' '.join(compare_args)}`: in-process ({threads} threads) vs "
+    table = Table(title=f"`relaxbench compare {' '.join(compare_args)}`: in-process ({threads} thread(s)) vs "
                         f"{args.workers} Ray workers × {args.cpus_per_worker:g} CPU (local cluster), wall time from "
                         "process start to exit")
     for column in ("executor", "exit", "wall s", "samples", "sessions", "Ray start-up s (cluster / workers loaded)"):
