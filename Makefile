@@ -13,12 +13,13 @@ SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
 install: $(STAMP)
 
-# torch first, pinned, so pip takes the local CPU build instead of resolving a CUDA one.
+# torch first, pinned, so pip takes the local CPU build instead of resolving a CUDA one. The ray extra lets the
+# tests run compare --executor ray (the in-process default needs no Ray).
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
 	touch $(STAMP)
 
 # Installs the missing ones when it can (root with apt-get); otherwise says which are missing, and the tests that

@@ -40,14 +40,25 @@ def resolve_k(method: MethodSpec, requested: int | None) -> int:
 
 
 def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str = "auto",
-              draft_dtype: str = "auto", quiet: bool = False) -> tuple[Any, Any | None]:
-    """Load the target and (unless the drafter needs no model) the draft model; check they share a vocabulary."""
+              draft_dtype: str = "auto", quiet: bool = False, device_map: str | None = None) -> tuple[Any, Any | None]:
+    """Load the target and (unless the drafter needs no model) the draft model; check they share a vocabulary.
+
+    With a ``device_map`` the target is spread over the GPUs (``models.load``) and the draft sits on the GPU of the
+    target's first layer (the first GPU); the draft loads first, so the target's placement sees the memory it
+    takes."""
     from relaxbench.models import check_shared_vocab, load_model
 
-    target = load_model(target_name, dtype=dtype, device=device, quiet=quiet)
-    if draft_name is None or draft_name in MODEL_FREE_DRAFTS:
+    needs_draft = draft_name is not None and draft_name not in MODEL_FREE_DRAFTS
+    draft = (load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet, role="draft")
+             if needs_draft and device_map is not None else None)
+    target = load_model(target_name, dtype=dtype, device=device, quiet=quiet, device_map=device_map)
+    if not needs_draft:
         return target, None
-    draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet, role="draft")
+    if draft is None:
+        draft = load_model(draft_name, dtype=draft_dtype, device=device, quiet=quiet, role="draft")
+    elif draft.device != target.device:  # the target's first layer is elsewhere: the draft joins it there
+        draft.model.to(target.device)
+        draft.device = target.device
     check_shared_vocab(target, draft)
     return target, draft
 

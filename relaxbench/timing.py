@@ -11,13 +11,14 @@ import torch
 
 
 class Clock:
-    """``now()`` returns seconds after waiting for queued device work (a no-op sync on CPU)."""
+    """``now()`` returns seconds after waiting for queued device work (a no-op on CPU). On CUDA it waits for every
+    GPU the process sees: a model spread over several GPUs (``--device-map``) works on all of them."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
-        device = torch.device(device)
-        self._sync = torch.cuda.synchronize if device.type == "cuda" else None
+        cuda = torch.device(device).type == "cuda"
+        self._gpus = range(torch.cuda.device_count()) if cuda else range(0)
 
     def now(self) -> float:
-        if self._sync is not None:
-            self._sync()
+        for gpu in self._gpus:
+            torch.cuda.synchronize(gpu)
         return time.perf_counter()

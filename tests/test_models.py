@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_quiet_load_draws_no_progress_bar(capfd):
     """``load_model(..., quiet=True)`` (lm-eval's model, tests) shows no "Loading weights" bar, and leaves
@@ -73,3 +75,29 @@ def test_dtype_copy_has_exactly_the_weights_of_a_cast_load(tmp_path, tiny_target
     assert cast_state.keys() == loaded_state.keys()
     for key, value in cast_state.items():
         assert loaded_state[key].dtype == torch.bfloat16 and torch.equal(loaded_state[key], value), key
+
+
+def test_a_device_map_places_the_model_and_its_inputs(tiny_target):
+    """--device-map on a CPU run puts everything on the CPU (one device), with the same weights; the input device is
+    the first layer's. A placement that offloads to CPU memory or disk is refused on CUDA (its timings would measure
+    weight copies)."""
+    import torch
+
+    from relaxbench.errors import ConfigError, ModelError
+    from relaxbench.models import load_model
+    from relaxbench.models.load import _check_placed, input_device
+
+    spread = load_model("tiny-random-target", dtype="float64", quiet=True, device_map="auto")
+    assert spread.device == input_device(spread.model) == torch.device("cpu")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    assert torch.equal(spread.model(ids).logits, tiny_target.model(ids).logits)
+    with pytest.raises(ConfigError, match="did you mean 'auto'"):
+        load_model("tiny-random-target", dtype="float64", quiet=True, device_map="autoo")
+
+    class Offloaded:
+        hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 1, "model.layers.1": "cpu", "lm_head": "disk"}
+
+    with pytest.raises(ModelError, match="offloaded part of it to cpu and disk"):
+        _check_placed("big", Offloaded())
+    Offloaded.hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 1, "lm_head": 1}
+    _check_placed("big", Offloaded())

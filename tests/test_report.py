@@ -252,6 +252,23 @@ def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries)
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
 
+def test_sessions_that_differ_are_named(fixture_run):
+    """A run whose sessions differ in setup (e.g. Ray workers on different nodes) says which session has which."""
+    from dataclasses import replace
+
+    from relaxbench.analysis.notices import SessionsDiffer, run_findings
+    from relaxbench.report.content import word
+
+    run = load_run(fixture_run)
+    node_a = {**run.environment[-1], "hostname": "node-a", "gpu": "NVIDIA H100", "gpu_driver": "550.54"}
+    workers = ({**node_a, "session_id": 1}, {**node_a, "session_id": 2},
+               {**node_a, "session_id": 3, "hostname": "node-b", "gpu": "NVIDIA A100", "gpu_driver": "535.104"})
+    found = {f.key: f for f in run_findings(replace(run, environment=workers)) if isinstance(f, SessionsDiffer)}
+    assert set(found) == {"hostname", "gpu", "gpu_driver"}
+    assert found["hostname"].sessions == ((1, 2), (3,))
+    assert '("node-a": sessions 1, 2; "node-b": session 3)' in word(found["hostname"])
+
+
 def test_a_modelled_speedup_far_from_the_measured_one_is_flagged(fixture_run, summaries):
     from dataclasses import replace
 

@@ -184,15 +184,16 @@ def test_a_lossless_arm_that_differs_from_ar_is_diagnosed(tmp_path: Path, tiny_t
     """The runner's comparison with AR: a difference of a lossless arm gets the near-tie diagnosis; a relaxed
     arm's difference is only recorded."""
     from relaxbench.harness.plan import build_plan
-    from relaxbench.harness.runner import Output, SilentProgress, TaskRun, Worker
+    from relaxbench.harness.runner import Output, SilentProgress, TaskRun, Worker, register_job
     from relaxbench.harness.store import Store
 
     plan = build_plan(SuiteSpec(target="tiny-random-target", draft="ngram", methods=("exact",), tasks=("jsonl",),
                                 data_files={"jsonl": str(DATA)}, limit=1))
     with Store(tmp_path / "results.sqlite") as store:
         run_id = store.open_run(plan.key, "t", "ngram", {})
-        worker = Worker(tiny_target, None, "ngram", store, run_id, store.start_session(run_id, {"command": "t"}))
-        task_run = TaskRun(worker, plan.jobs[0], SilentProgress())
+        worker = Worker(tiny_target, None, "ngram", store, store.start_session(run_id, {"command": "t"}))
+        cells = register_job(store, run_id, plan.jobs[0], SilentProgress())
+        task_run = TaskRun(worker, plan.jobs[0], cells, SilentProgress())
         ar_arm, exact_arm = plan.arms
         prompt = tiny_target.tokenizer("hello there")["input_ids"]
         ar = tiny_target.model.generate(torch_tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):]

@@ -23,8 +23,8 @@ WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
 MODEL_GAP = 2.0  # measured / modelled speed-up beyond this factor (either way) is flagged
 TRUNCATED_AR = 0.25  # share of AR's samples cut at max_new_tokens above which truncation is a warning
 BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
-SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "torch", "transformers",
-                "git_revision", "hostname")  # sessions that differ in one of these pooled different setups
+SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "gpu", "gpus", "gpu_driver", "cuda",
+                "torch", "transformers", "git_revision", "hostname")  # sessions that differ here pooled setups
 
 
 class Finding:
@@ -181,6 +181,7 @@ class BusyMachine(Finding):
 class SessionsDiffer(Finding):
     key: str
     values: tuple[str, ...]  # JSON of each distinct value, sorted
+    sessions: tuple[tuple[int, ...], ...] = ()  # the sessions with each value (a Ray run: one per worker)
 
 
 def run_findings(run: RunRecord) -> list[Finding]:
@@ -195,7 +196,10 @@ def run_findings(run: RunRecord) -> list[Finding]:
         if load and cpus and load[0] / cpus > BUSY_LOAD:
             found.append(BusyMachine(env.get("session_id"), load[0], cpus))
     for key in SESSION_KEYS:
-        values = {json.dumps(env.get(key), default=str) for env in sessions}
-        if len(values) > 1:
-            found.append(SessionsDiffer(key, tuple(sorted(values))))
+        holders: dict[str, list[int]] = {}
+        for env in sessions:
+            holders.setdefault(json.dumps(env.get(key), default=str), []).append(env.get("session_id"))
+        if len(holders) > 1:
+            values = tuple(sorted(holders))
+            found.append(SessionsDiffer(key, values, tuple(tuple(holders[v]) for v in values)))
     return found

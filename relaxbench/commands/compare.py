@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args, runtime_from_args
+from relaxbench.commands.args import add_runtime_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.validation import parse_assignments
 
@@ -46,7 +46,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--top-p", type=float, default=None)
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
-    c.add_argument("--executor", default="in-process", help="where jobs run (default: in-process)")
+    c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (README "
+                                                    "'Running on a cluster'; needs relaxbench[ray])")
+    c.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="ray: join this cluster (HOST:PORT, or 'auto' for the one `ray start` made on this machine); "
+                        "default: start a local cluster and shut it down afterwards")
+    c.add_argument("--workers", type=int, default=None,
+                   help="ray: workers (each loads the pair once; default: as many as the cluster's resources fit)")
+    c.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="ray: GPUs each worker declares (default 1 on CUDA; with --device-map auto the target "
+                        "spreads over them)")
+    c.add_argument("--cpus-per-worker", type=float, default=None,
+                   help="ray: CPUs each worker declares, and its torch threads on CPU (default: 1 on CUDA; on CPU "
+                        "--threads, else this machine's CPU count)")
+    c.add_argument("--device-map", default=None, metavar="STRATEGY",
+                   help="spread the target over the GPUs a worker has (auto, balanced, balanced_low_0, sequential: "
+                        "accelerate's placement); the draft stays on the first")
     c.add_argument("--num-fewshot", type=int, default=None,
                    help="lm_eval:NAME tasks: few-shot examples (lm-eval's rules: a task that sets 0 keeps 0)")
     c.add_argument("--include-path", action="append", metavar="DIR", default=None,
@@ -80,8 +95,15 @@ def suite_from_args(args: argparse.Namespace):
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
-             "include_paths": tuple(args.include_path) if args.include_path else None}
+             "include_paths": tuple(args.include_path) if args.include_path else None, "executor": args.executor,
+             "device_map": args.device_map}
     fields.update({key: value for key, value in flags.items() if value is not None})
+    executor_flags = {"address": args.ray_address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker,
+                      "cpus_per_worker": args.cpus_per_worker}
+    options = fields.get("executor_options")
+    options = dict(options) if isinstance(options, dict) else {}
+    options.update({key: value for key, value in executor_flags.items() if value is not None})
+    fields["executor_options"] = options
     for key in ("device", "dtype", "draft_dtype"):
         if getattr(args, key) != "auto" or key not in fields:
             fields[key] = getattr(args, key)
@@ -157,44 +179,37 @@ class RichProgress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.arms import load_pair
-    from relaxbench.harness.environment import describe_environment
-    from relaxbench.harness.executor import EXECUTORS
+    from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
     from relaxbench.harness.plan import build_plan, default_out_dir
-    from relaxbench.harness.runner import Worker
+    from relaxbench.harness.runner import register_job
     from relaxbench.harness.store import open_store
     from relaxbench.ui import console
+    from relaxbench.validation import validate
 
     suite = suite_from_args(args)
     report_formats = report_formats_of(args)  # checked before anything runs
-    executor = EXECUTORS.get(args.executor)()
+    executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
+    options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
-    args.device = suite.device  # a suite file may set it
-    device = runtime_from_args(args)
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
-    draft_name = suite.draft if plan.needs_draft_model() else None
-    target, draft = load_pair(suite.target, draft_name, device, suite.dtype, suite.draft_dtype, quiet=False)
-    store = open_store(out_dir)
-    status = "failed"
-    session_id = None
-    try:
-        run_id = store.open_run(plan.key, suite.target, suite.draft, suite.record())
-        session_id = store.start_session(run_id, describe_environment(target, draft, device, getattr(args, "argv", None)))
-        worker = Worker(target, draft, suite.draft, store, run_id, session_id, warmup=suite.warmup)
-        err.print(f"run {plan.key} in {out_dir / 'results.sqlite'}: {len(plan.arms)} arms × {len(plan.jobs)} tasks")
-        for note in plan.notes():
-            err.print(note, markup=False, highlight=False)
-        with RichProgress() as progress:
-            executor.run(plan.jobs, worker, progress)
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        if session_id is not None:
-            store.finish_session(session_id, status)
-        store.close()
+    setup = ModelSetup(suite.target, suite.draft, plan.needs_draft_model(), suite.device, suite.dtype,
+                       suite.draft_dtype, suite.device_map, args.threads, suite.warmup,
+                       tuple(args.argv) if getattr(args, "argv", None) is not None else None)
+    with executor_type(options) as executor:
+        executor.start(setup, plan)  # loads the models (here or on the workers) before the store is touched
+        store = open_store(out_dir)
+        try:
+            run_id = store.open_run(plan.key, suite.target, suite.draft, suite.record())
+            err.print(f"run {plan.key} in {out_dir / 'results.sqlite'}: {len(plan.arms)} arms × {len(plan.jobs)} "
+                      f"tasks ({executor.name})")
+            for note in plan.notes():
+                err.print(note, markup=False, highlight=False)
+            with RichProgress() as progress:
+                cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
+                executor.run(RunContext(store, run_id, plan, cells), progress)
+        finally:
+            store.close()
     print_tables(out_dir, run_id)
     if report_formats:
         from relaxbench.commands.report import write_and_announce

@@ -72,7 +72,7 @@ class CachedLM:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = model.get_input_embeddings().weight.device  # the first layer's (a model may span GPUs)
         self.cache = new_cache(model)
         self.ids = torch.empty(0, dtype=torch.long, device=self.device)
 

@@ -44,10 +44,24 @@ def git_revision() -> str | None:
         return None
 
 
-def describe_environment(target: Any, draft: Any | None, device: str, argv: list[str] | None = None) -> dict[str, Any]:
-    """Device, dtype per model, threads, library versions, CPU, GPU, git revision, date and command line."""
+def gpu_driver() -> str | None:
+    """The NVIDIA driver version (``nvidia-smi``), or None without one."""
+    try:
+        found = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = found.stdout.split()
+    return lines[0] if found.returncode == 0 and lines else None
+
+
+def describe_environment(target: Any, draft: Any | None, device: str, argv: list[str] | None = None,
+                         executor: str = "in-process") -> dict[str, Any]:
+    """Device, dtype per model, threads, library versions, CPU, GPUs and driver, host, git revision, date, command
+    line and executor: what tells two sessions' setups apart (a Ray worker records its own)."""
     import torch
 
+    cuda = device.startswith("cuda")
     env: dict[str, Any] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["relaxbench", *(sys.argv[1:] if argv is None else argv)]),
@@ -61,13 +75,19 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "cpu_flags": sorted(cpu_flags()),  # what a -march=native build and the bf16 defaults depend on
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was
-        "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "gpu": torch.cuda.get_device_name(torch.device(device)) if cuda else None,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "gpu_driver": gpu_driver() if cuda else None,
+        "cuda": torch.version.cuda if cuda else None,
+        "device_map": getattr(target.model, "hf_device_map", None),  # where each part of the target sits
+        "executor": executor,
+        "pid": os.getpid(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "hostname": platform.node(),
         "git_revision": git_revision(),
     }
-    for package in ("torch", "transformers", "relaxbench", "datasets", "scipy", "numpy"):
+    for package in ("torch", "transformers", "accelerate", "relaxbench", "datasets", "scipy", "numpy"):
         env[package] = package_version(package)
     env["torch"] = torch.__version__
     return env

@@ -1,13 +1,15 @@
 """Run one task's cells: warm up, calibrate, then for every item, repeat and turn run the arms interleaved
 (AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each sample at once.
 
-The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.py) decides where jobs run.
+The ``Worker`` holds the loaded models and a ``SampleSink``; an ``Executor`` (executor.py) decides where jobs run.
+The sink separates computing a sample from storing it: in-process it is the ``Store`` itself; on a Ray worker it
+is an in-memory view of one shard (shard.py) whose writes stream back to the driver, the store's one writer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -20,7 +22,7 @@ from relaxbench.decoding.loop import SpeculativeDecoder
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.calibrate import calibrate
 from relaxbench.harness.plan import Arm, TaskJob
-from relaxbench.harness.store import CellDefinition, SampleRow, Store
+from relaxbench.harness.store import CellDefinition, SampleKey, SampleRow, Store
 from relaxbench.policies import POLICIES
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
@@ -59,21 +61,34 @@ class Output:
     score: Score | None = None
 
 
+class SampleSink(Protocol):
+    """What the runner reads (finished keys, a sample: an earlier turn's answer, AR's output for the same unit, the
+    first repeat) and writes (a started generation, a finished sample, a calibration). ``Store`` is one; a Ray
+    worker's ``ShardView`` another. Cells are created beforehand by the driver (``register_job``)."""
+
+    def done_keys(self, cell_id: int) -> set[SampleKey]: ...
+
+    def sample(self, cell_id: int, key: SampleKey) -> SampleRow | None: ...
+
+    def mark_started(self, session_id: int) -> None: ...
+
+    def add_sample(self, row: SampleRow) -> None: ...
+
+    def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
+                        t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None: ...
+
+
 @dataclass
 class Worker:
-    """Runs jobs against loaded models and one store session."""
+    """Loaded models and the sink of one session; runs jobs (or shards of them) against them."""
 
     target: Any
     draft: Any | None
     draft_name: str | None
-    store: Store
-    run_id: int
+    store: SampleSink
     session_id: int
     warmup: int = 1
-
-    def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun | LikelihoodRun:
-        """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
-        return LikelihoodRun(self, job, progress) if job.source.likelihood_only else TaskRun(self, job, progress)
+    prepared: set[str] = field(default_factory=set)  # tasks warmed up and calibrated in this session
 
 
 def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
@@ -87,23 +102,60 @@ def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
         task_spec=job.source.record(), scorer=job.source.scorer_name, data_fingerprint=job.source.fingerprint)
 
 
+def sampled_arms(job: TaskJob) -> tuple[Arm, ...]:
+    """The arms that store samples: every arm, or AR alone for a likelihood-only task (see ``LikelihoodRun``)."""
+    return tuple(arm for arm in job.arms if arm.is_baseline) if job.source.likelihood_only else job.arms
+
+
+def item_keys(job: TaskJob, item: TaskItem) -> list[SampleKey]:
+    """An item's units as stored keys, in run order: every turn of every repeat ((item, 0, 0) for a
+    likelihood-only task)."""
+    if job.source.likelihood_only:
+        return [(item.item_id, 0, 0)]
+    return [(item.item_id, turn, repeat) for repeat in range(job.repeats) for turn in range(len(item.turns))]
+
+
+def register_job(store: Store, run_id: int, job: TaskJob, progress: ProgressSink) -> dict[str, int]:
+    """Create (or find) the job's cells, arm name → cell id, and put each cell's total and finished units on the
+    progress display. The driver does this for every job before anything runs, so the ETA covers the whole run."""
+    cells = {arm.name: store.ensure_cell(run_id, cell_definition(job, i, arm)) for i, arm in enumerate(job.arms)}
+    keys = [key for item in job.items for key in item_keys(job, item)]
+    for arm in sampled_arms(job):
+        done = store.done_keys(cells[arm.name])
+        progress.cell(job.name, arm.name, len(keys), sum(key in done for key in keys))
+    return cells
+
+
+def missing_items(job: TaskJob, cells: Mapping[str, int], sink: SampleSink) -> list[TaskItem]:
+    """The job's items with a unit that some arm has not stored yet, in data order: what is left to run."""
+    done = {arm.name: sink.done_keys(cells[arm.name]) for arm in sampled_arms(job)}
+    return [item for item in job.items
+            if any(key not in done[arm] for arm in done for key in item_keys(job, item))]
+
+
+def run_job(worker: Worker, job: TaskJob, cells: Mapping[str, int], progress: ProgressSink,
+            items: Sequence[TaskItem] | None = None) -> None:
+    """Run the missing units of ``items`` (default: all of the job's) with every arm, storing through the worker's
+    sink."""
+    runner = LikelihoodRun if job.source.likelihood_only else TaskRun
+    runner(worker, job, cells, progress, items).run()
+
+
 class TaskRun:
-    def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
-        self.w, self.job, self.progress = worker, job, progress
+    def __init__(self, worker: Worker, job: TaskJob, cells: Mapping[str, int], progress: ProgressSink,
+                 items: Sequence[TaskItem] | None = None) -> None:
+        self.w, self.job, self.cells, self.progress = worker, job, dict(cells), progress
+        self.items = job.items if items is None else tuple(items)
         self.scorer: Scorer = job.source.scorer()
-        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, cell_definition(job, i, arm))
-                      for i, arm in enumerate(job.arms)}
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
         self.decoders: dict[str, SpeculativeDecoder] = {}
         keys = self.keys()
         self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
                                    for item, repeat, turn in keys) for arm in job.arms}
-        for arm in job.arms:
-            progress.cell(job.name, arm.name, len(keys), len(keys) - self.todo[arm.name])
 
     def keys(self) -> list[tuple[TaskItem, int, int]]:
-        """Every (item, repeat, turn) in run order."""
-        return [(item, repeat, turn) for item in self.job.items for repeat in range(self.job.repeats)
+        """Every (item, repeat, turn) of this run's items, in run order."""
+        return [(item, repeat, turn) for item in self.items for repeat in range(self.job.repeats)
                 for turn in range(len(item.turns))]
 
     def run(self) -> None:
@@ -113,9 +165,11 @@ class TaskRun:
         for arm in self.job.arms:
             self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,
                                                     self.job.decode_config(arm), self.w.draft_name)
-        first_prompt = self._encode(self.job.items[0], 0, [])
-        self._warm_up(first_prompt)
-        self._calibrate(first_prompt)
+        if self.job.name not in self.w.prepared:  # once per task and session (a Ray worker runs several shards)
+            first_prompt = self._encode(self.job.items[0], 0, [])
+            self._warm_up(first_prompt)
+            self._calibrate(first_prompt)
+            self.w.prepared.add(self.job.name)
         for item, repeat, turn in keys:
             self._run_sample(item, repeat, turn)
 
@@ -222,14 +276,12 @@ class LikelihoodRun:
     AR cell, and every method's cell is registered with no samples (its score is AR's by definition; the summaries
     say so and show no speed figures). A sample's ``time_total`` is the measured time of its likelihood forwards."""
 
-    def __init__(self, worker: Worker, job: TaskJob, progress: ProgressSink) -> None:
-        self.w, self.job, self.progress = worker, job, progress
-        self.cells = {arm.name: worker.store.ensure_cell(worker.run_id, cell_definition(job, i, arm))
-                      for i, arm in enumerate(job.arms)}
+    def __init__(self, worker: Worker, job: TaskJob, cells: Mapping[str, int], progress: ProgressSink,
+                 items: Sequence[TaskItem] | None = None) -> None:
+        self.w, self.job, self.cells, self.progress = worker, job, dict(cells), progress
         self.baseline = next(arm for arm in job.arms if arm.is_baseline)
         done = worker.store.done_keys(self.cells[self.baseline.name])
-        self.todo = [item for item in job.items if (item.item_id, 0, 0) not in done]
-        progress.cell(job.name, self.baseline.name, len(job.items), len(job.items) - len(self.todo))
+        self.todo = [item for item in (job.items if items is None else items) if (item.item_id, 0, 0) not in done]
 
     def run(self) -> None:
         if not self.todo:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -435,6 +435,15 @@ class Store:
         """A cell's samples in data order (item, turn, repeat)."""
         return [SampleRow.from_columns(row) for row in self.conn.execute(
             "SELECT * FROM samples WHERE cell_id=? ORDER BY item_index, turn, repeat", (cell_id,))]
+
+    def samples_of_items(self, cell_ids: Iterable[int], item_ids: Iterable[str]) -> list[SampleRow]:
+        """The samples of these cells for these items (what a shard of them starts from)."""
+        cells, items = list(cell_ids), list(item_ids)
+        if not cells or not items:
+            return []
+        return [SampleRow.from_columns(row) for row in self.conn.execute(
+            f"SELECT * FROM samples WHERE cell_id IN ({', '.join('?' * len(cells))}) "
+            f"AND item_id IN ({', '.join('?' * len(items))})", (*cells, *items))]
 
     def add_sample(self, row: SampleRow) -> None:
         """Insert one finished sample and commit it."""

@@ -9,12 +9,13 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from relaxbench.errors import ConfigError
+from relaxbench.models.load import DEVICE_MAPS
 from relaxbench.registry import did_you_mean
 from relaxbench.validation import Flag, Integer, Number, Spec, Text, validate, yaml_files
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
-                   "limits", "task_repeats")
+                   "limits", "task_repeats", "executor", "executor_options", "device_map")
 
 # fields added to the suite after runs were stored: part of the key only when set
 ADDED_KEY_FIELDS = ("chat_template_args",)
@@ -60,6 +61,10 @@ class SuiteSpec(Spec):
     limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)
     task_repeats: dict[str, Integer] = Field(default_factory=dict)  # per-task repeats, over ``repeats``
     chat_template_args: dict[str, Any] = Field(default_factory=dict)  # over every task's own (enable_thinking)
+    # where the run executes (not part of the run key: a run started in-process resumes on Ray and back)
+    executor: Text = "in-process"  # a registered executor: in-process, ray
+    executor_options: dict[str, Any] = Field(default_factory=dict)  # checked by the executor's own Options spec
+    device_map: Text | None = None  # spread the target over the GPUs (accelerate's strategy: models.DEVICE_MAPS)
 
     @field_validator("methods", "tasks", mode="before")
     @classmethod
@@ -86,6 +91,14 @@ class SuiteSpec(Spec):
         if not isinstance(value, Mapping):
             raise ValueError("must map task names to files")
         return {str(k): str(v) for k, v in value.items()}
+
+    @field_validator("device_map")
+    @classmethod
+    def _device_map(cls, value: str | None) -> str | None:
+        if value is not None and value not in DEVICE_MAPS:
+            raise ValueError(f"must be one of {', '.join(DEVICE_MAPS)}, got {value!r}"
+                             f"{did_you_mean(value, list(DEVICE_MAPS))}")
+        return value
 
     @field_validator("limits", "task_repeats")
     @classmethod

@@ -77,11 +77,14 @@ def transformers_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu", quiet: bool = False,
-               role: str = "target") -> LoadedModel:
-    """Resolve, fetch if needed, and load ``name`` with its tokenizer, in eval mode."""
+               role: str = "target", device_map: str | None = None) -> LoadedModel:
+    """Resolve, fetch if needed, and load ``name`` with its tokenizer, in eval mode: on ``device``, or, with a
+    ``device_map`` ("auto", "balanced", "balanced_low_0", "sequential"), spread by accelerate over the GPUs this
+    process sees (a model larger than one GPU), with the input on the device of its first layer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     parse_dtype(dtype, device, role)  # a bad name fails before anything is fetched
+    placement = {} if device_map is None else {"device_map": _device_map(device_map, device)}
     location, ref, offline = _locate(name, quiet)
     with _load_errors(name, location, ref, offline), transformers_progress_bars(enabled=not quiet):
         n_params = parameter_count(ref, offline) if dtype == "auto" and torch.device(device).type == "cpu" else None
@@ -89,10 +92,42 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
         if location.kind in ("packaged", "gguf") and torch_dtype in (torch.bfloat16, torch.float16):
             ref = str(dtype_copy(Path(ref), torch_dtype))  # half the bytes mapped while loading
         tokenizer = AutoTokenizer.from_pretrained(ref, local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(ref, dtype=torch_dtype, local_files_only=offline)
-    model.to(device)
+        model = AutoModelForCausalLM.from_pretrained(ref, dtype=torch_dtype, local_files_only=offline, **placement)
+    if device_map is None:
+        model.to(device)
+    elif torch.device(device).type == "cuda":
+        _check_placed(name, model)
     model.eval()
-    return LoadedModel(name, location, model, tokenizer, torch_dtype, torch.device(device))
+    return LoadedModel(name, location, model, tokenizer, torch_dtype,
+                       torch.device(device) if device_map is None else input_device(model))
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's placement strategies
+
+
+def _device_map(strategy: str, device: str) -> str | dict[str, str]:
+    """What ``from_pretrained`` gets: accelerate's strategy over the visible GPUs, or everything on the CPU (a CPU
+    run has one device to place on)."""
+    if strategy not in DEVICE_MAPS:
+        raise ConfigError(f"unknown device map {strategy!r}{did_you_mean(strategy, list(DEVICE_MAPS))} "
+                          f"(device maps: {', '.join(DEVICE_MAPS)})")
+    return strategy if torch.device(device).type == "cuda" else {"": "cpu"}
+
+
+def _check_placed(name: str, model: Any) -> None:
+    """A model that accelerate had to offload to CPU memory or disk is refused: each forward would copy weights
+    over, and the speed figures would measure that copying."""
+    offloaded = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()} & {"cpu", "disk"})
+    if offloaded:
+        raise ModelError(f"{name!r} does not fit on the GPUs of this process (accelerate offloaded part of it to "
+                         f"{' and '.join(offloaded)}); give it more GPUs (--gpus-per-worker N on Ray) or a smaller "
+                         "dtype")
+
+
+def input_device(model: Any) -> torch.device:
+    """Where a model's input ids go: the device of its input embeddings (its first layer). For a model spread over
+    several GPUs by accelerate, its hooks bring the outputs back to this device too."""
+    return model.get_input_embeddings().weight.device
 
 
 def load_tokenizer(name: str, quiet: bool = False) -> Any:

@@ -226,10 +226,15 @@ def word(finding: Finding) -> str:
         case BusyMachine(session_id=sid, load=load, cpus=cpus):
             return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs): "
                     "wall-clock speed-ups are noisy; the modelled speed-up is steadier.")
-        case SessionsDiffer(key=key, values=values):
-            return (f"Sessions of this run differ in {key} ({', '.join(values)}): samples timed in different "
+        case SessionsDiffer(key=key, values=values, sessions=holders):
+            listed = [f"{value}: {_sessions_text(ids)}" for value, ids in zip(values, holders)] if holders else values
+            return (f"Sessions of this run differ in {key} ({'; '.join(listed)}): samples timed in different "
                     "setups are pooled.")
     raise TypeError(f"no wording for {finding!r}")
+
+
+def _sessions_text(ids: Sequence[int]) -> str:
+    return f"session{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
 
 
 def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Notice]:
@@ -313,13 +318,20 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
 
 
 ENVIRONMENT_FIELDS = (
-    ("date", "date"), ("device", "device"), ("gpu", "GPU"), ("cpu_model", "CPU"), ("cpu_count", "CPUs"),
+    ("date", "date"), ("device", "device"), ("gpu", "GPU"), ("gpu_driver", "GPU driver"), ("cuda", "CUDA"),
+    ("cpu_model", "CPU"), ("cpu_count", "CPUs"), ("executor", "executor"),
     ("threads", "torch threads"), ("load_average", "load average at start (1/5/15 min)"),
     ("target_dtype", "target dtype"), ("draft_dtype", "draft dtype"), ("python", "Python"), ("torch", "torch"),
     ("transformers", "transformers"), ("relaxbench", "relaxbench"), ("numpy", "numpy"), ("scipy", "scipy"),
     ("datasets", "datasets"), ("platform", "platform"), ("hostname", "host"), ("git_revision", "git revision"),
     ("command", "command"),
 )
+
+
+def _where_text(env: Mapping[str, Any]) -> str:
+    """Where a session ran: its host, GPU (with the driver) and executor (a Ray worker's session is one worker)."""
+    gpu = f"{env.get('gpu')} (driver {env.get('gpu_driver') or '?'})" if env.get("gpu") else "no GPU"
+    return f"{env.get('hostname') or '-'}, {gpu}, {env.get('executor') or 'in-process'}"
 
 
 def environment_tables(run: RunRecord) -> tuple[Table, Table]:
@@ -339,11 +351,12 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
         num(str(counts.get(env.get("session_id"), 0)), "samples", counts.get(env.get("session_id"), 0)),
         Cell(f"{env.get('device')}, {env.get('target_dtype')}/{env.get('draft_dtype')}, {env.get('threads')} threads",
              "setup"),
+        Cell(_where_text(env), "where"),
         Cell(str(env.get("git_revision") or "-"), "git_revision"),
     )) for env in run.environment)
     sessions = Table("sessions-table", "Sessions (invocations that worked on this run)",
                      ("session", "started", "finished", "status", "samples stored", "device, dtypes, threads",
-                      "git revision"), session_rows)
+                      "host, GPU, executor", "git revision"), session_rows)
     return environment, sessions
 
 
