@@ -12,9 +12,8 @@ import pytest
 
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.arms import build_decoder
-from relaxbench.harness.executor import InProcessExecutor
 from relaxbench.harness.plan import build_plan
-from relaxbench.harness.runner import SilentProgress, Worker
+from relaxbench.harness.runner import SilentProgress, Worker, register_job, run_job
 from relaxbench.harness.store import open_store
 from relaxbench.harness.suite import SuiteSpec, suite_file_fields, suite_path
 from relaxbench.validation import load_yaml
@@ -65,8 +64,9 @@ def test_paper_suite_runs_on_the_tiny_models(name: str, tmp_path: Path, tiny_tar
     try:
         run_id = store.open_run(plan.key, plan.suite.target, plan.suite.draft, plan.suite.record())
         session = store.start_session(run_id, {"command": "test"})
-        worker = Worker(tiny_target, tiny_draft, "tiny-random-draft", store, run_id, session, warmup=0)
-        InProcessExecutor().run(jobs, worker, SilentProgress())
+        worker = Worker(tiny_target, tiny_draft, "tiny-random-draft", store, session, warmup=0)
+        for job in jobs:
+            run_job(worker, job, register_job(store, run_id, job, SilentProgress()), SilentProgress())
         store.finish_session(session, "finished")
     finally:
         store.close()
