@@ -81,7 +81,7 @@ def test_readme_policy_table_has_a_reference_column_for_every_policy():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     header = next(line for line in readme.splitlines() if line.startswith("| policy |"))
     assert "reference" in header
-    for name, _ in POLICIES.items():
+    for name in POLICIES.names():
         assert re.search(rf"^\| `{re.escape(name)}` \|", readme, re.MULTILINE), name
 
 
@@ -95,6 +95,41 @@ def test_rows_computed_one_at_a_time_equal_the_batched_rows_bit_for_bit(sampling
         assert torch.equal(lazy[i], batched[i])
     assert lazy.computed == 3
     assert torch.equal(lazy.all(), batched)
+
+
+def test_chunked_rows_equal_the_batched_rows_and_a_rejection_stops_the_walk():
+    logits = torch.randn(16, 2000, generator=torch.Generator().manual_seed(4)) * 3
+    lazy = LazyRows(logits, lambda z: logits_to_probs(z, T1), chunk=2)
+    assert torch.equal(lazy[5], logits_to_probs(logits, T1)[5]) and lazy.computed == 2  # rows 5 and 6
+    assert torch.equal(lazy[15], logits_to_probs(logits, T1)[15]) and lazy.computed == 3  # the last row alone
+    # speculative sampling that rejects its first draft reads p and q up to the rejected row (and its chunk) only
+    target = torch.randn(16, 50, generator=torch.Generator().manual_seed(5))
+    draft = target[:15].clone()
+    draft[0, 7] = 30.0  # q(7) ≈ 1 at position 0, where the target gives 7 a small p
+    b = block(target, [7] + [0] * 14, T1, draft)
+    assert make_policy("speculative-sampling").verify(b).n_accepted == 0
+    assert b.p_rows.computed <= b.p_rows.chunk and b.q_rows.computed <= b.q_rows.chunk
+
+
+def test_a_block_is_freed_as_soon_as_the_round_is_over():
+    """No reference cycle through the lazily computed rows: a cycle would keep every round's distributions alive
+    until the cyclic collector runs (fresh memory and page faults each round)."""
+    import gc
+    import weakref
+
+    target, draft, extra, drafts = sampling_case(7)
+    gc.disable()
+    try:
+        for name in ("speculative-sampling", "casc-opt", "fuzzy", "judge", "typical", "margin", "fly"):
+            policy = make_policy(name)
+            policy.bind(PolicyEnv(CountingTokenizer(), VS, torch.device("cpu")))
+            b = block(target, drafts, T1, draft, extras={"extra_logits": torch.as_tensor(extra, dtype=torch.float32)})
+            policy.verify(b)
+            ref = weakref.ref(b)
+            del b
+            assert ref() is None, name
+    finally:
+        gc.enable()
 
 
 def hf_process(logits: torch.Tensor, sampling: SamplingParams, top_p_first: bool) -> torch.Tensor:
@@ -779,3 +814,20 @@ def test_the_statistical_check_rejects_a_wrong_formula():
     reject1 = 1 - min(1.0, p1[1] / q1[1])
     wrong[1] = reach * reject1 * normalised(p1 - q1)
     assert same_distribution_pvalue(counts, wrong) < 1e-3
+
+
+def test_casc_tok_top_set_with_non_finite_logits_follows_the_reference():
+    """0 < α < 1: the bound max z + ln(1 − α) is NaN or +inf when the row holds NaN or +inf, so T is empty; α = 0
+    and α = 1 mask the non-finite logits first (the argmax of the finite ones; every finite one)."""
+    from relaxbench.policies.relaxed_target import SpecCascadeToken
+
+    nan_row = torch.tensor([1.0, math.nan, 0.5, -math.inf])
+    inf_row = torch.tensor([1.0, math.inf, 0.9, -math.inf])
+    for row_, alpha, expected in ((nan_row, 0.5, [0, 0, 0, 0]), (inf_row, 0.5, [0, 0, 0, 0]),
+                                  (nan_row, 0.0, [1, 0, 0, 0]), (inf_row, 1.0, [1, 0, 1, 0]),
+                                  (torch.tensor([1.0, 0.9, 0.2, -math.inf]), 0.5, [1, 1, 0, 0])):
+        rule = make_policy("casc-tok", {"alpha": alpha})
+        assert isinstance(rule, SpecCascadeToken)
+        assert rule.top_set(row_).int().tolist() == expected, (row_, alpha)
+        b = block(torch.stack([row_, torch.zeros(4)]), [0], T1, torch.zeros(1, 4))
+        assert [rule.in_top_set(b, 0, t) for t in range(4)] == [bool(e) for e in expected]

@@ -50,6 +50,15 @@ def accepted_prefix_length(accept: torch.Tensor) -> int:
     return next((i for i, flag in enumerate(flags) if not flag), len(flags))
 
 
+@dataclass(frozen=True)
+class AcceptTest:
+    """A rule's own acceptance test of position i, given ``u_i·q_i(d_i)`` (a 0-d float32 tensor): True iff
+    ``u_i·q_i(d_i) < pi_i(d_i)``. For rules that can often decide without building pi (pi's possible values at
+    the draft already agree on the verdict)."""
+
+    accepts: Callable[[int, torch.Tensor], bool]
+
+
 def at_draft(values: Rows | AtDraft, tokens: list[int]) -> AtDraft:
     """Row i -> ``values`` at draft token ``tokens[i]``: rows [k, V] (a tensor or ``LazyRows``, read lazily), a
     [k] tensor already read at the drafts, or a function of the row."""
@@ -67,7 +76,7 @@ def _row(values: Rows | Row, n: int) -> torch.Tensor:
 def rejection_sample(
     draft_tokens: torch.Tensor,  # [k]
     q: Rows | None,  # [k, V] draft distribution; None: point-mass (deterministic) drafts
-    pi_accept: Rows | AtDraft,  # [k, V], [k] already read at the draft tokens, or row i -> pi_i(d_i)
+    pi_accept: Rows | AtDraft | AcceptTest,  # [k, V], [k] read at the drafts, row i -> pi_i(d_i), or a test
     pi_residual: Rows | Row,  # [k, V], or row(n) -> [V] (only the rejected row is ever needed)
     bonus: torch.Tensor | Callable[[], torch.Tensor],  # [V] distribution of the token after k accepted drafts
     generator: torch.Generator | None,
@@ -80,17 +89,27 @@ def rejection_sample(
     k = int(draft_tokens.shape[0])
     tokens = draft_tokens.tolist()
     u = torch.rand(k, generator=generator, device=draft_tokens.device, dtype=torch.float32)
-    pi_at = at_draft(pi_accept, tokens)
     q_at = at_draft(q, tokens) if q is not None else None
 
-    def passes(i: int, target_at: AtDraft) -> bool:  # u < pi/q  <=>  u*q < pi  (q_x > 0 for a drafted token)
-        scaled = u[i] * q_at(i) if q_at is not None else u[i]
-        return bool(scaled < target_at(i))
+    def scaled(i: int) -> torch.Tensor:  # u < pi/q  <=>  u*q < pi  (q_x > 0 for a drafted token)
+        return u[i] * q_at(i) if q_at is not None else u[i]
+
+    def passes(i: int, target_at: AtDraft) -> bool:
+        return bool(scaled(i) < target_at(i))
+
+    if isinstance(pi_accept, AcceptTest):
+        def accepted(i: int) -> bool:
+            return pi_accept.accepts(i, scaled(i))
+    else:
+        pi_at = at_draft(pi_accept, tokens)
+
+        def accepted(i: int) -> bool:
+            return passes(i, pi_at)
 
     if relax is None:
-        n = next((i for i in range(k) if not passes(i, pi_at)), k)
+        n = next((i for i in range(k) if not accepted(i)), k)
     else:
-        accept = torch.tensor([passes(i, pi_at) for i in range(k)], dtype=torch.bool, device=draft_tokens.device)
+        accept = torch.tensor([accepted(i) for i in range(k)], dtype=torch.bool, device=draft_tokens.device)
         relaxed = relax(accept)
         if bool((accept & ~relaxed).any()):
             raise AssertionError("a relax function may only add acceptances")

@@ -8,6 +8,7 @@ position. A policy turns that ``Block`` into a ``Verdict``: how many drafts to k
 from __future__ import annotations
 
 import enum
+import functools
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import torch
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
 from relaxbench.ops.rejection import Verdict
-from relaxbench.ops.rows import LazyRows
+from relaxbench.ops.rows import LazyRows, row_chunk
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs, next_token
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec, validate
@@ -48,7 +49,10 @@ class Fidelity(enum.Enum):
 
 @dataclass(frozen=True)
 class Block:
-    """Everything one verification round knows. Distributions and the argmax are computed lazily, at most once."""
+    """Everything one verification round knows. Distributions and the argmax are computed lazily, at most once.
+
+    Nothing cached here may refer back to the block (a reference cycle would keep every round's distributions
+    alive until the cyclic garbage collector runs: fresh memory, page faults, each round)."""
 
     draft_tokens: torch.Tensor  # [k] long
     target_logits: torch.Tensor  # [k+1, V] float32; row i is the target's distribution for draft position i
@@ -69,7 +73,7 @@ class Block:
     def p_rows(self) -> LazyRows:
         """p row by row, each computed when first read: after temperature/top-k/top-p (softmax at temperature 1
         under greedy decoding)."""
-        return LazyRows(self.target_logits, lambda logits: logits_to_probs(logits, self.sampling))
+        return self.lazy_rows(self.target_logits, self.sampling)
 
     @cached_property
     def target_probs(self) -> torch.Tensor:
@@ -81,7 +85,7 @@ class Block:
         """q row by row: the distribution the drafter sampled from."""
         if self.draft_logits is None:
             raise ConfigError("this policy needs draft probabilities but the drafter provides none")
-        return LazyRows(self.draft_logits, lambda logits: logits_to_probs(logits, self.sampling))
+        return self.lazy_rows(self.draft_logits, self.sampling)
 
     @cached_property
     def draft_probs(self) -> torch.Tensor:
@@ -95,7 +99,14 @@ class Block:
         tempered = SamplingParams(self.sampling.temperature)
         if tempered == self.sampling:
             return self.p_rows
-        return LazyRows(self.target_logits, lambda logits: logits_to_probs(logits, tempered))
+        return self.lazy_rows(self.target_logits, tempered)
+
+    @staticmethod
+    def lazy_rows(logits: torch.Tensor, params: SamplingParams) -> LazyRows:
+        """The distributions of ``logits`` under ``params``, row by row (a function that does not refer to the
+        block, so the block is freed as soon as the round is over)."""
+        return LazyRows(logits, functools.partial(logits_to_probs, params=params),
+                        row_chunk(logits.device, int(logits.shape[0])))
 
     @cached_property
     def target_argmax(self) -> torch.Tensor:

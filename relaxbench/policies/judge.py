@@ -27,7 +27,8 @@ Our choices:
   - sampling: accept ``x ~ q`` with probability ``min(1, max(p, π)(x)/q(x))``, ``π`` the fused distribution after
     the run's temperature/top-k/top-p; after a rejection sample ``norm((p − q)+)``; the bonus token comes from
     ``p``. With an n-gram drafter (no ``q``) the drafts are point masses. Acceptance is a superset of speculative
-    sampling with the same uniforms. ``π`` is computed row by row, up to the first rejection.
+    sampling with the same uniforms. ``π`` is computed only where speculative sampling rejects (``u·q(d) ≥ p(d)``:
+    elsewhere ``max(p, π)`` cannot change the verdict), and only up to the first rejection.
 
 Deviations: unknown — the paper's own layout, prompt, fusion and acceptance could not be read, so every choice above
 may deviate from it; a reader of the paper should settle them.
@@ -44,7 +45,7 @@ from pydantic import model_validator
 
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
-from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.ops.sampling import logits_to_probs
 from relaxbench.policies.base import Block, Fidelity, Need, PolicyEnv, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
@@ -114,10 +115,13 @@ class ReflectiveJudge(VerificationPolicy):
         p = block.p_rows
         tokens = block.draft_tokens.tolist()
 
-        def rescued(i: int) -> torch.Tensor:  # max(p, π)(d_i), π read row by row up to the first rejection
+        def rescued(i: int, scaled_u: torch.Tensor) -> bool:  # u·q(d) < max(p, π)(d)
+            p_d = p[i][tokens[i]]
+            if bool(scaled_u < p_d):  # max(p, π)(d) >= p(d): accepted without the reflective row
+                return True
             fused = self.fused_logits(block, torch.tensor([i], device=block.draft_tokens.device))
-            return torch.maximum(p[i][tokens[i]], logits_to_probs(fused[0], block.sampling)[tokens[i]])
+            return bool(scaled_u < torch.maximum(p_d, logits_to_probs(fused[0], block.sampling)[tokens[i]]))
 
         q = block.q_rows if block.draft_logits is not None else None
-        return rejection_sample(block.draft_tokens, q, rescued if self.knobs.alpha > 0 else p, p,
+        return rejection_sample(block.draft_tokens, q, AcceptTest(rescued) if self.knobs.alpha > 0 else p, p,
                                 lambda: p[block.k], block.generator, strict_p=p)

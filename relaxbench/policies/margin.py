@@ -58,13 +58,15 @@ it is not monotone); smaller κ.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from pydantic import model_validator
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.ops.sampling import process_logits, sample
+from relaxbench.ops.rows import LazyRows, row_chunk
+from relaxbench.ops.sampling import SamplingParams, process_logits, sample
 from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Flag, Number, Spec
@@ -112,31 +114,38 @@ class Margin(VerificationPolicy):
         if block.greedy or block.sampling.temperature <= MARS_GREEDY_TEMPERATURE:
             return greedy_verdict(block)
         theta, guard = self.knobs.theta, self.knobs.positive_top_only
+        chunk = row_chunk(block.target_logits.device, block.k + 1)
+        target = LazyRows(block.target_logits, functools.partial(mars_rows, sampling=block.sampling), chunk)
+        draft = (LazyRows(block.draft_logits, untempered_log_probs, chunk) if block.draft_logits is not None
+                 else None)
         u = torch.rand(block.k, generator=block.generator, dtype=torch.float64, device=block.draft_tokens.device)
         n_relaxed = 0
-        for i, token in enumerate(block.draft_tokens.tolist()):  # the rows after a rejection are never computed
-            z = process_logits(block.target_logits[i], block.sampling, top_p_first=True)
-            p = torch.softmax(z, dim=-1)
+        for i, token in enumerate(block.draft_tokens.tolist()):  # rows after a rejection are never computed
+            z, p = target[i].unbind(0)
             gate, top2 = mars_gate(z, theta, guard)
-            p_d, q_d = float(p[token]), self.draft_prob(block, i, token)
+            p_d = float(p[token])
+            q_d = max(float(draft[i][token].exp()), MARS_MIN_DRAFT_PROB) if draft is not None else 1.0
             passes = float(u[i]) <= min(1.0, p_d / q_d)
             if gate:
                 if token not in top2:  # the gate rejects: the next token comes from the full p
                     return Verdict(i, int(sample(p, block.generator)), n_relaxed)
                 n_relaxed += not passes
             elif not passes:  # the rejected token keeps max(0, p − q) of its mass (0: p < q here)
-                p[token] = max(0.0, p_d - q_d)
-                return Verdict(i, int(sample(p, block.generator)), n_relaxed)
-        bonus = torch.softmax(process_logits(block.target_logits[block.k], block.sampling, top_p_first=True), dim=-1)
-        return Verdict(block.k, int(sample(bonus, block.generator)), n_relaxed)
+                residual = p.clone()
+                residual[token] = max(0.0, p_d - q_d)
+                return Verdict(i, int(sample(residual, block.generator)), n_relaxed)
+        return Verdict(block.k, int(sample(target[block.k][1], block.generator)), n_relaxed)
 
-    @staticmethod
-    def draft_prob(block: Block, i: int, token: int) -> float:
-        """MARS's ``retrieve_probs`` entry: exp of the draft's untempered log-softmax at its token (at least 1e-10),
-        or 1 without a draft distribution."""
-        if block.draft_logits is None:
-            return 1.0
-        return max(float(torch.log_softmax(block.draft_logits[i].float(), dim=-1)[token].exp()), MARS_MIN_DRAFT_PROB)
+
+def mars_rows(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """[..., 2, V]: MARS's processed logits (temperature, top-p, top-k) and their softmax."""
+    processed = process_logits(logits, sampling, top_p_first=True)
+    return torch.stack([processed, torch.softmax(processed, dim=-1)], dim=-2)
+
+
+def untempered_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """MARS's ``retrieve_probs`` before the exp: the draft's log-softmax, untempered and untruncated."""
+    return torch.log_softmax(logits.float(), dim=-1)
 
 
 def top2_ratio_accepts(block: Block, rows: torch.Tensor, theta: float) -> torch.Tensor:

@@ -73,7 +73,7 @@ from typing import NamedTuple
 import torch
 from pydantic import model_validator
 
-from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.policies.base import Block, Fidelity, Need, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
@@ -112,13 +112,31 @@ class RelaxedTarget(VerificationPolicy):
                 targets[i] = self.row_target(block, i, tokens[i])
             return targets[i]
 
+        def accepts(i: int, scaled_u: torch.Tensor) -> bool:
+            return self.accepts(block, i, tokens[i], scaled_u, lambda: target(i))
+
         p = block.p_rows
-        return rejection_sample(block.draft_tokens, block.q_rows, lambda i: target(i).accept,
+        return rejection_sample(block.draft_tokens, block.q_rows, AcceptTest(accepts),
                                 lambda n: target(n).residual(), lambda: p[block.k], block.generator, strict_p=p)
+
+    def accepts(self, block: Block, i: int, token: int, scaled_u: torch.Tensor,
+                target: Callable[[], RowTarget]) -> bool:
+        """``u·q(d) < π_accept(d)`` at position ``i``; a rule may decide without ``target()`` when that is exact."""
+        return bool(scaled_u < target().accept)
 
 
 def fixed(row: torch.Tensor) -> Callable[[], torch.Tensor]:
     return lambda: row
+
+
+def accepts_p_or_q(block: Block, i: int, token: int, scaled_u: torch.Tensor, target: Callable[[], RowTarget]) -> bool:
+    """The acceptance test of a rule whose π is either p or q: when ``u·q(d)`` is below both or neither of ``p(d)``
+    and ``q(d)`` the verdict does not depend on which (the comparison is the one the full test would make), so the
+    rule's switch (a divergence, a total variation) is computed only where it matters."""
+    by_p = bool(scaled_u < block.p_rows[i][token])
+    if by_p == bool(scaled_u < block.q_rows[i][token]):
+        return by_p
+    return bool(scaled_u < target().accept)
 
 
 @register_policy
@@ -205,6 +223,9 @@ class SpecCascadeOpt(RelaxedTarget):
         pi = p if self.defer_to_target(p, q) else q
         return RowTarget(pi[token], fixed(pi))
 
+    def accepts(self, block, i, token, scaled_u, target):
+        return accepts_p_or_q(block, i, token, scaled_u, target)
+
 
 @register_policy
 class SpecCascadeToken(RelaxedTarget):
@@ -229,18 +250,56 @@ class SpecCascadeToken(RelaxedTarget):
             return RowTarget(p[token], fixed(p))
         q = block.q_rows[i]
         # p(v) >= (1 − α)·max p, on the raw (pre-temperature) logits as the reference's "paper" top set
-        logits = block.target_logits[i].float()
-        finite = torch.isfinite(logits)
-        if self.knobs.alpha == 0:  # the single argmax of the finite logits (first index on ties), as the reference
-            top = torch.zeros_like(finite)
-            top[int(logits.masked_fill(~finite, -math.inf).argmax())] = True
-            top &= finite
-        else:
-            slack = math.log1p(-self.knobs.alpha) if self.knobs.alpha < 1 else -math.inf
-            top = finite & (logits >= logits.amax() + slack)
+        top = self.top_set(block.target_logits[i])
         eta = torch.where(top, torch.zeros_like(q), q).sum()
         accept = torch.where(top[token], q[token], torch.zeros_like(q[token])) + eta * p[token]
         return RowTarget(accept, lambda: torch.where(top, q, torch.zeros_like(q)) + eta * p)
+
+    def top_set(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V] bool T_α of one row of raw logits (α ≥ 0), finite logits only."""
+        if self.knobs.alpha in (0, 1):
+            logits = self.finite_or_masked(logits)
+            if self.knobs.alpha == 1:
+                return logits > -math.inf
+            # the single argmax of the finite logits (first index on ties), as the reference
+            top = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+            top[int(logits.argmax())] = bool(torch.isfinite(logits.amax()))
+            return top
+        # z >= max z + ln(1 − α) on the raw row: a NaN or +inf maximum makes the bound NaN or +inf, and T empty
+        # (as the reference's finite & (z >= bound)); with a finite maximum, -inf logits fail the bound
+        logits = logits.float()
+        top_value = logits.amax()
+        if not bool(torch.isfinite(top_value)):
+            return torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+        return logits >= top_value + math.log1p(-self.knobs.alpha)
+
+    @staticmethod
+    def finite_or_masked(logits: torch.Tensor) -> torch.Tensor:
+        """The row with NaN and +inf logits set to -inf (outside every top set, as the reference's finite mask);
+        the row itself when its maximum is finite, i.e. when the only non-finite logits are -inf (one fast pass)."""
+        logits = logits.float()
+        if bool(torch.isfinite(logits.amax())):
+            return logits
+        return logits.masked_fill(~torch.isfinite(logits), -math.inf)
+
+    def accepts(self, block, i, token, scaled_u, target):
+        # a draft in T has π(d) = q(d) + η·p(d) ≥ q(d): u·q(d) < q(d) accepts it without η
+        if self.knobs.alpha >= 0 and bool(scaled_u < block.q_rows[i][token]) and self.in_top_set(block, i, token):
+            return True
+        return bool(scaled_u < target().accept)
+
+    def in_top_set(self, block: Block, i: int, token: int) -> bool:
+        """Whether ``token`` is in T_α of row ``i`` (as ``top_set``), reading only what decides it."""
+        raw = block.target_logits[i].float()
+        if not bool(torch.isfinite(raw[token])):
+            return False
+        if self.knobs.alpha == 1:
+            return True
+        if self.knobs.alpha == 0:  # the first index of the maximum of the finite logits
+            logits = self.finite_or_masked(raw)
+            return bool(logits[token] == logits.amax()) and int(logits.argmax()) == token
+        top_value = raw.amax()
+        return bool(torch.isfinite(top_value)) and bool(raw[token] >= top_value + math.log1p(-self.knobs.alpha))
 
 
 def safe_log(probs: torch.Tensor) -> torch.Tensor:
@@ -285,6 +344,9 @@ class FuzzySpeculative(RelaxedTarget):
         p, q = block.p_rows[i], block.q_rows[i]
         pi = q if bool(divergence(p, q, self.knobs.divergence) <= self.knobs.threshold) else p
         return RowTarget(pi[token], fixed(pi))
+
+    def accepts(self, block, i, token, scaled_u, target):
+        return accepts_p_or_q(block, i, token, scaled_u, target)
 
 
 @register_policy
@@ -335,8 +397,9 @@ class SpeculativeContrastive(RelaxedTarget):
         temperature = block.sampling.temperature
         z_p = block.target_logits[i].float()
         z_q = block.draft_logits[i].float()
-        finite = torch.isfinite(z_q)  # a draft vocabulary padded to the target's width has -inf columns
-        z_q = torch.where(finite, z_q, z_q.masked_fill(~finite, math.inf).amin())
+        if not bool(torch.isfinite(z_q.amin())):  # a draft vocabulary padded to the target's width has -inf columns
+            finite = torch.isfinite(z_q)
+            z_q = torch.where(finite, z_q, z_q.masked_fill(~finite, math.inf).amin())
         support = block.p_rows[i] > 0
         if self.knobs.alpha > 0:
             support &= z_p >= z_p.amax() + temperature * math.log(self.knobs.alpha)
