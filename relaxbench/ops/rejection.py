@@ -109,7 +109,10 @@ def rejection_sample(
     if relax is None:
         n = next((i for i in range(k) if not accepted(i)), k)
     else:
-        accept = torch.tensor([accepted(i) for i in range(k)], dtype=torch.bool, device=draft_tokens.device)
+        if isinstance(pi_accept, torch.Tensor) and pi_accept.dim() == 1 and q is None:  # one op for the block
+            accept = u < pi_accept
+        else:
+            accept = torch.tensor([accepted(i) for i in range(k)], dtype=torch.bool, device=draft_tokens.device)
         relaxed = relax(accept)
         if bool((accept & ~relaxed).any()):
             raise AssertionError("a relax function may only add acceptances")
