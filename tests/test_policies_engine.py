@@ -231,3 +231,15 @@ def test_drafter_knobs_are_validated_and_described():
     drafter = DRAFTERS.get("ngram").build({"max-ngram": 2}, inputs)
     assert drafter.describe() == {"drafter": "ngram", "max_ngram": 2, "min_ngram": 1, "num_tokens": 10}
     assert NgramVerifiedByDraftLM.Knobs().max_ngram == 4 and NgramVerifiedByDraftLM.Knobs().num_tokens == 6
+
+
+def test_mars_and_medusa_verify_greedy_drafts_and_mars_keeps_the_draft_logits(tiny_target, tiny_draft):
+    """Their authors verify the top-1 path of a draft tree: greedy drafts whatever the temperature; MARS reads the
+    draft's (untempered) probability of its token, so the engine keeps the draft logits under sampling."""
+    sampling = DecodeConfig(sampling=SamplingParams(0.8))
+    margin = build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft, sampling)
+    typical = build_decoder(MethodSpec(name="typical", policy="typical"), tiny_target, tiny_draft, sampling)
+    assert margin.draft_sampling.greedy and typical.draft_sampling.greedy
+    assert margin.drafter.keep_logits and not typical.drafter.keep_logits
+    greedy = build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft, DecodeConfig())
+    assert not greedy.drafter.keep_logits  # exact match reads no draft distribution
