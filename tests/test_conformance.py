@@ -831,3 +831,18 @@ def test_casc_tok_top_set_with_non_finite_logits_follows_the_reference():
         assert rule.top_set(row_).int().tolist() == expected, (row_, alpha)
         b = block(torch.stack([row_, torch.zeros(4)]), [0], T1, torch.zeros(1, 4))
         assert [rule.in_top_set(b, 0, t) for t in range(4)] == [bool(e) for e in expected]
+
+
+def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():
+    """``revision`` enters the run key (above 0 only, so the keys of unchanged rules stay as they were)."""
+    from relaxbench.harness import plan as plan_module
+    from relaxbench.harness.suite import SuiteSpec
+
+    suite = SuiteSpec(target="tiny-random-target", draft="tiny-random-draft", methods=("typical", "exact"),
+                      tasks=("humaneval",), limit=1)
+    built = plan_module.build_plan(suite)
+    typical, exact = (plan_module._arm_identity(arm) for arm in built.arms if arm.method.policy in ("typical", "exact"))
+    assert typical["policy_revision"] == POLICIES.get("typical").revision >= 1
+    assert "policy_revision" not in exact
+    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules issue 13 changed
+        assert POLICIES.get(name).revision >= 1, name

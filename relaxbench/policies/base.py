@@ -145,7 +145,8 @@ class VerificationPolicy:
     drafter's top-1 path). ``uses_draft_probs_if_any``: under sampling the rule reads the drafter's distribution
     when it has one and treats drafts as point masses otherwise (so the engine keeps the draft logits).
     ``fidelity`` and ``reference`` (repo@commit and file, or the paper) say what the rule follows; its module
-    docstring lists every deliberate deviation.
+    docstring lists every deliberate deviation. ``revision`` is bumped when a rule's verdicts change, so a stored
+    compare run of the earlier rule is not resumed as the new one (it enters the run key when above 0).
     """
 
     name: ClassVar[str] = ""
@@ -160,6 +161,7 @@ class VerificationPolicy:
     uses_draft_probs_if_any: ClassVar[bool] = False
     fidelity: ClassVar[Fidelity | None] = None
     reference: ClassVar[str] = ""
+    revision: ClassVar[int] = 0  # bumped when the rule's verdicts change: part of a compare run's key
 
     class Knobs(Spec):
         """No knobs."""

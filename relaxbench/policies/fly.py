@@ -109,6 +109,7 @@ class FLy(VerificationPolicy):
     lossy_modes = frozenset({"sampling"})
     fidelity = Fidelity.REFERENCE
     reference = "AMD-AGI/FLy@6667ae8 fly/models/FLy.py SPDGenerate.generate_chunks (chain mode)"
+    revision = 1  # gate off at theta <= 0.01, NaN entropy, temperature-only sampling
     summary = "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta"
 
     class Knobs(Spec):

@@ -97,6 +97,7 @@ class Margin(VerificationPolicy):
     uses_draft_probs_if_any = True
     fidelity = Fidelity.REFERENCE
     reference = "5SSjw/MARS@8909b41 mars/model/utils.py evaluate_posterior"
+    revision = 1  # MARS's sampling rule (was: the greedy transcription, now margin-greedy)
     summary = ("MARS: under sampling accept a top-2 draft when z2/(z1+1e-10) > theta, else rejection sampling; "
                "temperature 0: exact match")
 

@@ -232,6 +232,7 @@ class SpecCascadeToken(RelaxedTarget):
     """Speculative cascades, the token-level rule ("Tok3")."""
 
     name = "casc-tok"
+    revision = 1  # alpha = 0: the first argmax alone on tied maxima, as the reference
     strict_knobs = {"alpha": -1.0}
     summary = "spec-cascade Tok3: pi = q on the target's top set T_alpha plus q(outside T)*p; alpha<0: strict"
 

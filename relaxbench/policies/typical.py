@@ -95,6 +95,7 @@ class TypicalAcceptance(VerificationPolicy):
     greedy_drafts = True
     fidelity = Fidelity.REFERENCE
     reference = "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)"
+    revision = 1  # Medusa's fast path (was: relaxed greedy mode, typical-set sampling)
     summary = ("Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next token the "
                "argmax; temperature 0: exact match")
     Knobs = TypicalKnobs
