@@ -158,10 +158,12 @@ def test_fly_theta_inf_is_exact_and_knobs_are_checked():
     assert make_policy("fly").knobs.theta == 0.3 and make_policy("fly").knobs.window == 6
 
 
-def test_top3_entropy_counts_a_masked_top3_token_as_zero():
+def test_top3_entropy_is_nan_with_fewer_than_three_finite_logits():
     z = torch.full((1, 8), -math.inf)
-    z[0, :2] = 0.0  # two finite logits: the third "largest" has probability 0 and contributes 0·log 0 = 0
-    assert float(top3_entropy(z)) == pytest.approx(math.log(2))
+    z[0, :2] = 0.0  # two finite logits: the third "largest" log-probability is -inf and exp(-inf)·(-inf) is NaN
+    assert math.isnan(float(top3_entropy(z)))
+    z[0, 2] = -1.0
+    assert not math.isnan(float(top3_entropy(z)))
 
 
 def test_fly_computes_the_entropy_only_where_it_can_change_the_verdict(monkeypatch):
@@ -178,32 +180,32 @@ def test_fly_computes_the_entropy_only_where_it_can_change_the_verdict(monkeypat
     assert judged == [2]  # one batched call over positions 0 and 4
 
 
-# -- margin (MARS) and margin-first (AdaptiveSpec) -------------------------------------------------------------
+# -- margin-greedy (MARS's ratio under greedy decoding) and margin-first (AdaptiveSpec) -------------------------
 def test_margin_top2_with_ratio_above_theta():
     logits = torch.stack([row(V, {0: 10.0, 1: 9.5, 2: 9.4}), row(V, {0: 10.0, 1: 8.0}), row(V, {3: 1.0})])
-    assert decide("margin", greedy_block(logits[[0, 2]], [1]), theta=0.9).n_accepted == 1  # 9.5/10 > 0.9
-    v = decide("margin", greedy_block(logits[[1, 2]], [1]), theta=0.9)  # 8/10 < 0.9
+    assert decide("margin-greedy", greedy_block(logits[[0, 2]], [1]), theta=0.9).n_accepted == 1  # 9.5/10 > 0.9
+    v = decide("margin-greedy", greedy_block(logits[[1, 2]], [1]), theta=0.9)  # 8/10 < 0.9
     assert (v.n_accepted, v.next_token) == (0, 0)
-    assert decide("margin", greedy_block(logits[[1, 2]], [1]), theta=0.7).n_accepted == 1  # 8/10 > 0.7
+    assert decide("margin-greedy", greedy_block(logits[[1, 2]], [1]), theta=0.7).n_accepted == 1  # 8/10 > 0.7
 
 
 def test_margin_rejects_a_top3_draft_however_close():
     logits = torch.stack([row(V, {0: 10.0, 1: 9.99, 2: 9.98}), row(V, {3: 1.0})])
-    assert decide("margin", greedy_block(logits, [1]), theta=0.9).n_accepted == 1
-    assert decide("margin", greedy_block(logits, [2]), theta=0.9).n_accepted == 0  # 9.98/10 but third
+    assert decide("margin-greedy", greedy_block(logits, [1]), theta=0.9).n_accepted == 1
+    assert decide("margin-greedy", greedy_block(logits, [2]), theta=0.9).n_accepted == 0  # 9.98/10 but third
 
 
 def test_margin_refuses_the_relaxation_when_z1_is_not_positive():
     # z1 <= 0: z2/z1 = 1.5 > 0.9 would accept a wide gap; the rule falls back to exact match
     logits = torch.stack([row(V, {0: -2.0, 1: -3.0}, rest=-40.0), row(V, {3: 1.0})])
-    v = decide("margin", greedy_block(logits, [1]), theta=0.9)
+    v = decide("margin-greedy", greedy_block(logits, [1]), theta=0.9)
     assert (v.n_accepted, v.next_token) == (0, 0)
     logits = torch.stack([row(V, {0: 0.0, 1: -1e-6}, rest=-40.0), row(V, {3: 1.0})])
-    assert decide("margin", greedy_block(logits, [1]), theta=0.9).n_accepted == 0
+    assert decide("margin-greedy", greedy_block(logits, [1]), theta=0.9).n_accepted == 0
     # z1 > 0 >= z2: the ratio is <= 0 and fails
     logits = torch.stack([row(V, {0: 0.5, 1: -0.01}, rest=-40.0), row(V, {3: 1.0})])
-    assert decide("margin", greedy_block(logits, [1]), theta=0.0).n_accepted == 0
-    assert decide("margin", greedy_block(logits, [0]), theta=0.9).n_accepted == 1  # a match is a match
+    assert decide("margin-greedy", greedy_block(logits, [1]), theta=0.0).n_accepted == 0
+    assert decide("margin-greedy", greedy_block(logits, [0]), theta=0.9).n_accepted == 1  # a match is a match
 
 
 def test_margin_first_promotes_only_the_first_mismatch():
@@ -223,16 +225,16 @@ def test_margin_first_promotes_only_the_first_mismatch():
 def test_greedy_only_rules_refuse_sampling_and_contrastive_refuses_greedy():
     from relaxbench.decoding.loop import check_compatible
 
-    for name in ("margin", "margin-first", "topk", "exact"):
+    for name in ("margin-greedy", "typical-greedy", "margin-first", "topk", "exact"):
         with pytest.raises(ConfigError, match="does not support sampling"):
             check_compatible(make_policy(name), None, SamplingParams(1.0))
     with pytest.raises(ConfigError, match="does not support greedy"):
         check_compatible(make_policy("contrastive"), None, GREEDY)
 
 
-# -- typical acceptance ------------------------------------------------------------------------------------------
+# -- typical acceptance applied to greedy decoding (typical-greedy) ------------------------------------------------
 def medusa_floor(probs: np.ndarray, epsilon: float, delta: float) -> float:
-    entropy = -sum(p * math.log(p) for p in probs if p > 0)
+    entropy = -sum(p * math.log(p + 1e-5) for p in probs)  # Medusa's entropy, 1e-5 inside the log
     return min(epsilon, delta * math.exp(-entropy))
 
 
@@ -242,16 +244,17 @@ def test_typical_flat_vs_peaked():
     probs = torch.softmax(flat, -1).double().numpy()
     assert probs[1] > medusa_floor(probs, 0.09, 0.3)
     logits = torch.stack([flat, row(V, {3: 1.0})])
-    assert decide("typical", greedy_block(logits, [1])).n_accepted == 1
+    assert decide("typical-greedy", greedy_block(logits, [1])).n_accepted == 1
     # peaked: the floor is epsilon = 0.09; a token at 0.05 is rejected, one at ~0.095 accepted
     peaked = torch.log(torch.tensor([0.80, 0.05, 0.095, 0.055, 0, 0, 0, 0]).clamp_min(1e-30))
     probs = torch.softmax(peaked, -1).double().numpy()
     assert medusa_floor(probs, 0.09, 0.3) == 0.09
     logits = torch.stack([peaked, row(V, {3: 1.0})])
-    assert decide("typical", greedy_block(logits, [1])).n_accepted == 0
-    assert decide("typical", greedy_block(logits, [2])).n_accepted == 1
-    assert decide("typical", greedy_block(logits, [2]), epsilon=0.1).n_accepted == 0  # floor 0.1 > 0.095
-    assert decide("typical", greedy_block(logits, [2]), epsilon="inf", delta="inf").n_accepted == 0
+    assert decide("typical-greedy", greedy_block(logits, [1])).n_accepted == 0
+    assert decide("typical-greedy", greedy_block(logits, [2])).n_accepted == 1
+    assert decide("typical-greedy", greedy_block(logits, [2]), epsilon=0.1).n_accepted == 0  # floor 0.1 > 0.095
+    assert decide("typical-greedy", greedy_block(logits, [2]), epsilon="inf", delta="inf").n_accepted == 0
+    assert decide("typical", greedy_block(logits, [2])).n_accepted == 0  # Medusa's own greedy mode: exact match
 
 
 # -- top-K ----------------------------------------------------------------------------------------------------
@@ -311,11 +314,8 @@ def family_targets(name: str, drafts: list[int], target_logits=None, draft_logit
     target_logits = torch.cat([P4.log(), P4.log()]) if target_logits is None else target_logits
     draft_logits = Q4.log() if draft_logits is None else draft_logits
     block = Block(torch.tensor(drafts), target_logits, draft_logits, SamplingParams(1.0), None, {})
-    p, q = block.target_probs[:-1], block.draft_probs
-    pi_accept, pi_residual = policy.targets(block, p, q)
-    residual = pi_residual(0) if callable(pi_residual) else pi_residual[0]
-    accept_at_x = pi_accept[0] if pi_accept.dim() == 1 else pi_accept[0, drafts[0]]
-    return float(accept_at_x), residual
+    target = policy.row_target(block, 0, drafts[0])
+    return float(target.accept), target.residual()
 
 
 def test_mentored_and_ensemble_accept_ratios():
@@ -420,15 +420,15 @@ def test_greedy_strict_end_equals_exact(name):
         reference = make_policy("exact").verify(block)
         assert strict.verify(block) == reference
         differs += loose.verify(block) != reference
-    # the family's greedy mode *is* exact match; every other rule must actually relax on these blocks
-    if Need.DRAFT_PROBS not in POLICIES.get(name).needs:
+    # a rule whose greedy mode *is* exact match (as its reference) cannot differ; every other rule must relax here
+    if not POLICIES.get(name).greedy_is_exact:
         assert differs > 0, f"{name} at its defaults never differed from exact: the blocks test nothing"
 
 
-# sampling-mode rules whose strict knobs give speculative sampling; fly and typical are lossy at every setting
-# (their sampling modes follow the authors, see their docstrings)
-SAMPLING_LOSSLESS_AT_STRICT = [name for name in RELAXED
-                               if "sampling" in POLICIES.get(name).modes and name not in ("fly", "typical")]
+# sampling-mode rules whose strict knobs give speculative sampling; fly, typical and margin are lossy at every
+# setting (their sampling modes follow the authors, see their docstrings)
+SAMPLING_LOSSLESS_AT_STRICT = [name for name in RELAXED if "sampling" in POLICIES.get(name).modes
+                               and "sampling" not in POLICIES.get(name).lossy_modes]
 
 
 @pytest.mark.parametrize("name", SAMPLING_LOSSLESS_AT_STRICT)
@@ -450,9 +450,9 @@ def test_sampling_strict_end_equals_speculative_sampling(name, sampling):
 # knob, values from strict to loose: every step may only add acceptances
 GREEDY_LADDERS = {
     "fly": [("theta", [math.inf, 1.0, 0.6, 0.3, 0.1, 0.0]), ("window", [16, 8, 6, 4, 3, 2, 1])],
-    "margin": [("theta", [1.0, 0.95, 0.9, 0.8, 0.5, 0.0])],
+    "margin-greedy": [("theta", [1.0, 0.95, 0.9, 0.8, 0.5, 0.0])],
     "margin-first": [("kappa", [math.inf, 0.9, 0.5, 0.1, 0.0])],
-    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.02, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.05, 0.0])],
+    "typical-greedy": [("epsilon", [math.inf, 0.3, 0.09, 0.02, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.05, 0.0])],
     "topk": [("top", [1, 2, 3, 5, 48])],
 }
 SAMPLING_LADDERS = {
@@ -462,12 +462,13 @@ SAMPLING_LADDERS = {
     "fuzzy": [("threshold", [0.0, 0.05, 0.2, 0.3, 1.0])],
     "ensemble": [("w", [1.0, 0.95, 0.9, 0.8, 0.0])],
     "fly": [("theta", [math.inf, 0.6, 0.3, 0.0]), ("window", [8, 6, 3, 1])],
-    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.0])],
+    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.0])],
 }
 
 
 def test_every_relaxed_rule_is_in_a_monotonicity_ladder_or_documented_as_not_monotone():
-    not_monotone = {"judge", "casc-tok", "contrastive"}  # mixing weights: see their docstrings
+    # mixing weights (judge, casc-tok, contrastive), and MARS's gate, which can also reject: see their docstrings
+    not_monotone = {"judge", "casc-tok", "contrastive", "margin"}
     assert set(RELAXED) == set(GREEDY_LADDERS) | set(SAMPLING_LADDERS) | not_monotone
 
 
@@ -522,11 +523,14 @@ def test_n_relaxed_counts_accepted_drafts_exact_would_reject_greedy(name):
         assert v.next_token == int(argmax[v.n_accepted])  # correction (or bonus) is the target's argmax
 
 
-@pytest.mark.parametrize("name", [n for n in RELAXED if "sampling" in POLICIES.get(n).modes])
+# typical (deterministic) and margin (its own rejection test) count relaxed drafts their own way: see
+# tests/test_conformance.py
+@pytest.mark.parametrize("name", [n for n in RELAXED if "sampling" in POLICIES.get(n).modes
+                                  and n not in ("typical", "margin")])
 def test_n_relaxed_counts_accepted_drafts_speculative_sampling_would_reject(name):
     sampling = SamplingParams(1.0)
     policy = make_bound(name, {"beta": 1.0} if name == "contrastive" else {})
-    point_mass = name in ("fly", "typical")  # rules that ignore q treat drafts as point masses
+    point_mass = name == "fly"  # FLy ignores q and treats its (greedy) drafts as point masses
     total_relaxed = 0
     for seed in range(60):
         case = random_sampling_case(seed, sampling)
@@ -613,13 +617,14 @@ def test_fly_sampling_is_the_authors_two_sample_match():
     assert_frequencies(emitted_frequencies("fly", logits, [d], 3000), expected)
 
 
-def test_typical_sampling_draws_from_the_typical_set_after_a_rejection():
-    # H ≈ 1.14 → floor = min(0.09, 0.3·e^−H ≈ 0.096) = 0.09: token 3 (0.05) is rejected and outside the set
+def test_typical_sampling_is_medusas_deterministic_fast_path():
+    # H ≈ 1.14 → floor = min(0.09, 0.3·e^−H ≈ 0.096) = 0.09: token 3 (0.05) is rejected, and the next token is the
+    # argmax (token 0) whatever the seed; token 1 (0.3 > 0.09) is always accepted
     p = np.array([0.5, 0.3, 0.15, 0.05])
     logits = torch.tensor(np.log(p), dtype=torch.float32).repeat(2, 1)
-    expected = np.array([0.5, 0.3, 0.15, 0.0, 0.0])  # never accepted; never re-emitted; renormalised on the set
-    assert_frequencies(emitted_frequencies("typical", logits, [3], 2000), expected)
-    assert emitted_frequencies("typical", logits, [1], 200)[-1] == 200  # p(1) = 0.3 > 0.09: always accepted
+    expected = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    assert (emitted_frequencies("typical", logits, [3], 50) == 50 * expected).all()
+    assert emitted_frequencies("typical", logits, [1], 50)[-1] == 50
 
 
 # -- the greedy walk ---------------------------------------------------------------------------------------------

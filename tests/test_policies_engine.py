@@ -76,8 +76,8 @@ def test_every_q_needing_rule_refuses_drafters_without_a_distribution(tiny_targe
 
 
 def test_refused_modes_are_configuration_errors(tiny_target, tiny_draft):
-    with pytest.raises(ConfigError, match="'margin' does not support sampling"):
-        build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft,
+    with pytest.raises(ConfigError, match="'margin-greedy' does not support sampling"):
+        build_decoder(MethodSpec(name="margin-greedy", policy="margin-greedy"), tiny_target, tiny_draft,
                       DecodeConfig(sampling=SamplingParams(1.0)))
     with pytest.raises(ConfigError, match="'contrastive' does not support greedy"):
         build_decoder(MethodSpec(name="contrastive", policy="contrastive"), tiny_target, tiny_draft, DecodeConfig())
@@ -96,7 +96,8 @@ def test_strict_knobs_reproduce_the_autoregressive_output(tiny_target, tiny_draf
         assert result.output_ids == reference.output_ids
         assert sum(result.rounds.relaxed) == 0
         relaxed += sum(generate(loose, tiny_target, tiny_draft, prompt, 8).rounds.relaxed)
-    if Need.DRAFT_PROBS not in POLICIES.get(name).needs and name != "fly":  # fly's window needs long agreement
+    # a rule whose greedy mode is exact match cannot relax; fly's window needs long agreement
+    if not POLICIES.get(name).greedy_is_exact and name != "fly":
         assert relaxed > 0, f"{name} at its defaults never relaxed anything in the engine"
 
 
@@ -230,3 +231,15 @@ def test_drafter_knobs_are_validated_and_described():
     drafter = DRAFTERS.get("ngram").build({"max-ngram": 2}, inputs)
     assert drafter.describe() == {"drafter": "ngram", "max_ngram": 2, "min_ngram": 1, "num_tokens": 10}
     assert NgramVerifiedByDraftLM.Knobs().max_ngram == 4 and NgramVerifiedByDraftLM.Knobs().num_tokens == 6
+
+
+def test_mars_and_medusa_verify_greedy_drafts_and_mars_keeps_the_draft_logits(tiny_target, tiny_draft):
+    """Their authors verify the top-1 path of a draft tree: greedy drafts whatever the temperature; MARS reads the
+    draft's (untempered) probability of its token, so the engine keeps the draft logits under sampling."""
+    sampling = DecodeConfig(sampling=SamplingParams(0.8))
+    margin = build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft, sampling)
+    typical = build_decoder(MethodSpec(name="typical", policy="typical"), tiny_target, tiny_draft, sampling)
+    assert margin.draft_sampling.greedy and typical.draft_sampling.greedy
+    assert margin.drafter.keep_logits and not typical.drafter.keep_logits
+    greedy = build_decoder(MethodSpec(name="margin", policy="margin"), tiny_target, tiny_draft, DecodeConfig())
+    assert not greedy.drafter.keep_logits  # exact match reads no draft distribution

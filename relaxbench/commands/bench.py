@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mem = bsub.add_parser("memory", help="peak RSS of a relaxbench compare run on the offline pair")
     mem.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     mem.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
-    mem.add_argument("--methods", default="exact,fly,judge,margin,typical")
+    mem.add_argument("--methods", default="exact,fly,judge,margin-greedy,typical-greedy")
     mem.add_argument("--tasks", default="humaneval-completion")
     mem.add_argument("--limit", type=int, default=1)
     mem.add_argument("--max-new-tokens", type=int, default=32)

@@ -13,12 +13,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def policy_description(cls) -> str:
+    """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"..."""
+    exact = cls.greedy_is_exact and "greedy" in cls.modes
+    modes = ", ".join(sorted(cls.modes)) + ("; greedy: exact match" if exact else "")
+    fidelity = cls.fidelity.value if cls.fidelity is not None else "unstated"
+    return f"{fidelity} — {cls.summary} [{modes}]; {cls.reference}"
+
+
 def rows(kind: str) -> list[tuple[str, str]]:
     """(name, one-line description) for every entry of ``kind``."""
     if kind == "policies":
         from relaxbench.policies import POLICIES
 
-        return [(name, f"{cls.summary} [{', '.join(sorted(cls.modes))}]") for name, cls in POLICIES.items()]
+        return [(name, policy_description(cls)) for name, cls in POLICIES.items()]
     if kind == "drafters":
         from relaxbench.decoding.drafters import DRAFTERS
 

@@ -59,7 +59,8 @@ class SpeculativeDecoder:
         # what the drafter samples with: the run's settings, or greedy for a policy that verifies greedy drafts
         self.draft_sampling = SamplingParams() if policy.greedy_drafts else config.sampling
         if drafter is not None:
-            drafter.keep_logits = Need.DRAFT_PROBS in policy.needs or not self.draft_sampling.greedy
+            drafter.keep_logits = (Need.DRAFT_PROBS in policy.needs or not self.draft_sampling.greedy
+                                   or (policy.uses_draft_probs_if_any and not config.sampling.greedy))
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
 
     @torch.inference_mode()

@@ -19,6 +19,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies import POLICIES
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
 from relaxbench.tasks.yaml_tasks import YAML_LOADER
@@ -184,11 +185,19 @@ def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) 
     method and task records (so an edited YAML starts a new run instead of mixing results)."""
     payload: dict[str, Any] = {
         "suite": suite.key_fields(),
-        "arms": [{"name": a.name, "method": a.method.identity(), "k": a.k,
-                  "drafter": None if a.drafter is None else a.drafter.model_dump()} for a in arms],
+        "arms": [_arm_identity(a) for a in arms],
         "tasks": [_task_identity(s.record()) for s in sources],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _arm_identity(arm: Arm) -> dict[str, Any]:
+    identity = {"name": arm.name, "method": arm.method.identity(), "k": arm.k,
+                "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
+    revision = POLICIES.get(arm.method.policy).revision
+    if revision:  # a rule whose verdicts changed: its earlier runs are not resumed as this one (0 keeps old keys)
+        identity["policy_revision"] = revision
+    return identity
 
 
 def _task_identity(record: dict[str, Any]) -> dict[str, Any]:

@@ -36,23 +36,47 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Row-wise distribution for ``logits`` [..., V]; greedy → plain softmax (temperature 1, no truncation)."""
+def process_logits(logits: torch.Tensor, params: SamplingParams, top_p_first: bool = False) -> torch.Tensor:
+    """Row-wise processed logits for ``logits`` [..., V]: divided by the temperature, then the top-k and top-p cuts
+    (removed tokens at -inf), in float32; greedy → the raw logits (temperature 1, no truncation).
+
+    The run's order is top-k, then top-p on what top-k kept (HF ``generate`` and vLLM); ``top_p_first`` applies
+    top-p to the full tempered distribution first, then top-k — the order of a ``LogitsProcessorList`` built as
+    temperature, top-p, top-k (MARS's ``prepare_logits_processor``)."""
     logits = logits.float()
     if params.greedy:
-        return torch.softmax(logits, dim=-1)
+        return logits
     logits = logits / params.temperature
+    steps = (_top_p_cut, _top_k_cut) if top_p_first else (_top_k_cut, _top_p_cut)
+    for step in steps:
+        logits = step(logits, params)
+    return logits
+
+
+def _top_k_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Keep the tokens whose logit is at least the k-th largest (ties with the k-th stay)."""
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
+
+
+def _top_p_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Drop a token when the mass strictly before it (most likely first) already reaches top_p; the top token
+    always stays."""
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass strictly before it already reaches top_p (the top token always stays)
         drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= params.top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return torch.softmax(logits, dim=-1)
+    return logits
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Row-wise distribution for ``logits`` [..., V]: the softmax of ``process_logits`` (greedy → plain softmax,
+    temperature 1, no truncation)."""
+    return torch.softmax(process_logits(logits, params), dim=-1)
 
 
 SAMPLE_CHUNK = 1024  # vocabulary slice of the two-level inverse-CDF draw

@@ -8,6 +8,7 @@ position. A policy turns that ``Block`` into a ``Verdict``: how many drafts to k
 from __future__ import annotations
 
 import enum
+import functools
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,11 +20,12 @@ import torch
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
 from relaxbench.ops.rejection import Verdict
+from relaxbench.ops.rows import LazyRows, row_chunk
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs, next_token
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec, validate
 
-__all__ = ["POLICIES", "Block", "Need", "PolicyEnv", "Verdict", "VerificationPolicy", "make_policy",
+__all__ = ["POLICIES", "Block", "Fidelity", "Need", "PolicyEnv", "Verdict", "VerificationPolicy", "make_policy",
            "register_policy"]
 
 
@@ -35,9 +37,22 @@ class Need(enum.Enum):
     EXTRA_TOKENS = "extra tokens appended to the verify forward"
 
 
+class Fidelity(enum.Enum):
+    """How a rule relates to its source (``relaxbench list policies`` and the README's policy table show it)."""
+
+    REFERENCE = "as reference"  # follows the authors' (or a reference reproduction's) code at a named commit
+    PAPER = "as paper (no code)"  # follows the paper; no public code was found
+    PAPER_UNVERIFIED = "as paper (unverified: method section not retrieved)"  # the paper's details are not checked
+    VARIANT = "variant"  # our rule, derived from a paper's rule; not in the authors' code
+    BASELINE = "lossless baseline"
+
+
 @dataclass(frozen=True)
 class Block:
-    """Everything one verification round knows. Distributions and the argmax are computed lazily, at most once."""
+    """Everything one verification round knows. Distributions and the argmax are computed lazily, at most once.
+
+    Nothing cached here may refer back to the block (a reference cycle would keep every round's distributions
+    alive until the cyclic garbage collector runs: fresh memory, page faults, each round)."""
 
     draft_tokens: torch.Tensor  # [k] long
     target_logits: torch.Tensor  # [k+1, V] float32; row i is the target's distribution for draft position i
@@ -55,16 +70,43 @@ class Block:
         return self.sampling.greedy
 
     @cached_property
+    def p_rows(self) -> LazyRows:
+        """p row by row, each computed when first read: after temperature/top-k/top-p (softmax at temperature 1
+        under greedy decoding)."""
+        return self.lazy_rows(self.target_logits, self.sampling)
+
+    @cached_property
     def target_probs(self) -> torch.Tensor:
-        """p: [k+1, V] after temperature/top-k/top-p (softmax at temperature 1 under greedy decoding)."""
-        return logits_to_probs(self.target_logits, self.sampling)
+        """p: [k+1, V], every row of ``p_rows``."""
+        return self.p_rows.all()
+
+    @cached_property
+    def q_rows(self) -> LazyRows:
+        """q row by row: the distribution the drafter sampled from."""
+        if self.draft_logits is None:
+            raise ConfigError("this policy needs draft probabilities but the drafter provides none")
+        return self.lazy_rows(self.draft_logits, self.sampling)
 
     @cached_property
     def draft_probs(self) -> torch.Tensor:
-        """q: [k, V], the distribution the drafter sampled from."""
-        if self.draft_logits is None:
-            raise ConfigError("this policy needs draft probabilities but the drafter provides none")
-        return logits_to_probs(self.draft_logits, self.sampling)
+        """q: [k, V], every row of ``q_rows``."""
+        return self.q_rows.all()
+
+    @cached_property
+    def tempered_rows(self) -> LazyRows:
+        """softmax(z / T) row by row: the temperature alone, without the run's top-k/top-p (the test distribution of
+        the rules whose authors apply only the temperature); ``p_rows`` itself when the run has no truncation."""
+        tempered = SamplingParams(self.sampling.temperature)
+        if tempered == self.sampling:
+            return self.p_rows
+        return self.lazy_rows(self.target_logits, tempered)
+
+    @staticmethod
+    def lazy_rows(logits: torch.Tensor, params: SamplingParams) -> LazyRows:
+        """The distributions of ``logits`` under ``params``, row by row (a function that does not refer to the
+        block, so the block is freed as soon as the round is over)."""
+        return LazyRows(logits, functools.partial(logits_to_probs, params=params),
+                        row_chunk(logits.device, int(logits.shape[0])))
 
     @cached_property
     def target_argmax(self) -> torch.Tensor:
@@ -91,13 +133,20 @@ class PolicyEnv:
 
 
 class VerificationPolicy:
-    """Base class. Subclasses set ``name``, ``needs``, ``modes``, a ``Knobs`` spec, and ``decide``.
+    """Base class. Subclasses set ``name``, ``needs``, ``modes``, ``fidelity``, ``reference``, a ``Knobs`` spec, and
+    ``decide``.
 
     ``modes`` lists the decoding modes the rule supports ('greedy', 'sampling'); others are configuration errors.
     ``strict_knobs`` is the knob setting at which a relaxed rule is its lossless baseline: exact match under greedy
-    decoding, and speculative sampling under sampling for the rules whose sampling mode has a lossless end (FLy's
-    and typical acceptance's, as their authors run them, are lossy at every setting); the tests hold every rule to
-    it. ``greedy_drafts`` asks the engine for greedy drafts even when the run samples (FLy's sampling mode).
+    decoding, and speculative sampling under sampling except in ``lossy_modes`` (FLy's, typical acceptance's and
+    MARS's sampling modes, as their authors run them, are lossy at every setting); the tests hold every rule to it.
+    ``greedy_is_exact``: under greedy decoding the rule is exact match at every knob setting, as its reference.
+    ``greedy_drafts`` asks the engine for greedy drafts even when the run samples (the authors' drafts are the
+    drafter's top-1 path). ``uses_draft_probs_if_any``: under sampling the rule reads the drafter's distribution
+    when it has one and treats drafts as point masses otherwise (so the engine keeps the draft logits).
+    ``fidelity`` and ``reference`` (repo@commit and file, or the paper) say what the rule follows; its module
+    docstring lists every deliberate deviation. ``revision`` is bumped when a rule's verdicts change, so a stored
+    compare run of the earlier rule is not resumed as the new one (it enters the run key when above 0).
     """
 
     name: ClassVar[str] = ""
@@ -106,7 +155,13 @@ class VerificationPolicy:
     lossless: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     strict_knobs: ClassVar[Mapping[str, Any]] = types.MappingProxyType({})
+    lossy_modes: ClassVar[frozenset[str]] = frozenset()
+    greedy_is_exact: ClassVar[bool] = False
     greedy_drafts: ClassVar[bool] = False
+    uses_draft_probs_if_any: ClassVar[bool] = False
+    fidelity: ClassVar[Fidelity | None] = None
+    reference: ClassVar[str] = ""
+    revision: ClassVar[int] = 0  # bumped when the rule's verdicts change: part of a compare run's key
 
     class Knobs(Spec):
         """No knobs."""

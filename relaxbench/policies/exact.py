@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 
 
@@ -11,6 +11,8 @@ class ExactMatch(VerificationPolicy):
     name = "exact"
     modes = frozenset({"greedy"})
     lossless = True
+    fidelity = Fidelity.BASELINE
+    reference = "exact match (standard)"
     summary = "greedy exact match: accept d_i iff d_i = argmax p_i (lossless)"
 
     def decide(self, block: Block) -> Verdict:

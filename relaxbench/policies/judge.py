@@ -1,24 +1,37 @@
-"""Judge-style verification without training: reflective verification (arXiv 2505.18629), the target judging
-its own drafts in the same forward pass.
+"""Judge-style verification without training: reflective verification (Wang et al., "Think Before You Accept:
+Semantic Reflective Verification for Faster Speculative Decoding", arXiv 2505.18629), the target judging its own
+drafts in the same forward pass.
 
-The verify forward runs over ``[pending, d_1..d_k, R, d_1..d_k]``, where ``R`` is a reflection prompt (a knob;
-tokenized once in ``bind``). The first span gives the usual logits ``z0_i``; the duplicated span, read after the
-model has seen the whole draft and the prompt, gives "reflective" logits ``zr_i`` for the same positions. They are
-fused as ``z_i = (1 − α)·z0_i + α·zr_i`` (α = 0.3 as in the lossy-token-eff reimplementation, which calls it RV's
-default; the paper's exact prompt and fusion are unverified). The engine appends ``R, d_1..d_k`` through
-``extra_verify_tokens`` and drops their cache entries after the round.
+Fidelity: as paper, unverified — the paper's method section could not be retrieved (only its abstract), and no code
+from the authors was found. What the abstract states, and this policy does: training-free; "prompt-based probing"
+gives "both the original and reflective distributions of draft tokens in a single forward pass"; "the fusion of these
+distributions" verifies the drafts; it combines with statistical verification rules. Everything below that the
+abstract does not state is our choice, and the paper's own choices may differ: no section or equation of the paper
+is cited because none could be read.
 
-Default prompt (``DEFAULT_REFLECTION``): "\\n\\nLet me double-check the text above and write it again, correcting
-any mistake:\\n" — written for this suite; any text works (``--knob prompt='...'``).
+Our choices:
 
-The judge can only *rescue* drafts; every token it emits itself comes from the target, as in the rest of the suite:
+* Layout: the verify forward runs over ``[pending, d_1..d_k, R, d_1..d_k]``, ``R`` a reflection prompt (a knob,
+  tokenized once in ``bind``). The first span gives the usual logits ``z0_i``; the duplicated span, read after the
+  model has seen the whole draft and the prompt, gives "reflective" logits ``zr_i`` for the same positions (the row
+  read after ``R, d_1..d_{i−1}``). The engine appends ``R, d_1..d_k`` through ``extra_verify_tokens`` and drops
+  their cache entries after the round. This layout, the index alignment and the fusion below follow a third-party
+  reimplementation (chiatzenw-cur/lossy-token-eff @ 5b1b42c, its vLLM patches), which calls α = 0.3
+  "Reflective Verification's own default"; we could not check that against the paper.
+* Fusion: at the logit level, ``z_i = (1 − α)·z0_i + α·zr_i`` (α = 0.3, as that reimplementation).
+* Prompt (``DEFAULT_REFLECTION``): "\\n\\nLet me double-check the text above and write it again, correcting any
+  mistake:\\n" — written for this suite (the paper's prompt is unknown); any text works (``--knob prompt='...'``).
+* Acceptance. The judge can only *rescue* drafts; every token it emits itself comes from the target:
+  - greedy: accept ``d_i`` iff it is the target's argmax or the argmax of the fused logits; the correction token is
+    the target's argmax;
+  - sampling: accept ``x ~ q`` with probability ``min(1, max(p, π)(x)/q(x))``, ``π`` the fused distribution after
+    the run's temperature/top-k/top-p; after a rejection sample ``norm((p − q)+)``; the bonus token comes from
+    ``p``. With an n-gram drafter (no ``q``) the drafts are point masses. Acceptance is a superset of speculative
+    sampling with the same uniforms. ``π`` is computed only where speculative sampling rejects (``u·q(d) ≥ p(d)``:
+    elsewhere ``max(p, π)`` cannot change the verdict), and only up to the first rejection.
 
-* Greedy: accept ``d_i`` iff it is the target's argmax or the argmax of the fused logits; the correction token is
-  the target's argmax.
-* Sampling: accept ``x ~ q`` with probability ``min(1, max(p, π)(x)/q(x))``, ``π`` the fused distribution after the
-  run's temperature/top-k/top-p; after a rejection sample ``norm((p − q)+)``; the bonus token comes from ``p``.
-  With an n-gram drafter (no ``q``) the drafts are point masses. Acceptance is a superset of speculative sampling
-  with the same uniforms.
+Deviations: unknown — the paper's own layout, prompt, fusion and acceptance could not be read, so every choice above
+may deviate from it; a reader of the paper should settle them.
 
 ``α = 0`` is exactly ``exact`` / ``speculative-sampling``. The fusion weight is not a monotone looseness knob (the
 reflective view can favour the draft at one α and not at a larger one); every α ≥ 0 accepts at least what the
@@ -32,9 +45,9 @@ from pydantic import model_validator
 
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
-from relaxbench.ops.rejection import rejection_sample
+from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.ops.sampling import logits_to_probs
-from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Need, PolicyEnv, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
 
@@ -46,6 +59,10 @@ class ReflectiveJudge(VerificationPolicy):
     name = "judge"
     needs = frozenset({Need.EXTRA_TOKENS})
     strict_knobs = {"alpha": 0.0}
+    uses_draft_probs_if_any = True
+    fidelity = Fidelity.PAPER_UNVERIFIED
+    reference = ("arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
+                 "chiatzenw-cur/lossy-token-eff@5b1b42c")
     summary = "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt"
 
     class Knobs(Spec):
@@ -95,10 +112,16 @@ class ReflectiveJudge(VerificationPolicy):
                 return argmax(self.fused_logits(block, rows)) == block.draft_tokens[rows]
 
             return greedy_verdict(block, fused_argmax_is_draft)
-        p = block.target_probs
-        pi = p[:-1]
-        if self.knobs.alpha > 0:
-            all_drafts = torch.arange(block.k, device=block.draft_tokens.device)
-            pi = torch.maximum(pi, logits_to_probs(self.fused_logits(block, all_drafts), block.sampling))
-        q = block.draft_probs if block.draft_logits is not None else None
-        return rejection_sample(block.draft_tokens, q, pi, p[:-1], p[-1], block.generator, strict_p=p[:-1])
+        p = block.p_rows
+        tokens = block.draft_tokens.tolist()
+
+        def rescued(i: int, scaled_u: torch.Tensor) -> bool:  # u·q(d) < max(p, π)(d)
+            p_d = p[i][tokens[i]]
+            if bool(scaled_u < p_d):  # max(p, π)(d) >= p(d): accepted without the reflective row
+                return True
+            fused = self.fused_logits(block, torch.tensor([i], device=block.draft_tokens.device))
+            return bool(scaled_u < torch.maximum(p_d, logits_to_probs(fused[0], block.sampling)[tokens[i]]))
+
+        q = block.q_rows if block.draft_logits is not None else None
+        return rejection_sample(block.draft_tokens, q, AcceptTest(rescued) if self.knobs.alpha > 0 else p, p,
+                                lambda: p[block.k], block.generator, strict_p=p)

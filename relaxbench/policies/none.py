@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
 
 
 @register_policy
 class Autoregressive(VerificationPolicy):
     name = "none"
     lossless = True
+    fidelity = Fidelity.BASELINE
+    reference = "autoregressive decoding"
     summary = "autoregressive baseline: no drafts, one target forward per token"
 
     def decide(self, block: Block) -> Verdict:

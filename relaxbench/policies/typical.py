@@ -1,21 +1,47 @@
-"""Typical acceptance (Medusa, arXiv 2401.10774; code FasterDecoding/Medusa ``medusa/model/utils.py``:
-``evaluate_posterior`` with ``sampling='typical'`` and ``get_typical_one_token``).
+"""Typical acceptance (Medusa, Cai et al., arXiv 2401.10774) as Medusa's default path runs it, and a greedy variant.
 
-Rule, per draft position: accept ``d_i`` iff ``p_i(d_i) > min(ε, δ·exp(−H(p_i)))`` with ``H`` the full entropy of
-``p_i`` (natural log) — a draft is kept when it is "typical enough" for the target: an absolute floor ``ε`` in a
-flat distribution, a floor relative to ``exp(−H)`` in a peaked one. Defaults ε = 0.09 (``posterior_threshold``),
-δ = 0.3 (``posterior_alpha``). Medusa computes ``H`` with ``log(p + 1e-5)``; we use the exact entropy.
+Reference: FasterDecoding/Medusa @ e2a5d20, ``medusa/model/utils.py`` (last changed in 2b89814):
+``evaluate_posterior`` (L436–529) with ``sampling='typical'`` and ``fast=True`` — the default there and in
+``MedusaModelABC.medusa_generate`` (``medusa/model/medusa_model.py`` L249) — and ``generate_candidates``
+(L258–307), which picks the token that follows the accepted drafts.
 
-* Greedy: ``p`` is the softmax of the raw logits (temperature 1). A draft equal to the target's argmax is always
-  accepted, so the rule is a relaxation of exact match (Medusa's own greedy mode is plain exact match); the
-  correction token is the argmax. ``ε = δ = inf`` gives exactly ``exact``.
-* Sampling: as Medusa — the test runs on the run's processed ``p`` with no randomness of its own; after a
-  rejection, and for the bonus token, the next token is sampled from ``p`` restricted to its typical set
-  ``{v: p(v) ≥ min(ε, δ·exp(−H))}`` (Medusa's ``get_typical_one_token``), which excludes the rejected draft. It
-  goes through the shared rejection sampler with point-mass drafts; ``n_relaxed`` counts acceptances that the
-  one-sample lossless test ``u < p(d)`` would have rejected. Lossy at every setting.
+``typical`` (as reference), for a chain of k drafts, line by line:
 
-Loosening: smaller ``ε`` or smaller ``δ`` (a lower threshold).
+* temperature 0 (``evaluate_posterior`` L458–472): exact match, ``d_i == argmax z_i`` on the raw logits; the next
+  token is the argmax (L280–281). So the greedy mode is ``exact``.
+* temperature T > 0, the fast path, per draft position i in order:
+  - ``p_i = softmax(z_i / T)`` over the full vocabulary (L476): the temperature only — Medusa's test applies no
+    top-k or top-p, so the run's top-k/top-p do not enter the rule;
+  - ``H_i = −Σ_v p_i(v)·ln(p_i(v) + 1e-5)`` (L480–482): the 1e-5 inside the log is Medusa's. It makes ``H`` smaller
+    than the entropy by up to about V·1e-5 nats, so the floor below is higher (stricter) than with the exact entropy;
+  - accept iff ``p_i(d_i) > min(ε, δ·exp(−H_i))`` (L483–487; a strict >); the accepted length is the leading run of
+    acceptances (L488, the cumulative product);
+  - the next token is the argmax of the target's raw logits at the first rejected position, or at the bonus
+    position when all k drafts are accepted: ``update_inference_inputs`` keeps that row (L586) and
+    ``generate_candidates`` takes its argmax when ``fast`` is set (L280–281). No random number is drawn.
+  Defaults ε = 0.09 (``posterior_threshold``) and δ = 0.3 (``posterior_alpha``): the values ``medusa_generate``
+  passes (``medusa_model.py`` L244–246, L316–342); the signature defaults in ``utils.py`` (0.3 and 0.09) apply only
+  to direct calls.
+* Drafts: Medusa's candidates are the top-k tree of its heads; a chain's analogue is the drafter's top-1 path, so the
+  policy asks the engine for greedy drafts (``greedy_drafts``) and never reads the draft distribution.
+* ``n_relaxed`` counts the accepted drafts that are not the target's argmax: the ones Medusa's own temperature-0 rule
+  would have rejected (every other token this rule emits is an argmax).
+
+Deviations, deliberate: a chain, not a tree (Medusa's choice among tree paths — the longest, ties by the largest
+``Σ log p`` of the accepted tokens, L494–501 — and its padding token 0, L298–303, have no counterpart); float32
+from the logits the engine hands over (Medusa computes in the model's dtype, often fp16); the shortcut below, which
+changes no verdict. Medusa's other typical path (``fast=False``: sample from the typical set and match,
+``get_typical_posterior_mask`` L404–432) is not offered: at this commit it raises ``TypeError`` (L504 passes six
+arguments to a five-parameter function, since 0ac14da).
+
+``typical-greedy`` (variant): the paper's rule applied to greedy decoding; not in the authors' code (Medusa's greedy
+mode is exact match). Accept ``d_i`` iff it is the target's argmax or ``p_i(d_i) > min(ε, δ·exp(−H_i))``, with ``p_i``
+the softmax of the raw logits (temperature 1) and ``H_i`` Medusa's entropy as above; the next token is the argmax.
+ε = δ = inf is exactly ``exact``.
+
+Cost: the floor is at most ε, so a draft with ``p(d) > ε`` (compared in float32, as Medusa's threshold tensor holds
+ε) is accepted without the entropy; the entropy (one log pass over the vocabulary) is computed only for the other
+positions, and only up to the first rejection. Loosening: smaller ε or smaller δ.
 """
 
 from __future__ import annotations
@@ -25,73 +51,87 @@ import math
 import torch
 from pydantic import model_validator
 
-from relaxbench.ops.rejection import rejection_sample
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy, register_policy
+from relaxbench.ops.reductions import argmax
+from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec
 
-
-def safe_log(probs: torch.Tensor) -> torch.Tensor:
-    """log p with zeros mapped to a finite value, so 0·log 0 = 0 (cheaper than ``xlogy`` on CPU)."""
-    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+MEDUSA_LOG_EPSILON = 1e-5  # inside Medusa's entropy: −Σ p·ln(p + 1e-5)
 
 
-def typical_floor(entropy: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """Medusa's acceptance floor ``min(ε, δ·exp(−H))`` for entropies ``H``."""
-    return torch.clamp(delta * torch.exp(-entropy), max=epsilon)
+def medusa_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """0-d ``−Σ p·ln(p + 1e-5)`` of one distribution ``probs`` [V] (Medusa's entropy; float32)."""
+    return -torch.dot(probs, torch.add(probs, MEDUSA_LOG_EPSILON).log_())
 
 
-def typical_threshold(probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """[n] Medusa's acceptance floor for each row of ``probs`` [n, V]."""
-    return typical_floor(-(probs * safe_log(probs)).sum(dim=-1), epsilon, delta)
+def medusa_accepts(probs: torch.Tensor, token: int, epsilon: float, delta: float) -> bool:
+    """``p(d) > min(ε, δ·exp(−H))`` on one row ``probs`` [V], as Medusa's float32 tensors compute it; the entropy
+    only when ``p(d) ≤ ε`` (the floor never exceeds ε)."""
+    p_d = probs[token]
+    cap = torch.tensor(epsilon, dtype=probs.dtype, device=probs.device)  # Medusa's ones_like(H) * ε
+    if bool(p_d > cap):
+        return True
+    floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)
+    return bool(p_d > floor)
 
 
-def typical_accepts_greedy(block: Block, rows: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """[m] ``p(d) > min(ε, δ·exp(−H(p)))`` at draft positions ``rows`` of the raw target softmax, without
-    materialising p: with ``s = z − max z``, ``S = Σ e^s`` and ``T = Σ e^s·s``, ``H = ln S − T / S`` and
-    ``p(d) = e^{s_d} / S``. ``s`` is floored at −200, where ``e^s`` is already 0 in float32, so a −inf logit adds
-    0 to ``T`` (not 0·(−inf))."""
-    logits = block.target_logits[rows].float()
-    row_max = logits.amax(dim=-1)
-    shifted = (logits - row_max.unsqueeze(-1)).clamp_min_(-200.0)
-    weights = shifted.exp()
-    total = weights.sum(dim=-1).double()
-    weighted = (weights * shifted).sum(dim=-1).double()
-    entropy = total.log() - weighted / total
-    p_d = (block.target_logit_of_drafts(rows).double() - row_max.double()).exp() / total
-    return p_d > typical_floor(entropy, epsilon, delta)
+class TypicalKnobs(Spec):
+    epsilon: Number = 0.09  # Medusa's posterior_threshold (the hard cap of the floor)
+    delta: Number = 0.3  # Medusa's posterior_alpha (the entropy-scaled factor)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not (self.epsilon >= 0 and self.delta >= 0):
+            raise ValueError("epsilon and delta must be >= 0")
+        return self
 
 
 @register_policy
 class TypicalAcceptance(VerificationPolicy):
     name = "typical"
     strict_knobs = {"epsilon": math.inf, "delta": math.inf}
-    summary = "Medusa typical acceptance: accept iff p(d) > min(epsilon, delta*exp(-H(p)))"
+    lossy_modes = frozenset({"sampling"})
+    greedy_is_exact = True
+    greedy_drafts = True
+    fidelity = Fidelity.REFERENCE
+    reference = "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)"
+    revision = 1  # Medusa's fast path (was: relaxed greedy mode, typical-set sampling)
+    summary = ("Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next token the "
+               "argmax; temperature 0: exact match")
+    Knobs = TypicalKnobs
 
-    class Knobs(Spec):
-        epsilon: Number = 0.09  # Medusa's posterior_threshold
-        delta: Number = 0.3  # Medusa's posterior_alpha
+    def decide(self, block: Block) -> Verdict:
+        if block.greedy:
+            return greedy_verdict(block)
+        eps, delta = self.knobs.epsilon, self.knobs.delta
+        tokens = block.draft_tokens.tolist()
+        rows = block.tempered_rows  # softmax(z / T), row by row up to the first rejection
+        n = next((i for i in range(block.k) if not medusa_accepts(rows[i], tokens[i], eps, delta)), block.k)
+        n_relaxed = int((block.draft_tokens[:n] != argmax(block.target_logits[:n])).sum()) if n else 0
+        return Verdict(n, int(argmax(block.target_logits[n])), n_relaxed)
 
-        @model_validator(mode="after")
-        def _check(self):
-            if not (self.epsilon >= 0 and self.delta >= 0):
-                raise ValueError("epsilon and delta must be >= 0")
-            return self
+
+@register_policy
+class TypicalGreedy(VerificationPolicy):
+    name = "typical-greedy"
+    modes = frozenset({"greedy"})
+    strict_knobs = {"epsilon": math.inf, "delta": math.inf}
+    fidelity = Fidelity.VARIANT
+    reference = "Medusa's rule applied to greedy decoding; not in the authors' code"
+    summary = "Medusa's floor applied to greedy decoding: accept the argmax or p(d) > min(epsilon, delta*exp(-H))"
+    Knobs = TypicalKnobs
 
     def decide(self, block: Block) -> Verdict:
         eps, delta = self.knobs.epsilon, self.knobs.delta
-        if block.greedy:
-            if math.isinf(eps) and math.isinf(delta):
-                return greedy_verdict(block)
-            return greedy_verdict(block, lambda rows: typical_accepts_greedy(block, rows, eps, delta))
-        p = block.target_probs
-        floor = typical_threshold(p, eps, delta)  # [k+1]
-        p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
-        accept = (p_d > floor[:-1]).to(p.dtype)  # acceptance probability 1 or 0
+        if math.isinf(eps) and math.isinf(delta):
+            return greedy_verdict(block)
 
-        def typical_set(n: int) -> torch.Tensor:  # never empty: the top token always stays
-            keep = p[n] >= torch.minimum(floor[n], p[n].max())
-            return torch.where(keep, p[n], torch.zeros_like(p[n]))
+        def relax(rows: torch.Tensor) -> torch.Tensor:  # up to the first mismatch the floor rejects
+            accept = torch.zeros_like(rows, dtype=torch.bool)
+            for j, (row, token) in enumerate(zip(rows.tolist(), block.draft_tokens[rows].tolist(), strict=True)):
+                if not medusa_accepts(torch.softmax(block.target_logits[row].float(), dim=-1), token, eps, delta):
+                    break
+                accept[j] = True
+            return accept
 
-        return rejection_sample(block.draft_tokens, None, accept, typical_set, typical_set(block.k),
-                                block.generator, strict_p=p_d)
+        return greedy_verdict(block, relax)
