@@ -216,8 +216,8 @@ def test_humaneval_lm_eval_task_is_scored_in_the_sandbox(monkeypatch):
 
     monkeypatch.setenv("RELAXBENCH_HARNESS_MARKER", "1")
     [task] = load_lm_eval_tasks(["lm_eval:relaxbench_humaneval"], limit=1)["lm_eval:relaxbench_humaneval"]
-    assert task.primary == "pass@1,none" and not task.target_alone
-    [item] = task.items()
+    assert task.primary == "pass@1,none" and not task.likelihood_only
+    [item] = task.items
     assert item.item_id == "0" and "def has_close_elements" in item.turns[0]
     passed, failed = task.score_generation(item, CORRECT), task.score_generation(item, WRONG)
     assert (passed.value, passed.passed) == (1.0, True)
