@@ -1,10 +1,10 @@
-"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output. Importing this package
-registers every built-in scorer."""
+"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM judge
+(``llm_judge`` with the judges of ``judges``). Importing this package registers every built-in scorer and judge."""
 
 from collections.abc import Mapping
 from typing import Any
 
-from relaxbench.scoring import agreement, answers, code  # noqa: F401  (registration)
+from relaxbench.scoring import agreement, answers, code, judges, llm_judge  # noqa: F401  (registration)
 from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 
 

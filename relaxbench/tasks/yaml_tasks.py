@@ -94,6 +94,9 @@ class YamlTask(TaskSource):
     def scorer(self) -> Scorer:
         return make_scorer(self.spec.scorer, self.spec.scorer_args)
 
+    def judge_scorer(self) -> Scorer | None:
+        return None if self.spec.judge is None else make_scorer(self.spec.judge, self.spec.judge_args)
+
     def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str], max_new_tokens: int) -> list[int]:
         messages: list[dict[str, str]] = []
         for i in range(turn):
@@ -120,7 +123,10 @@ class YamlTaskLoader:
     def facts(self, record: Mapping[str, Any], scorer: str) -> TaskFacts:
         from relaxbench.scoring import SCORERS
 
-        return TaskFacts(False, SCORERS.get(scorer).detail_metrics if scorer in SCORERS else ())
+        if scorer not in SCORERS:
+            return TaskFacts()
+        cls = SCORERS.get(scorer)
+        return TaskFacts(False, cls.detail_metrics, cls.measure)
 
     def names(self, given: Sequence[str]) -> dict[str, list[str]]:
         """The task names each given name stands for (validation before any data is read)."""
