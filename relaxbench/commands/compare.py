@@ -1,5 +1,6 @@
 """``relaxbench compare``: run a (target, draft) pair × methods × tasks (+ the AR baseline per task), store every
-sample in ``DIR/results.sqlite`` (resuming what is there), print a table per task and write the HTML/PDF report.
+sample in ``DIR/results.sqlite`` (resuming what is there), with ``--judge``/``--judge-endpoint`` grade the answers of
+tasks that have a judge protocol (MT-Bench) afterwards, print a table per task and write the HTML/PDF report.
 
 Also ``relaxbench summary DIR``: the same tables from a stored run, without running anything.
 """
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.commands.args import add_runtime_args, runtime_from_args
+from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
 from relaxbench.commands.report import add_report_args
+from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
 
 
@@ -49,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "turns (as lm-eval's --apply_chat_template)")
     add_report_args(c, prefix="report-")
     add_runtime_args(c)
+    add_judge_args(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
@@ -59,7 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def suite_from_args(args: argparse.Namespace):
     """A SuiteSpec from --suite (if any) with the command-line flags over it."""
-    from relaxbench.errors import ConfigError
     from relaxbench.harness.suite import SuiteSpec, split_names, suite_file_fields, suite_path
     from relaxbench.validation import load_yaml, validate
 
@@ -137,9 +140,12 @@ class RichProgress:
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
+
     from relaxbench.arms import load_pair
     from relaxbench.harness.environment import describe_environment
     from relaxbench.harness.executor import EXECUTORS
+    from relaxbench.harness.judging import JudgedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
     from relaxbench.harness.runner import Worker
     from relaxbench.harness.store import open_store
@@ -147,12 +153,20 @@ def run(args: argparse.Namespace) -> int:
 
     suite = suite_from_args(args)
     report_formats = report_formats_of(args)  # checked before anything runs
+    judge = judge_from_args(args)
     executor = EXECUTORS.get(args.executor)()
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     args.device = suite.device  # a suite file may set it
     device = runtime_from_args(args)
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
+    judged = [JudgedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
+              if (scorer := job.source.judge_scorer()) is not None]
+    if judge is not None:
+        if not judged:
+            raise ConfigError(f"a judge grades tasks with a judge protocol (MT-Bench), and none of this run's tasks "
+                              f"has one ({', '.join(job.name for job in plan.jobs)})")
+        check_judging(judge, judged, device)
     draft_name = suite.draft if plan.needs_draft_model() else None
     target, draft = load_pair(suite.target, draft_name, device, suite.dtype, suite.draft_dtype, quiet=False)
     store = open_store(out_dir)
@@ -165,9 +179,18 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"run {plan.key} in {out_dir / 'results.sqlite'}: {len(plan.arms)} arms × {len(plan.jobs)} tasks")
         for note in plan.notes():
             err.print(note, markup=False, highlight=False)
+        if judge is None and judged:
+            err.print(f"{', '.join(t.name for t in judged)}: scored for fidelity to AR only (agreement with AR's "
+                      "output), not capability, since no judge was given (--judge MODEL, or --judge-endpoint URL "
+                      "--judge-model NAME; or later: relaxbench rescore DIR --judge MODEL)", markup=False,
+                      highlight=False)
         with RichProgress() as progress:
             executor.run(plan.jobs, worker, progress)
         status = "finished"
+        if judge is not None:
+            del worker, target, draft  # generation is over: the judge gets the memory
+            gc.collect()
+            judge_and_announce(store, run_id, judged, judge, device, RichProgress())
     except KeyboardInterrupt:
         status = "interrupted"
         raise
