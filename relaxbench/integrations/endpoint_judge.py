@@ -103,8 +103,8 @@ class EndpointJudge(Judge):
             futures = {pool.submit(self._ask, messages, draw): index for index, messages in enumerate(requests)}
             for future in as_completed(futures):
                 yield futures[future], future.result()
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        finally:  # normally all done; on an error or ^C, queued requests are dropped and close() ends those in flight
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def body(self, messages: Messages, draw: int) -> dict[str, Any]:
         """The request body: FastChat's fields, plus a seed when the judge samples."""
