@@ -95,3 +95,17 @@ def test_rows_built_from_a_generation_round_trip_through_the_store(tmp_path: Pat
     assert raw[0]["score_details"] == '{"a": [2], "b": 1}' and raw[0]["passed"] == 1
     assert raw[0]["matches_baseline"] == 0 and raw[0]["round_drafted"] == "[4, 4]"
     assert raw[1]["round_t_policy"] == "[]" and raw[1]["divergence"] is None
+
+
+def test_a_legacy_store_gains_the_judge_tables_and_keeps_its_rows(legacy_run: Path):
+    """The verdict cache is additive: opening a store written before it adds the three tables, changes no row, and
+    the run reads with no verdicts."""
+    db = legacy_run / "results.sqlite"
+    before = rows(db, "SELECT * FROM samples ORDER BY sample_id")
+    assert not rows(db, "SELECT name FROM sqlite_master WHERE name='judgments'")
+    run = load_run(legacy_run)
+    tables = {r["name"] for r in rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"judges", "judgments", "sample_judgments"} <= tables
+    assert rows(db, "SELECT * FROM samples ORDER BY sample_id") == before
+    assert run.judges == {} and all(cell.verdicts == () for cell in run.cells)
+    assert all(summary.judge is None for summary in summarize_run(run))

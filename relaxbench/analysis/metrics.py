@@ -13,6 +13,11 @@ CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of u
 Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in
 the AR cell only, since no verification rule changes a likelihood. Their summaries give every method AR's score
 with Δ = 0 by definition (``by_definition``), and no speed or counter figures for any arm (nothing was generated).
+
+Two measures: a task's score is *capability* (its own scorer's, or an LLM judge's when one graded the task) or
+*fidelity* to the AR output (agreement: exact match, ROUGE-L, log-likelihood), named in ``TaskSummary.measure``.
+When a judge graded a task, the score is the judge's (draw 0, unparseable verdicts left out as FastChat does) and
+the task's own agreement metrics stay in the details; ``TaskSummary.judge`` says how good the judge was.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from scipy import stats
 
 from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
-from relaxbench.harness.store import SampleRow
+from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
+from relaxbench.scoring.llm_judge import RATING_POINTS as JUDGE_RATING_POINTS
 from relaxbench.tasks import stored_task_facts
 
 POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
@@ -49,8 +55,15 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
     ("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per round), "
                      "and its share of the arm's generation time, Σ policy time / Σ time_total")),
-    ("score", "avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
-              "scorers; under greedy decoding the repeats are the same output, so n does not matter)"),
+    ("score", ("avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
+               "scorers; under greedy decoding the repeats are the same output, so n does not matter); capability "
+               "(the task's own scorer, or an LLM judge's rating × 10 where one graded the task) or, for a task "
+               "scored by agreement with AR alone, fidelity")),
+    ("fidelity to AR", ("agreement of an arm's output with AR's output of the same unit: exact match, ROUGE-L F, "
+                        "and the target's mean log-likelihood of the output (not capability: other wording loses "
+                        "points)")),
+    ("judge self-agreement", ("AR samples judged twice (another seed, another order): share with the same rating, "
+                              "and the mean absolute rating difference × 10 (points)")),
     ("Δ vs AR", "mean over units of (method score − AR score)"),
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores with one outcome per "
                   "unit: one sample per unit, or greedy decoding; under sampled repeats the Δ interval is the test)"),
@@ -142,6 +155,28 @@ class CellSummary:
 
 
 @dataclass(frozen=True)
+class JudgeSummary:
+    """The judge behind a task's capability scores, and how far to trust it: verdicts without a rating, samples
+    left without a verdict, and its agreement with itself on the AR arm (judged twice when it can disagree)."""
+
+    judge_hash: str
+    label: str
+    identity: Mapping[str, Any]
+    verdicts: int  # verdicts on this task's samples, both passes
+    unparseable: int  # of them, without a rating (FastChat's -1: left out of every average)
+    not_judged: int  # samples with no first-pass verdict (a failed call; a rescore asks again)
+    self_check: bool  # whether the AR arm was judged twice
+    self_check_how: str  # how the second pass differs, or why there is none
+    agreement_pairs: int = 0  # AR samples with a rating in both passes
+    agreement_exact: float | None = None  # share of them with the same rating
+    agreement_mean_abs: float | None = None  # mean |rating difference|, in points (rating × 10)
+
+    @property
+    def unparseable_share(self) -> float | None:
+        return self.unparseable / self.verdicts if self.verdicts else None
+
+
+@dataclass(frozen=True)
 class TaskSummary:
     task: str
     scorer: str
@@ -149,6 +184,8 @@ class TaskSummary:
     n_units: int
     cells: tuple[CellSummary, ...]  # the AR baseline first
     target_alone: bool = False  # scored by the target's likelihoods: no generation, methods equal AR by definition
+    measure: str = "capability"  # what the score is: "capability", or "fidelity" to the AR output
+    judge: JudgeSummary | None = None  # the LLM judge whose verdicts are the capability scores
 
     @property
     def baseline(self) -> CellSummary:
@@ -264,9 +301,17 @@ def _unit_time(group: list[SampleRow]) -> float:
     return statistics.fmean(s.time_total for s in group)
 
 
-def avg_at_n(group: Sequence[SampleRow]) -> float | None:
+ScoreOf = Callable[[SampleRow], float | None]
+
+
+def stored_score(sample: SampleRow) -> float | None:
+    """A sample's own scorer's score."""
+    return sample.score
+
+
+def avg_at_n(group: Sequence[SampleRow], score_of: ScoreOf = stored_score) -> float | None:
     """A unit's score: the mean over its n repeats (avg@n); None when none is scored."""
-    values = [s.score for s in group if s.score is not None]
+    values = [v for s in group if (v := score_of(s)) is not None]
     return statistics.fmean(values) if values else None
 
 
@@ -321,18 +366,21 @@ def _divergences(groups: Sequence[list[SampleRow]]) -> Divergences | None:
         inherited=sum(1 for d in diagnosed if d.get("inherited")))
 
 
-def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]]) -> np.ndarray:
-    return np.array([np.nan if (value := avg_at_n(groups[u])) is None else value for u in units])
+def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]], score_of: ScoreOf) -> np.ndarray:
+    return np.array([np.nan if (value := avg_at_n(groups[u], score_of)) is None else value for u in units],
+                    dtype=float)
 
 
-def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) -> CellSummary:
-    """Every figure of one arm on one task, paired with the AR baseline over ``units``."""
+def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
+                   score_of: ScoreOf = stored_score) -> CellSummary:
+    """Every figure of one arm on one task, paired with the AR baseline over ``units``; ``score_of`` gives a
+    sample's score (its own scorer's, or a judge's verdict)."""
     groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
     samples = [s for u in units for s in groups[u]]
     ar_times = np.array([_unit_time(base_groups[u]) for u in units])
     times = np.array([_unit_time(groups[u]) for u in units])
     total, geo = speedups(ar_times, times) if not cell.is_baseline else (Estimate(1.0), Estimate(1.0))
-    scores, base_scores = _scores(units, groups), _scores(units, base_groups)
+    scores, base_scores = _scores(units, groups, score_of), _scores(units, base_groups, score_of)
     scored = ~np.isnan(scores) & ~np.isnan(base_scores)
     score = float(scores[scored].mean()) if scored.any() else None
     base_score = float(base_scores[scored].mean()) if scored.any() else None
@@ -357,7 +405,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit]) ->
             categories.setdefault(category, []).append(u)
     by_category = {}
     for name, members in sorted(categories.items()):
-        cs, bs = _scores(members, groups), _scores(members, base_groups)
+        cs, bs = _scores(members, groups, score_of), _scores(members, base_groups, score_of)
         ok = ~np.isnan(cs) & ~np.isnan(bs)
         by_category[name] = GroupScore(len(members), float(cs[ok].mean()) if ok.any() else None,
                                        mean_difference(cs[ok], bs[ok]) if ok.any() else Estimate(None),
@@ -404,9 +452,46 @@ def summarize_task(run: RunRecord, task: str) -> TaskSummary:
     if is_target_alone(baseline):
         return summarize_target_alone(task, baseline, cells[1:])
     units = complete_units(cells)
-    summaries = tuple(summarize_cell(c, baseline, units) for c in cells)
-    binary = bool(units) and all(s.passed is not None for c in cells for s in c.samples)
-    return TaskSummary(task, baseline.scorer, binary, len(units), summaries)
+    judge = summarize_judge(run, cells)
+    if judge is None:
+        score_of, measure = stored_score, stored_task_facts(baseline.task, baseline.task_spec, baseline.scorer).measure
+    else:
+        score_of, measure = judge_scores(cells, judge.judge_hash), "capability"
+    summaries = tuple(summarize_cell(c, baseline, units, score_of) for c in cells)
+    binary = judge is None and bool(units) and all(s.passed is not None for c in cells for s in c.samples)
+    return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, judge=judge)
+
+
+def judge_scores(cells: Sequence[CellRecord], judge_hash: str) -> ScoreOf:
+    """A sample's capability score by the judge's first-pass verdict (None: unparseable, or not judged)."""
+    verdicts = {v.sample_id: v.score for c in cells for v in c.verdicts if v.judge_hash == judge_hash and v.draw == 0}
+    return lambda sample: verdicts.get(sample.sample_id)
+
+
+def summarize_judge(run: RunRecord, cells: Sequence[CellRecord]) -> JudgeSummary | None:
+    """The judge whose verdicts are a task's capability scores: of those that graded its samples, the one that
+    did so last (None when no judge graded the task)."""
+    verdicts = [v for c in cells for v in c.verdicts]
+    if not verdicts:
+        return None
+    chosen = max(verdicts, key=lambda v: v.linked_at).judge_hash
+    mine = [v for v in verdicts if v.judge_hash == chosen]
+    record = run.judges.get(chosen)
+    description = record.description if record is not None else {}
+    first = {v.sample_id: v for v in mine if v.draw == 0}
+    second = {v.sample_id: v for v in mine if v.draw == 1}
+    pairs = [(first[i].rating, second[i].rating) for i in second if i in first
+             and first[i].score is not None and second[i].score is not None]
+    samples = [s for c in cells for s in c.samples if s.stop_reason != LIKELIHOOD_STOP_REASON]
+    return JudgeSummary(
+        judge_hash=chosen, label=record.label if record is not None else chosen[:12],
+        identity=dict(record.identity) if record is not None else {}, verdicts=len(mine),
+        unparseable=sum(v.score is None for v in mine),
+        not_judged=sum(1 for s in samples if s.sample_id not in first),
+        self_check=bool(description.get("self_check")), self_check_how=str(description.get("self_check_how") or ""),
+        agreement_pairs=len(pairs),
+        agreement_exact=statistics.fmean(a == b for a, b in pairs) if pairs else None,
+        agreement_mean_abs=statistics.fmean(abs(a - b) * JUDGE_RATING_POINTS for a, b in pairs) if pairs else None)
 
 
 def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[CellRecord]) -> TaskSummary:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,41 @@ class CalibrationRecord:
 
 
 @dataclass(frozen=True)
+class JudgeRecord:
+    """An LLM judge that graded samples in the store: its identity (what decides its verdicts) and what the
+    judging pass recorded about it (``label``, whether it judged the AR arm twice and how, or why not)."""
+
+    judge_hash: str
+    identity: Mapping[str, Any]
+    description: Mapping[str, Any]
+
+    @property
+    def label(self) -> str:
+        return str(self.description.get("label") or self.identity.get("model") or self.judge_hash[:12])
+
+
+@dataclass(frozen=True)
+class SampleVerdict:
+    """One judge's verdict on one sample: ``draw`` 0, or 1 for the self-check pass; ``rating`` -1 when the verdict
+    had no rating (then ``score`` is None)."""
+
+    sample_id: int
+    judge_hash: str
+    draw: int
+    rating: float
+    score: float | None
+    linked_at: str
+
+
+@dataclass(frozen=True)
 class CellRecord(CellDefinition):
-    """A stored cell: its definition (the store's one list of cell fields) plus its id, samples and calibration."""
+    """A stored cell: its definition (the store's one list of cell fields) plus its id, samples and calibration,
+    and the judges' verdicts on its samples."""
 
     cell_id: int
     samples: tuple[SampleRow, ...]
     calibration: CalibrationRecord | None  # the latest session's
+    verdicts: tuple[SampleVerdict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +73,7 @@ class RunRecord:
     suite: Mapping[str, Any]
     cells: tuple[CellRecord, ...]
     environment: tuple[Mapping[str, Any], ...]  # one per session, oldest first
+    judges: Mapping[str, JudgeRecord] = field(default_factory=dict)  # by hash
 
     def tasks(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -77,13 +107,25 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
             knobs=json.loads(c["knobs_json"]), method_spec=json.loads(c["method_json"]),
             drafter=None if c["drafter_json"] is None else json.loads(c["drafter_json"]), k=c["k"],
             decode=json.loads(c["decode_json"]), task_spec=json.loads(c["task_json"]), scorer=c["scorer"],
-            data_fingerprint=c["data_fingerprint"], samples=samples, calibration=calibration))
+            data_fingerprint=c["data_fingerprint"], samples=samples, calibration=calibration,
+            verdicts=_verdicts(store, c["cell_id"])))
     environment = tuple({**json.loads(e["environment_json"]), "session_id": e["session_id"], "status": e["status"],
                          "started_at": e["started_at"], "finished_at": e["finished_at"]}
                         for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
                                             (run["run_id"],)))
+    judges = {j["judge_hash"]: JudgeRecord(j["judge_hash"], json.loads(j["identity_json"]),
+                                           json.loads(j["description_json"])) for j in store.rows("SELECT * FROM judges")}
     return RunRecord(run["run_id"], run["run_key"], run["created_at"], run["updated_at"], run["target"], run["draft"],
-                     json.loads(run["suite_json"]), tuple(cells), environment)
+                     json.loads(run["suite_json"]), tuple(cells), environment, judges)
+
+
+def _verdicts(store: Store, cell_id: int) -> tuple[SampleVerdict, ...]:
+    return tuple(SampleVerdict(r["sample_id"], r["judge_hash"], r["draw"], r["rating"], r["score"], r["created_at"])
+                 for r in store.rows(
+        "SELECT l.sample_id, l.judge_hash, l.draw, l.created_at, j.rating, j.score FROM sample_judgments l "
+        "JOIN judgments j ON j.judge_hash=l.judge_hash AND j.prompt_hash=l.prompt_hash AND j.answer_hash=l.answer_hash "
+        "AND j.draw=l.draw JOIN samples s ON s.sample_id=l.sample_id WHERE s.cell_id=? ORDER BY l.sample_id, l.draw",
+        (cell_id,)))
 
 
 def load_run(path: str | Path, run_id: int | None = None) -> RunRecord:

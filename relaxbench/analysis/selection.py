@@ -1,5 +1,5 @@
-"""Which arms a report singles out per task: the fastest within a capability-loss budget (the summary's pick), the
-fastest overall and the fastest lossless arm (for contrast). Rules over the summaries, kept apart from how the
+"""Which arms a report singles out per task: the fastest within a capability-loss budget (the summary's pick; only
+where capability was measured), the fastest overall and the fastest lossless arm (for contrast). Rules over the summaries, kept apart from how the
 report words them, so the pick can be tested and reused without rendering anything."""
 
 from __future__ import annotations
@@ -17,9 +17,17 @@ def _timed(summary: TaskSummary) -> list[CellSummary]:
     return [c for c in summary.cells if not c.is_baseline and c.speedup_total.value is not None]
 
 
+def ranks_by_capability(summary: TaskSummary) -> bool:
+    """Whether the task's score is capability. A task scored only for fidelity to AR (agreement, no judge) has no
+    capability loss to budget, so no rule is picked or ranked by it."""
+    return summary.measure == "capability"
+
+
 def best_within_budget(summary: TaskSummary, budget: float) -> CellSummary | None:
-    """The fastest arm (measured speed-up, total) whose mean score loss vs AR is at most ``budget`` points; None
-    when no arm within the budget is faster than AR."""
+    """The fastest arm (measured speed-up, total) whose mean capability loss vs AR is at most ``budget`` points;
+    None when no arm within the budget is faster than AR, or when the task's capability was not measured."""
+    if not ranks_by_capability(summary):
+        return None
     best = _fastest([c for c in _timed(summary)
                      if c.score_delta.value is not None and c.score_delta.value * POINTS >= -budget])
     return best if best is not None and best.speedup_total.value > 1.0 else None

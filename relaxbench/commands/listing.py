@@ -1,14 +1,15 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, suites."""
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, judges, suites."""
 
 from __future__ import annotations
 
 import argparse
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "suites")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "judges", "suites")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers or suites")
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, judges or "
+                                    "suites")
     p.add_argument("kind", choices=LISTERS)
     p.set_defaults(handler=run)
 
@@ -66,7 +67,12 @@ def rows(kind: str) -> list[tuple[str, str]]:
     if kind == "scorers":
         from relaxbench.scoring import SCORERS
 
-        return [(name, cls.summary) for name, cls in SCORERS.items()]
+        return [(name, f"{cls.summary} [{cls.measure}{'; graded by a judge after generation' if cls.judged else ''}]")
+                for name, cls in SCORERS.items()]
+    if kind == "judges":
+        from relaxbench.scoring.judges import JUDGES
+
+        return [(name, cls.summary) for name, cls in JUDGES.items()]
     from relaxbench.tasks import load_task, task_files
 
     out = []
@@ -77,7 +83,9 @@ def rows(kind: str) -> list[tuple[str, str]]:
                  + (" (gated)" if source.access else ""),
                  "package": f"wheel {source.requirement}", "generated": f"generated ({source.generator})",
                  "file": "--data-file"}[source.kind]
-        out.append((name, f"[{where}; scorer {spec.scorer}; max_new_tokens {spec.max_new_tokens}] {spec.description}"))
+        judge = f"; judge {spec.judge}" if spec.judge else ""
+        out.append((name, (f"[{where}; scorer {spec.scorer}{judge}; max_new_tokens {spec.max_new_tokens}] "
+                           f"{spec.description}")))
     return out
 
 

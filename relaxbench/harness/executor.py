@@ -122,3 +122,10 @@ class InProcessExecutor(Executor):
             raise
         finally:
             store.finish_session(session_id, status)
+
+    def close(self) -> None:
+        """Let go of the models, so what runs next in this process (the LLM judge) gets their memory."""
+        import gc
+
+        self.target = self.draft = None
+        gc.collect()

@@ -23,7 +23,9 @@ from relaxbench.analysis.notices import (
     WIDE_SPEEDUP,
     BusyMachine,
     FewUnits,
+    FidelityOnly,
     Finding,
+    JudgeQuality,
     LosslessCheck,
     ModelGaps,
     NoCalibration,
@@ -46,9 +48,24 @@ from relaxbench.analysis.selection import (
     fastest,
     loss_beyond_budget,
     lossless_reference,
+    ranks_by_capability,
 )
 from relaxbench.report.figures import FIGURE_METHODS, FigureArt, method_palette, task_figures
-from relaxbench.report.tables import Cell, Row, Table, est, fmt, knobs_text, num, pts, pts_ci, speed_ci, task_tables
+from relaxbench.report.tables import (
+    Cell,
+    Row,
+    Table,
+    est,
+    fmt,
+    knobs_text,
+    measured_by,
+    num,
+    pts,
+    pts_ci,
+    self_agreement_text,
+    speed_ci,
+    task_tables,
+)
 
 # ------------------------------------------------------------------------------------------------ the document
 
@@ -101,11 +118,30 @@ class Report:
 # ------------------------------------------------------------------------------------------------ the summary
 
 
+def _fidelity_headline(summary: TaskSummary) -> str:
+    text = (f"{summary.task} (n = {summary.n_units} paired units): capability was not measured for this task; its "
+            f"score ({summary.scorer}) is fidelity to AR's output, which any rewording lowers, so rules are not "
+            "ranked by it")
+    top = fastest(summary)
+    if top is not None:
+        text += (f"; the fastest, {top.arm}, runs at {speed_ci(top.speedup_total)} with fidelity Δ "
+                 f"{pts_ci(top.score_delta)} pts")
+    return text + "."
+
+
 def headline(summary: TaskSummary, budget: float) -> str:
     ar = summary.baseline
+    if not ranks_by_capability(summary):
+        text = _fidelity_headline(summary)
+        ref = lossless_reference(summary)
+        return text + (f" Lossless reference ({ref.arm}): {speed_ci(ref.speedup_total)}." if ref is not None else "")
     unit, suffix = ("pass@1", "%") if summary.binary else ("score", " pts")
     ar_score = "-" if ar.score is None else pts(ar.score) + suffix
-    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}): "
+    judged = "" if summary.judge is None else f", judged by {summary.judge.label}"
+    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}{judged}): "
+    if ar.score is None and summary.n_units:
+        why = "no verdict of the judge has a rating" if summary.judge is not None else "no unit has a score"
+        return text + f"{why}, so no rule is ranked."
     best = best_within_budget(summary, budget)
     if best is None:
         text += f"no method is faster than AR while losing at most {budget:g} point(s)"
@@ -136,24 +172,32 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float) -> Table:
         top = fastest(summary)
         ref = lossless_reference(summary)
         chosen = best or ar
+        ranked = ranks_by_capability(summary)
+        pick = (chosen.arm if best else "ar (none faster within budget)") if ranked else \
+            "not ranked (capability not measured)"
+        delta = "Δ" if ranked else "fidelity Δ"
         rows.append(Row(summary.task, (
             Cell(summary.task, "task"), num(str(summary.n_units), "n_units", summary.n_units),
-            Cell(summary.scorer, "scorer"), num(pts(ar.score), "score", ar.score),
-            Cell(chosen.arm if best else "ar (none faster within budget)", "arm"),
-            est(speed_ci(chosen.speedup_total), "speedup_total", chosen.speedup_total),
+            Cell(measured_by(summary), "scorer"), num(pts(ar.score), "score", ar.score),
+            Cell(pick, "arm"),
+            est(speed_ci(chosen.speedup_total), "speedup_total", chosen.speedup_total) if ranked else
+            Cell("-", "speedup_total", numeric=True),
             est("-" if best is None else pts_ci(best.score_delta), "score_delta", chosen.score_delta),
-            num(fmt(chosen.accuracy_retained, ".1%"), "accuracy_retained", chosen.accuracy_retained),
-            Cell("-" if top is None else f"{top.arm}: {speed_ci(top.speedup_total)}, Δ {pts_ci(top.score_delta)}",
-                 "fastest"),
+            num(fmt(chosen.accuracy_retained, ".1%"), "accuracy_retained", chosen.accuracy_retained) if ranked else
+            Cell("-", "accuracy_retained", numeric=True),
+            Cell("-" if top is None else f"{top.arm}: {speed_ci(top.speedup_total)}, {delta} "
+                                         f"{pts_ci(top.score_delta)}", "fastest"),
             Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ref.speedup_total)}", "lossless"),
         )))
     return Table("summary-table", f"Best method per task within a {budget:g}-point capability-loss budget",
-                 ("task", "n", "scorer", "AR score", "best within budget", "speed-up [95% CI]",
+                 ("task", "n", "measured by", "AR score", "best within budget", "speed-up [95% CI]",
                   "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference"),
                  tuple(rows),
                  f"Best = the highest measured speed-up (Σ AR time / Σ method time) among arms whose mean score "
                  f"difference to AR is at least −{budget:g} point(s); AR when none of them is faster than AR. "
-                 "Scores in points (pass rate in %, agreement × 100).")
+                 "Scores in points (pass rate in %, an LLM judge's rating × 10, agreement × 100). A task scored only "
+                 "for fidelity to AR (agreement with AR's output, no judge) is not ranked: its capability was not "
+                 "measured.")
 
 
 # ------------------------------------------------------------------------------------------------ notices
@@ -183,6 +227,25 @@ def word(finding: Finding) -> str:
             return ("Scored by the target's likelihoods alone (no generation): no verification rule changes a "
                     "likelihood, so every method has AR's score by definition and there are no speed or acceptance "
                     "figures for this task.")
+        case FidelityOnly(scorer=scorer):
+            return (f"Capability was not measured for this task: its score ({scorer}) is fidelity to AR's output "
+                    "(exact match, ROUGE-L, the target's log-likelihood), which any rewording of a good answer lowers, "
+                    "so the summary does not rank rules by it. A task with a judge protocol (MT-Bench) is graded for "
+                    "capability with --judge MODEL or --judge-endpoint URL --judge-model NAME, or afterwards with "
+                    "relaxbench rescore RUN --judge ....")
+        case JudgeQuality(judge=j):
+            text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
+                    f"without a rating ({fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
+                    "does)")
+            if j.not_judged:
+                text += (f"; {j.not_judged} samples have no verdict (the judge call failed; relaxbench rescore asks "
+                         "again)")
+            if j.self_check:
+                text += (f". Agreement with itself ({j.self_check_how}): {self_agreement_text(j)}, mean rating "
+                         f"difference {fmt(j.agreement_mean_abs, '.1f')} points.")
+            else:
+                text += f". Agreement with itself: {j.self_check_how}."
+            return text
         case NoUnits():
             return "No unit was finished by every arm: this task has no figures yet."
         case FewUnits(n_units=n, paired=False):
@@ -307,12 +370,12 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
                                                      f"top-p={sampling.get('top_p')}, seed={decode.get('seed')}")
         rows.append(Row(summary.task, (
             Cell(summary.task, "task"), Cell(str(task.get("description") or "-"), "description"),
-            Cell(summary.scorer, "scorer"), num(str(summary.n_units), "n_units", summary.n_units),
+            Cell(measured_by(summary), "scorer"), num(str(summary.n_units), "n_units", summary.n_units),
             num(str(decode.get("max_new_tokens", "-")), "max_new_tokens", None), Cell(decoding, "decoding"),
             Cell(", ".join(repr(s) for s in decode.get("stop_strings") or ()) or "-", "stop"),
         )))
     tasks = Table("tasks-table", "Tasks and decoding settings",
-                  ("task", "description", "scorer", "paired units", "max new tokens", "decoding", "stop strings"),
+                  ("task", "description", "measured by", "paired units", "max new tokens", "decoding", "stop strings"),
                   tuple(rows))
     return setup, tasks
 

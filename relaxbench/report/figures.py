@@ -234,8 +234,11 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
         ax.set_xlim(*focus_limits(xs_all + [1.0], x_bounds, floor=0.0, min_pad=0.05))
         ax.set_ylim(*focus_limits(ys_all, y_bounds, floor=-3.0, ceil=103.0, min_pad=3.0))
     ax.set_xlabel("speed-up over AR (×), 95% CI")
-    ax.set_ylabel(f"{'pass@1 (%)' if summary.binary else 'score (points)'}, 95% CI of Δ vs AR")
-    ax.set_title(f"{summary.task}: score vs speed-up (n = {summary.n_units})", fontsize=10, loc="left")
+    score = ("pass@1 (%)" if summary.binary else "judge rating × 10 (points)" if summary.judge is not None
+             else "score (points)" if summary.measure == "capability" else "fidelity to AR (points)")
+    ax.set_ylabel(f"{score}, 95% CI of Δ vs AR")
+    what = "score" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
+    ax.set_title(f"{summary.task}: {what} vs speed-up (n = {summary.n_units})", fontsize=10, loc="left")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best", frameon=False)
     return FigureArt(f"{summary.task}-tradeoff", "tradeoff", summary.task, fig, _missing(missing))

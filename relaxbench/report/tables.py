@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, TaskSummary
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, JudgeSummary, TaskSummary
 
 
 @dataclass(frozen=True)
@@ -157,27 +157,77 @@ def _repeats_note(summary: TaskSummary) -> str:
             "items (under greedy decoding the repeats are one output, re-timed).")
 
 
-def _agreement_note(scorer: str) -> str:
+def _agreement_note(summary: TaskSummary) -> str:
     """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
     from relaxbench.scoring import SCORERS
 
-    if scorer in SCORERS and SCORERS.get(scorer).needs_baseline:
+    if summary.judge is None and summary.scorer in SCORERS and SCORERS.get(summary.scorer).needs_baseline:
         return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
-                "100 there by definition and Δ measures how far an arm's text drifts from AR's.")
+                "100 there by definition and Δ measures how far an arm's text drifts from AR's: fidelity to AR, not "
+                "capability.")
     return ""
 
 
+def measured_by(summary: TaskSummary) -> str:
+    """What a task's score is, in a few words: its scorer, the judge, or fidelity only."""
+    if summary.judge is not None:
+        return f"capability: llm judge {summary.judge.label}"
+    if summary.measure == "fidelity":
+        return f"fidelity to AR only: {summary.scorer} (capability not measured)"
+    return f"capability: {summary.scorer}"
+
+
+def score_unit(summary: TaskSummary) -> str:
+    if summary.binary:
+        return "pass rate, %"
+    if summary.judge is not None:
+        return "the judge's rating 1-10 × 10"
+    return summary.scorer + " × 100"
+
+
 def main_table(summary: TaskSummary) -> Table:
-    return Table(f"{summary.task}-table", f"{summary.task}: speed and capability per arm", MAIN_COLUMNS,
+    what = "capability" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
+    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm", MAIN_COLUMNS,
                  tuple(main_row(c, summary.binary) for c in summary.cells),
                  f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
-                 f"seconds per unit; score in points ({'pass rate, %' if summary.binary else summary.scorer + ' × 100'});"
+                 f"seconds per unit; score in points ({score_unit(summary)}; {measured_by(summary)});"
                  f" Δ vs AR = mean paired score difference; p = exact McNemar test "
                  f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
                  "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
                  "cut there has no answer). Brackets: 95% paired-bootstrap CI." + _repeats_note(summary)
-                 + _agreement_note(summary.scorer))
+                 + _agreement_note(summary))
+
+
+JUDGE_COLUMNS = ("judge", "verdicts", "unparseable", "not judged", "self-agreement", "mean |Δ rating|, pts")
+
+
+def self_agreement_text(judge: JudgeSummary) -> str:
+    if not judge.self_check:
+        return "not measured (see the note)"
+    if judge.agreement_exact is None:
+        return "AR judged twice, no pair with two ratings"
+    return f"{judge.agreement_exact:.0%} same rating ({judge.agreement_pairs} AR samples)"
+
+
+def judge_table(summary: TaskSummary) -> Table | None:
+    """The judge behind the capability scores and how far to trust it (None when no judge graded the task)."""
+    judge = summary.judge
+    if judge is None:
+        return None
+    share = judge.unparseable_share
+    row = Row(judge.label, (
+        Cell(judge.label, "judge"), num(str(judge.verdicts), "verdicts", judge.verdicts),
+        num(f"{judge.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
+        num(str(judge.not_judged), "not_judged", judge.not_judged),
+        Cell(self_agreement_text(judge), "agreement_exact", judge.agreement_exact, numeric=judge.self_check),
+        num(fmt(judge.agreement_mean_abs, ".1f"), "agreement_mean_abs", judge.agreement_mean_abs),
+    ))
+    return Table(f"{summary.task}-judge", f"{summary.task}: the judge behind the capability scores", JUDGE_COLUMNS,
+                 (row,), "Verdicts on this task's samples (both passes); unparseable = no [[rating]] or [rating] in "
+                         "the verdict (FastChat's -1), left out of every average; not judged = samples whose judge "
+                         "call failed (relaxbench rescore asks again); self-agreement = AR samples judged twice "
+                         f"({judge.self_check_how}).")
 
 
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",
@@ -261,16 +311,21 @@ def category_table(summary: TaskSummary) -> Table | None:
                 est("-" if cell.is_baseline else pts_ci(delta), "score_delta", delta),
                 *(num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
             ), emphasis=name == "all"))
+    fidelity = (" (fidelity to AR: exact match, ROUGE-L, log-likelihood)" if summary.measure == "fidelity"
+                or summary.judge is not None and keys else "")
     return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
                  ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
-                 "Scores in points; the detail columns are the scorer's own metrics averaged over units (first "
-                 "repeat).")
+                 f"Scores in points ({measured_by(summary)}); the detail columns are the task scorer's own metrics"
+                 f"{fidelity} averaged over units (first repeat).")
 
 
 def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
                                                                           diagnostics_table(summary)]
+    judge = judge_table(summary)
+    if judge is not None:
+        tables.insert(1, judge)
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)

@@ -1,5 +1,5 @@
-"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output. Importing this package
-registers every built-in scorer."""
+"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM judge
+(``llm_judge`` with the judges of ``judges``). Importing this package registers every built-in scorer and judge."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -12,7 +12,9 @@ from relaxbench.scoring import (  # noqa: F401  (registration)
     code,
     effects,
     evalplus,
+    judges,
     livecodebench,
+    llm_judge,
     patterns,
     recall,
 )

@@ -1,5 +1,7 @@
-"""Open-ended prompts have no reference: capability is agreement with the AR output (exact match and ROUGE-L)
-plus the target's mean log-likelihood of what was produced."""
+"""Open-ended prompts have no reference answer to check: without a judge, what can be measured is fidelity to the
+AR output (exact match and ROUGE-L) plus the target's mean log-likelihood of what was produced. That is not
+capability (a different wording of a good answer loses points), so the measure is named "fidelity"; capability on
+such tasks is an LLM judge's (``llm_judge.py``)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class AgreementScorer(Scorer):
     needs_baseline = True
     needs_logprob = True
     detail_metrics = ("exact_match", "rouge_l", "mean_logprob")
+    measure = "fidelity"
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         reference = text if context.baseline_text is None else context.baseline_text

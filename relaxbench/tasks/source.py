@@ -60,6 +60,11 @@ class TaskSource(ABC):
         """Prompt ids of ``turn`` of ``item`` for ``target`` (a loaded model), after this arm's own answers to the
         earlier turns (``history``), leaving room for ``max_new_tokens`` where the source keeps prompts short."""
 
+    def judge_scorer(self) -> Scorer | None:
+        """The judged scorer that grades the task's capability after generation when a judge is given (None: the
+        task has no judge protocol)."""
+        return None
+
     def score_likelihoods(self, target: Any, item: TaskItem) -> Score:
         """Score ``item`` by the target's likelihoods (likelihood-only sources)."""
         raise NotImplementedError(f"task {self.name!r} is scored by generation")
@@ -93,10 +98,12 @@ class LoadRequest:
 @dataclass(frozen=True)
 class TaskFacts:
     """What the analysis needs to know of a stored task, read back from its record: whether it was scored by the
-    target's likelihoods alone, and which keys of a sample's score details are metrics (averaged in summaries)."""
+    target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), and what
+    its own scorer measures ("capability", or "fidelity" to the AR output)."""
 
     likelihood_only: bool = False
     detail_metrics: tuple[str, ...] = ()
+    measure: str = "capability"
 
 
 class TaskLoader(Protocol):

@@ -12,7 +12,6 @@ from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
 from relaxbench.validation import Flag, PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
 
-
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
 ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
@@ -80,6 +79,10 @@ class TaskSpec(Spec):
     max_new_tokens: PositiveInteger = 256
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
+    # how an LLM judge grades the task's capability after generation, when a judge is given (a judged scorer,
+    # e.g. llm-judge); without a judge the task is scored by ``scorer`` alone
+    judge: Text | None = None
+    judge_args: dict[str, Any] = Field(default_factory=dict)
     description: Text = ""
     origin: Text = ""
 
@@ -100,9 +103,12 @@ class TaskSpec(Spec):
         return value
 
     def to_record(self) -> dict[str, Any]:
-        """The spec as stored with every cell of the task. Fields added after stores were written are left out
-        while unset, so a task that does not use them keeps its record (and an old run its key)."""
-        data = self.model_dump()
+        """The spec as stored with every cell of the task. The judge fields are left out: they do not change what
+        is generated (so they are not part of the run's identity, and a run made before a task had a judge resumes
+        and can be judged); which judge graded what is stored with each verdict. Fields added after stores were
+        written are left out while unset, so a task that does not use them keeps its record (and an old run its
+        key)."""
+        data = self.model_dump(exclude={"judge", "judge_args"})
         for key in ADDED_TASK_FIELDS:
             if not data[key]:
                 data.pop(key)
@@ -118,7 +124,7 @@ def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
 
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a task must be a mapping")
-    for key in ("source", "scorer_args", "chat_template_args"):
+    for key in ("source", "scorer_args", "chat_template_args", "judge_args"):
         if key in data and data[key] is None:
             data = {**data, key: {}}
     spec = validate(TaskSpec, {"name": default_name, **data, "origin": where}, where)
@@ -128,7 +134,19 @@ def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
     if spec.scorer not in SCORERS:
         raise UnknownNameError(f"{where}: unknown scorer {spec.scorer!r}{did_you_mean(spec.scorer, SCORERS.names())} "
                                f"(scorers: {', '.join(SCORERS.names())})")
-    SCORERS.get(spec.scorer).check_args(spec.scorer_args, where)
+    scorer = SCORERS.get(spec.scorer)
+    if scorer.judged:
+        raise ConfigError(f"{where}: scorer {spec.scorer!r} grades with an LLM judge after generation: name it as "
+                          f"the task's 'judge: {spec.scorer}' and keep a per-sample scorer")
+    scorer.check_args(spec.scorer_args, where)
+    if spec.judge is not None:
+        judged = [name for name, cls in SCORERS.items() if cls.judged]
+        if spec.judge not in judged:
+            raise UnknownNameError(f"{where}: judge {spec.judge!r} is not a judged scorer"
+                                   f"{did_you_mean(spec.judge, judged)} (judged scorers: {', '.join(judged)})")
+        SCORERS.get(spec.judge).check_args(spec.judge_args, where)
+    elif spec.judge_args:
+        raise ConfigError(f"{where}: judge_args without a judge")
     if spec.source.kind == "generated":
         from relaxbench.data.generate import GENERATORS
 

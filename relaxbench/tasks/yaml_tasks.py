@@ -170,6 +170,9 @@ class YamlTask(TaskSource):
         scorer = make_scorer(self.spec.scorer, self.spec.scorer_args)
         return TaskTextScorer(scorer, self.spec) if self.spec.gen_prefix is not None or self.spec.cut_at else scorer
 
+    def judge_scorer(self) -> Scorer | None:
+        return None if self.spec.judge is None else make_scorer(self.spec.judge, self.spec.judge_args)
+
     def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str], max_new_tokens: int) -> list[int]:
         messages = fewshot_messages(self.spec)
         for i in range(turn):
@@ -202,7 +205,10 @@ class YamlTaskLoader:
     def facts(self, record: Mapping[str, Any], scorer: str) -> TaskFacts:
         from relaxbench.scoring import SCORERS
 
-        return TaskFacts(False, SCORERS.get(scorer).detail_metrics if scorer in SCORERS else ())
+        if scorer not in SCORERS:
+            return TaskFacts()
+        cls = SCORERS.get(scorer)
+        return TaskFacts(False, cls.detail_metrics, cls.measure)
 
     def names(self, given: Sequence[str]) -> dict[str, list[str]]:
         """The task names each given name stands for (validation before any data is read)."""

