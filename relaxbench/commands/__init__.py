@@ -1,5 +1,5 @@
 """One module per ``relaxbench`` subcommand; each has ``register(subparsers)`` setting ``handler``."""
 
-from relaxbench.commands import bench, compare, generate, listing, lm_eval, lm_eval_tasks, models, report
+from relaxbench.commands import bench, compare, generate, listing, lm_eval, lm_eval_tasks, models, profile, report
 
-COMMAND_MODULES = [generate, compare, report, models, listing, bench, lm_eval, lm_eval_tasks]
+COMMAND_MODULES = [generate, compare, report, profile, models, listing, bench, lm_eval, lm_eval_tasks]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.commands.args import add_runtime_args, runtime_from_args
-from relaxbench.commands.report import add_report_args
+from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.validation import parse_assignments
 
 
@@ -48,12 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="lm_eval:NAME tasks: render prompts with the target's chat template, few-shot examples as "
                         "turns (as lm-eval's --apply_chat_template)")
     add_report_args(c, prefix="report-")
+    add_profile_arg(c, recorded=True)
     add_runtime_args(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
+    add_profile_arg(s)
     s.set_defaults(handler=run_summary)
 
 
@@ -73,7 +75,8 @@ def suite_from_args(args: argparse.Namespace):
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
-             "include_paths": tuple(args.include_path) if args.include_path else None}
+             "include_paths": tuple(args.include_path) if args.include_path else None,
+             "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None}
     fields.update({key: value for key, value in flags.items() if value is not None})
     for key in ("device", "dtype", "draft_dtype"):
         if getattr(args, key) != "auto" or key not in fields:
@@ -147,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
     suite = suite_from_args(args)
     report_formats = report_formats_of(args)  # checked before anything runs
+    check_profile_args(list(suite.profiles), args.x_axis)
     executor = EXECUTORS.get(args.executor)()
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     args.device = suite.device  # a suite file may set it
@@ -179,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
-        write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id)
+        write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id,
+                           x_axis=args.x_axis)
     return 0
 
 
@@ -196,14 +201,15 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     return formats
 
 
-def print_tables(out: Path | str, run_id: int | None = None) -> None:
-    """Every task's tables, as the report shows them."""
+def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = ()) -> None:
+    """Every task's tables, as the report shows them (a proxy column per cost profile)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id)
+    print_run(out, console(), run_id, profiles)
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    print_tables(args.out, args.run_id)
+    check_profile_args(args.profiles, None)
+    print_tables(args.out, args.run_id, args.profiles)
     return 0

@@ -1,5 +1,11 @@
-"""Run one task's cells: warm up, calibrate, then for every item, repeat and turn run the arms interleaved
-(AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each sample at once.
+"""Run one task's cells: warm up, measure this machine's cost profile, then for every item, repeat and turn run
+the arms interleaved (AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each
+sample at once.
+
+Untimed work is done once per session, not per task or per arm: each arm's warm-up generation (a short one: the
+cost profile's own warm-up runs already warmed every forward shape), and one profile of the machine
+(``relaxbench.profiles.measure``: the grid of forward costs the run's arms need, on the first prompt's context),
+stored as the session's ``this-machine`` profile, which prices every arm's proxy speed-up.
 
 The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.py) decides where jobs run.
 """
@@ -7,7 +13,7 @@ The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -18,14 +24,16 @@ from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
 from relaxbench.decoding.records import GenerationResult
-from relaxbench.harness.calibrate import calibrate
 from relaxbench.harness.plan import Arm, TaskJob
 from relaxbench.harness.store import CellDefinition, SampleRow, Store
 from relaxbench.policies import POLICIES
+from relaxbench.profiles.measure import MACHINE_PROFILE, Grid, measure_profile, power_grid
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
 
 WARMUP_TOKENS = 8
+WARMUP_PROMPT_TOKENS = 32  # a warm-up generation's prompt: its first tokens (prefill shapes differ per sample anyway)
+PROFILE_REPEATS = 3  # timed forwards per grid point of the session's machine profile (median)
 
 
 class ProgressSink(Protocol):
@@ -70,6 +78,9 @@ class Worker:
     run_id: int
     session_id: int
     warmup: int = 1
+    profile_repeats: int = PROFILE_REPEATS
+    warmed: set[str] = field(default_factory=set)  # arms warmed up in this session
+    profiled: bool = False  # whether this session measured its machine profile
 
     def prepare(self, job: TaskJob, progress: ProgressSink) -> TaskRun | LikelihoodRun:
         """Register the job's cells (in the store and with the progress display); run it later with ``run()``."""
@@ -115,29 +126,63 @@ class TaskRun:
                                                     self.job.decode_config(arm), self.w.draft_name)
         first_prompt = self._encode(self.job.items[0], 0, [])
         self._warm_up(first_prompt)
-        self._calibrate(first_prompt)
+        self._measure_machine(first_prompt)
         for item, repeat, turn in keys:
             self._run_sample(item, repeat, turn)
 
     # -------------------------------------------------------------------------------------- before timing
 
     def _warm_up(self, prompt_ids: list[int]) -> None:
-        """A few untimed generations per arm: first-call costs (allocations, kernel selection) stay out of the
-        timings."""
+        """A short untimed generation per arm, once per session: first-call costs (allocations, kernel selection,
+        a policy's first call) stay out of the timings."""
+        prompt = prompt_ids[:WARMUP_PROMPT_TOKENS]
         for arm in self.job.arms:
+            if arm.name in self.w.warmed:
+                continue
             cfg = self.job.decode_config(arm)
             decoder = build_decoder(arm.method, self.w.target, self.w.draft,
                                     replace(cfg, max_new_tokens=min(WARMUP_TOKENS, cfg.max_new_tokens)),
                                     self.w.draft_name)
             for _ in range(self.w.warmup):
-                decoder.generate(prompt_ids)
+                decoder.generate(prompt)
+            self.w.warmed.add(arm.name)
 
-    def _calibrate(self, prompt_ids: list[int]) -> None:
+    def profile_grid(self, prompt_ids: list[int]) -> Grid:
+        """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 and 2
+        tokens and each arm's full verify block (k + 1 + the policy's extra tokens), draft forwards of 1, 2 (and up
+        to 8 for n-gram+LM drafting) tokens, at the prompt's context and that plus max_new_tokens; prefill at half
+        and all of the prompt; n-gram lookups when an arm copies n-grams."""
+        verify = {1, 2}
+        draft_sizes = {1, 2}
+        lookups = False
         for arm in self.job.arms:
             decoder = self.decoders[arm.name]
-            result = calibrate(self.w.target, decoder.drafter, arm.k, prompt_ids, sampling=self.job.sampling)
-            self.w.store.add_calibration(self.cells[arm.name], self.w.session_id, result.context_tokens, result.k,
-                                         result.t_target_step, result.t_verify, result.t_draft_step, result.raw)
+            if arm.k:
+                extra = decoder.policy.extra_verify_tokens(torch.zeros(arm.k, dtype=torch.long))
+                verify.add(arm.k + 1 + (0 if extra is None else int(extra.shape[0])))
+            kind = None if arm.drafter is None else arm.drafter.kind
+            if kind in ("ngram", "ngram+lm"):
+                lookups = True
+            if kind == "ngram+lm":
+                draft_sizes.update(power_grid(8))
+        context = max(1, len(prompt_ids) - 1)
+        contexts = (context, context + self.job.max_new_tokens)
+        return Grid(new_tokens=tuple(sorted(verify)), context=contexts,
+                    prefill=tuple(sorted({max(1, context // 2), context})), draft_new_tokens=tuple(sorted(draft_sizes)),
+                    lookup_context=contexts if lookups else ())
+
+    def _measure_machine(self, prompt_ids: list[int]) -> None:
+        """This machine's cost profile, once per session, shared by every arm (stored as ``this-machine``)."""
+        if self.w.profiled:
+            return
+        grid = self.profile_grid(prompt_ids)
+        draft = self.w.draft if any(arm.needs_draft_model() for arm in self.job.arms) else None
+        self.progress.cell(MACHINE_PROFILE, "cost profile", grid.steps(draft is not None), 0)
+        profile = measure_profile(self.w.target, draft, grid, repeats=self.w.profile_repeats,
+                                  advance=lambda _: self.progress.advance(MACHINE_PROFILE, "cost profile"),
+                                  source=prompt_ids)
+        self.w.store.add_machine_profile(self.w.run_id, self.w.session_id, profile.record())
+        self.w.profiled = True
 
     # -------------------------------------------------------------------------------------- samples
 

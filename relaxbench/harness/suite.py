@@ -14,7 +14,7 @@ from relaxbench.validation import Flag, Integer, Number, Spec, Text, builtin_dir
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
-                   "limits")
+                   "limits", "profiles")
 
 
 def split_names(value: Any, what: str) -> tuple[str, ...]:
@@ -53,6 +53,9 @@ class SuiteSpec(Spec):
     include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
     apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
     limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)
+    # cost profiles the tables and the report price proxy speed-ups with (device names, profile files): recorded
+    # with the run, they change no sample, so they are not part of its key
+    profiles: tuple[Text, ...] = ()
 
     @field_validator("methods", "tasks", mode="before")
     @classmethod
@@ -62,6 +65,16 @@ class SuiteSpec(Spec):
         if not isinstance(value, (list, tuple)) or not value:
             raise ValueError("must be a non-empty list")
         return tuple(str(v) for v in value)
+
+    @field_validator("profiles", mode="before")
+    @classmethod
+    def _profiles(cls, value: Any) -> Any:
+        value = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+            raise ValueError("must be a profile name or a list of them")
+        return value
 
     @field_validator("include_paths", mode="before")
     @classmethod
