@@ -465,3 +465,17 @@ def test_compare_refuses_an_unknown_profile_before_loading_anything(tmp_path, ca
     assert main(argv) == 2
     one_line_error(capsys.readouterr().err, "unknown profile 'h900'")
     assert not (tmp_path / "run").exists()
+
+
+def test_cpu_flags_override_makes_the_dtype_defaults_those_of_an_avx2_cpu(monkeypatch):
+    import torch
+
+    from relaxbench.machine import has_bf16_units
+    from relaxbench.models.dtypes import default_dtype
+
+    monkeypatch.setenv("RELAXBENCH_CPU_FLAGS", "avx2,fma")
+    assert not has_bf16_units()
+    assert default_dtype("cpu", "target", 1_500_000_000) == torch.float32
+    assert default_dtype("cpu", "draft", 500_000_000) == torch.bfloat16
+    monkeypatch.setenv("RELAXBENCH_CPU_FLAGS", "avx2 avx512_bf16")
+    assert has_bf16_units() and default_dtype("cpu", "target", 1_500_000_000) == torch.bfloat16

@@ -218,9 +218,10 @@ def proxy_speedups(cell: CellRecord, baseline: CellRecord, units: list[Unit], pr
     """The arm's speed-ups with every sample's time replaced by its proxy time on ``profile`` (a unit's proxy time
     is the mean over its repeats, as a measured one): ``speedups`` of the proxy times, so both speed-ups have one
     definition."""
+    groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
     try:
-        arm = [[sample_proxy(profile, cell, s) for s in by_unit(cell.samples)[u]] for u in units]
-        base = [[sample_proxy(profile, baseline, s) for s in by_unit(baseline.samples)[u]] for u in units]
+        arm = [[sample_proxy(profile, cell, s) for s in groups[u]] for u in units]
+        base = [[sample_proxy(profile, baseline, s) for s in base_groups[u]] for u in units]
     except Unpriced as exc:
         return ProxySpeedup(Estimate(None), Estimate(None), unpriced=str(exc))
     own = [p for group in arm for p in group]

@@ -2,10 +2,11 @@
 the arms interleaved (AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each
 sample at once.
 
-Untimed work is done once per session, not per task or per arm: each arm's warm-up generation (a short one: the
-cost profile's own warm-up runs already warmed every forward shape), and one profile of the machine
-(``relaxbench.profiles.measure``: the grid of forward costs the run's arms need, on the first prompt's context),
-stored as the session's ``this-machine`` profile, which prices every arm's proxy speed-up.
+Untimed work is done once per session, not per task or per arm: one profile of the machine
+(``relaxbench.profiles.measure``: the grid of forward costs the run's arms need, on the first prompt's context,
+each shape run untimed first), stored as the session's ``this-machine`` profile, which prices every arm's proxy
+speed-up; then a minimal warm-up generation per arm (a few tokens on a few-token prompt), for the code paths the
+profile does not run (drafting, the policy, the cache bookkeeping): the profile already warmed the forward shapes.
 
 The ``Worker`` holds the loaded models and the store; an ``Executor`` (executor.py) decides where jobs run.
 """
@@ -31,9 +32,10 @@ from relaxbench.profiles.measure import MACHINE_PROFILE, Grid, measure_profile, 
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
 
-WARMUP_TOKENS = 8
-WARMUP_PROMPT_TOKENS = 32  # a warm-up generation's prompt: its first tokens (prefill shapes differ per sample anyway)
-PROFILE_REPEATS = 3  # timed forwards per grid point of the session's machine profile (median)
+WARMUP_TOKENS = 3  # a warm-up generation's new tokens: a draft round and a verify for every arm
+WARMUP_PROMPT_TOKENS = 8  # a warm-up generation's prompt: its first tokens (the profile warmed the model shapes)
+PROFILE_REPEATS = 3  # timed forwards per grid point of the session's machine profile (median), after 1 untimed
+PROFILE_PREFILL_REPEATS = 2  # timed prefills per length, none untimed (a sample's prefill is a first call too)
 
 
 class ProgressSink(Protocol):
@@ -125,16 +127,17 @@ class TaskRun:
             self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,
                                                     self.job.decode_config(arm), self.w.draft_name)
         first_prompt = self._encode(self.job.items[0], 0, [])
-        self._warm_up(first_prompt)
         self._measure_machine(first_prompt)
+        self._warm_up(first_prompt)
         for item, repeat, turn in keys:
             self._run_sample(item, repeat, turn)
 
     # -------------------------------------------------------------------------------------- before timing
 
     def _warm_up(self, prompt_ids: list[int]) -> None:
-        """A short untimed generation per arm, once per session: first-call costs (allocations, kernel selection,
-        a policy's first call) stay out of the timings."""
+        """A minimal untimed generation per arm, once per session: the first calls of its code paths (drafting,
+        the policy, rollback) stay out of the timings; the machine profile measured just before ran every forward
+        shape the arms use."""
         prompt = prompt_ids[:WARMUP_PROMPT_TOKENS]
         for arm in self.job.arms:
             if arm.name in self.w.warmed:
@@ -148,11 +151,11 @@ class TaskRun:
             self.w.warmed.add(arm.name)
 
     def profile_grid(self, prompt_ids: list[int]) -> Grid:
-        """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 and 2
-        tokens and each arm's full verify block (k + 1 + the policy's extra tokens), draft forwards of 1, 2 (and up
-        to 8 for n-gram+LM drafting) tokens, at the prompt's context and that plus max_new_tokens; prefill at half
-        and all of the prompt; n-gram lookups when an arm copies n-grams."""
-        verify = {1, 2}
+        """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 token and
+        each arm's full verify block (k + 1 + the policy's extra tokens; shorter blocks are interpolated), draft
+        forwards of 1, 2 (and up to 8 for n-gram+LM drafting) tokens, at the prompt's context and that plus
+        max_new_tokens; prefill at half and all of the prompt; n-gram lookups when an arm copies n-grams."""
+        verify = {1}
         draft_sizes = {1, 2}
         lookups = False
         for arm in self.job.arms:
@@ -180,7 +183,7 @@ class TaskRun:
         self.progress.cell(MACHINE_PROFILE, "cost profile", grid.steps(draft is not None), 0)
         profile = measure_profile(self.w.target, draft, grid, repeats=self.w.profile_repeats,
                                   advance=lambda _: self.progress.advance(MACHINE_PROFILE, "cost profile"),
-                                  source=prompt_ids)
+                                  source=prompt_ids, prefill_repeats=PROFILE_PREFILL_REPEATS, prefill_warmup=0)
         self.w.store.add_machine_profile(self.w.run_id, self.w.session_id, profile.record())
         self.w.profiled = True
 

@@ -87,9 +87,12 @@ def token_ids(vocab: int, length: int, seed: int = 0, device: torch.device | str
 
 @torch.inference_mode()
 def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int], prefill: Sequence[int],
-                  repeats: int, warmup: int, advance: Callable[[str], None], source: Sequence[int] | None = None
-                  ) -> ModelCosts:
-    """The forward and prefill costs of one loaded model."""
+                  repeats: int, warmup: int, advance: Callable[[str], None], source: Sequence[int] | None = None,
+                  prefill_repeats: int | None = None, prefill_warmup: int | None = None) -> ModelCosts:
+    """The forward and prefill costs of one loaded model (prefill timed ``prefill_repeats`` times after
+    ``prefill_warmup`` untimed runs; default: as the forwards)."""
+    prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
+    prefill_warmup = warmup if prefill_warmup is None else prefill_warmup
     clock = Clock(loaded.device)
     ids = token_ids(loaded.logit_dim, max(max(context) + max(new_tokens), max(prefill)), device=loaded.device,
                     source=source)
@@ -116,12 +119,12 @@ def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int]
     prefill_seconds = []
     for tokens in prefill:
         times = []
-        for i in range(warmup + repeats):
+        for i in range(prefill_warmup + prefill_repeats):
             lm.reset()
             start = clock.now()
             lm.run(ids[:tokens], n_logits=0)
             elapsed = clock.now() - start
-            if i >= warmup:
+            if i >= prefill_warmup:
                 times.append(elapsed)
         prefill_seconds.append(median(times))
         advance(f"{loaded.name}: prefill of {tokens} tokens")
@@ -161,19 +164,26 @@ def describe_device(device: torch.device) -> str:
 
 def measure_profile(target: Any, draft: Any | None, grid: Grid, repeats: int = 3, warmup: int = 1,
                     name: str = MACHINE_PROFILE, advance: Callable[[str], None] | None = None,
-                    source: Sequence[int] | None = None) -> Profile:
+                    source: Sequence[int] | None = None, prefill_repeats: int | None = None,
+                    prefill_warmup: int | None = None) -> Profile:
     """Measure ``grid`` for the loaded ``target`` (and ``draft``) on their device; ``advance`` is called once per
-    timed shape (a progress bar's step)."""
-    if repeats < 1 or warmup < 0:
+    timed shape (a progress bar's step). Prefill is timed ``prefill_repeats`` times after ``prefill_warmup``
+    untimed runs (default: as the forwards; a prefill is a long forward, and every sample's prefill is a first call
+    of its length anyway)."""
+    prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
+    prefill_warmup = warmup if prefill_warmup is None else prefill_warmup
+    if repeats < 1 or warmup < 0 or prefill_repeats < 1 or prefill_warmup < 0:
         raise ConfigError(f"profile: need repeats >= 1 and warmup >= 0 (got {repeats}, {warmup})")
     step = advance or (lambda _: None)
-    target_costs = measure_model(target, grid.new_tokens, grid.context, grid.prefill, repeats, warmup, step, source)
+    prefill_runs = {"prefill_repeats": prefill_repeats, "prefill_warmup": prefill_warmup}
+    target_costs = measure_model(target, grid.new_tokens, grid.context, grid.prefill, repeats, warmup, step, source,
+                                 **prefill_runs)
     draft_costs = None
     if draft is not None:
         draft_costs = measure_model(draft, grid.draft_new_tokens, grid.context, grid.prefill, repeats, warmup, step,
-                                    source)
+                                    source, **prefill_runs)
     lookup = measure_lookup(target.device, grid.lookup_context, step) if grid.lookup_context else None
-    settings = {"repeats": repeats, "warmup": warmup, "statistic": "median", "threads": torch.get_num_threads(),
+    settings = {"repeats": repeats, "warmup": warmup, **prefill_runs, "statistic": "median", "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "host": platform.node(), "device": str(target.device),
                 "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
                                if key in os.environ},
@@ -183,7 +193,7 @@ def measure_profile(target: Any, draft: Any | None, grid: Grid, repeats: int = 3
         assumptions=(("measured at batch size 1 with this relaxbench's engine (CachedLM forwards, logits for every "
                       "new token), on this machine as it was loaded at the time"),),
         sources={"forward": f"median of {repeats} timed forwards per grid point after {warmup} untimed",
-                 "prefill": f"median of {repeats} timed prefills per length after {warmup} untimed",
+                 "prefill": f"median of {prefill_repeats} timed prefills per length after {prefill_warmup} untimed",
                  **({"ngram_lookup": f"median of {LOOKUP_REPEATS} timed lookups per length"} if lookup else {})},
         settings=settings, target=target_costs, draft=draft_costs, ngram_lookup=lookup)
 
