@@ -1,13 +1,21 @@
 """What this machine's CPU is and can do, read from ``/proc/cpuinfo`` in one place (the environment record and the
 dtype defaults both ask). Outside Linux the file is absent: the model falls back to ``platform`` and the flag set
-is empty."""
+is empty.
+
+``RELAXBENCH_CPU_FLAGS`` (comma- or space-separated flags) replaces the flags the CPU reports: with
+``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` (the math libraries' own switches) and
+``RELAXBENCH_CPU_FLAGS=avx2,fma`` (our dtype defaults) a CPU with bf16 units behaves as an AVX2-only one
+throughout, which is how docs/performance.md measures that case. The environment record notes the override.
+"""
 
 from __future__ import annotations
 
+import os
 import platform
 from functools import lru_cache
 
 CPUINFO = "/proc/cpuinfo"
+FLAGS_OVERRIDE = "RELAXBENCH_CPU_FLAGS"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # x86 units that compute bf16 natively
 
 
@@ -32,9 +40,18 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (``flags`` on x86, ``Features`` on ARM); empty when unknown."""
+    """The CPU's feature flags (``flags`` on x86, ``Features`` on ARM; ``$RELAXBENCH_CPU_FLAGS`` when set); empty
+    when unknown."""
+    override = os.environ.get(FLAGS_OVERRIDE)
+    if override is not None:
+        return frozenset(override.replace(",", " ").split())
     info = _cpuinfo()
     return frozenset((info.get("flags") or info.get("Features") or "").split())
+
+
+def flags_override() -> str | None:
+    """The value of ``$RELAXBENCH_CPU_FLAGS`` when it replaces the CPU's own flags."""
+    return os.environ.get(FLAGS_OVERRIDE)
 
 
 def has_bf16_units() -> bool:

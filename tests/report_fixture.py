@@ -1,7 +1,7 @@
 """A realistic stored run, written through the Store API (no model is loaded): two tasks (a pass/fail code task
 and an open-ended agreement task with categories), the AR baseline, a lossless arm with one near-tie divergence,
-a relaxed method swept over three knob values, a single-point relaxed method and a two-point sweep; calibrations;
-two sessions. Counters, timings and scores are drawn from a seeded generator so every figure has data."""
+a relaxed method swept over three knob values, a single-point relaxed method and a two-point sweep; a cost
+profile of the machine (this-machine); two sessions. Counters, timings and scores are drawn from a seeded generator so every figure has data."""
 
 from __future__ import annotations
 
@@ -50,7 +50,27 @@ ENVIRONMENT = {
     "load_average": [1.5, 1.2, 1.0], "gpu": None, "python": "3.11.2", "platform": "Linux-fixture",
     "hostname": "fixture-host", "git_revision": "0123456789abcdef0123456789abcdef01234567", "torch": "2.13.0",
     "transformers": "5.23.0", "relaxbench": "0.1.0", "datasets": "5.2.0", "scipy": "1.17.0", "numpy": "2.4.0",
-    "date": "2026-11-30T10:00:00+00:00", "target": {"name": "fixture-target"}, "draft": {"name": "fixture-draft"},
+    "date": "2026-11-30T10:00:00+00:00",
+    # shapes as a compare session records them (a 1.5B-like target and a 0.5B-like draft), so analytic profiles of
+    # the fixture's models resolve without a checkpoint
+    "target": {"name": "fixture-target", "shape": {
+        "parameters": 1_777_088_000, "embedding_parameters": 233_373_696, "tied_embeddings": False, "layers": 28,
+        "hidden_size": 1536, "attention_heads": 12, "kv_heads": 2, "head_dim": 128}},
+    "draft": {"name": "fixture-draft", "shape": {
+        "parameters": 630_167_424, "embedding_parameters": 136_134_656, "tied_embeddings": False, "layers": 24,
+        "hidden_size": 896, "attention_heads": 14, "kv_heads": 2, "head_dim": 64}},
+}
+
+# this machine's cost profile, as a compare session stores it: a verify of 7 tokens costs 1.3 target steps, a draft
+# forward a quarter of one
+MACHINE = {
+    "name": "this-machine", "kind": "measured", "device": "Fixture CPU @ 2.0GHz, 2 torch threads (CPU)",
+    "target": {"model": "fixture-target", "dtype": "bfloat16",
+               "forward": {"new_tokens": [1, 7], "context": [0, 64], "seconds": [[0.20, 0.26], [0.20, 0.26]]},
+               "prefill": {"tokens": [1, 64], "seconds": [0.2, 0.4]}},
+    "draft": {"model": "fixture-draft", "dtype": "float32",
+              "forward": {"new_tokens": [1, 2], "context": [0, 64], "seconds": [[0.05, 0.05], [0.05, 0.05]]},
+              "prefill": {"tokens": [1, 64], "seconds": [0.05, 0.1]}},
 }
 
 
@@ -99,12 +119,10 @@ def build_fixture_run(out_dir: Path, seed: int = 7) -> Path:
         first = store.start_session(run_id, {**ENVIRONMENT, "date": "2026-11-30T09:00:00+00:00"})
         store.finish_session(first, "interrupted")
         session = store.start_session(run_id, ENVIRONMENT)
+        store.add_machine_profile(session, MACHINE)
         for task, (scorer, n_items, n_turns, categories, max_new) in TASKS.items():
             cells = {arm.arm: store.ensure_cell(run_id, _cell(task, arm, i, scorer, max_new))
                      for i, arm in enumerate(ARMS)}
-            for arm in ARMS:
-                store.add_calibration(cells[arm.arm], session, 120, arm.k, 0.20, 0.26 if arm.k else None,
-                                      0.05 if arm.k else None, {})
             for index in range(n_items):
                 item = f"{task}/{index}"
                 category = categories[index % len(categories)]
@@ -144,6 +162,7 @@ def build_fixture_run(out_dir: Path, seed: int = 7) -> Path:
                             round_emitted=tuple(emitted), round_t_draft=tuple(t_draft), round_t_verify=tuple(t_verify),
                             round_t_policy=(0.001,) * len(emitted), score=score, passed=passed,
                             score_details=details, matches_baseline=None if matches is None else bool(matches),
-                            divergence=divergence))
+                            divergence=divergence, round_extra=(0,) * len(emitted),
+                            round_draft_forwards=tuple((1,) * d for d in drafted), round_lookups=(0,) * len(emitted)))
         store.finish_session(session, "finished")
     return out_dir

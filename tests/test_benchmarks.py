@@ -43,12 +43,19 @@ def test_efficiency_is_measured_over_modelled_from_real_counters(tiny_target, ti
     assert arm.emitted == base.emitted > 0  # a lossless arm emits what the AR arm emits
     assert arm.rounds < arm.emitted and arm.drafted > 0
     assert len(row.units) == 2 and len(ar.decode_s) == len(row.arm.decode_s) == 2
-    cal = row.arm.calibration
-    assert cal is not None and cal.t_verify > 0 and cal.t_target_step > 0 and cal.t_draft_step > 0
-    # the last unit's model, recomputed by hand from the last generation's counters and the last calibration
-    emitted, rounds, drafted = base.emitted // 2, arm.rounds // 2, arm.drafted // 2
-    expected = emitted * cal.t_target_step / (rounds * cal.t_verify + drafted * cal.t_draft_step)
-    assert math.isclose(row.units[-1].modelled, expected)
+    profile = row.arm.profile
+    assert profile is not None and profile.kind == "measured" and profile.draft is not None
+    # the last unit's model, recomputed by hand from the last generations' rounds and the last profile (one
+    # context, so a forward's cost depends on its size alone)
+    target, draft = profile.target.forward, profile.draft.forward
+    assert len(target.context) == 1 and all(v > 0 for row_ in target.seconds for v in row_)
+    last, ar_last = row.arm.last, ar.last
+    arm_decode = sum(target.seconds[0][target.new_tokens.index(d + 1)] for d in last.rounds.drafted)
+    arm_decode += sum(draft.seconds[0][draft.new_tokens.index(n)] for forwards in last.rounds.draft_forwards
+                      for n in forwards)
+    ar_decode = ar_last.n_emitted * target.seconds[0][0]  # one 1-token step per AR token
+    assert math.isclose(row.units[-1].modelled, (last.n_emitted / arm_decode) / (ar_last.n_emitted / ar_decode))
+    emitted = base.emitted // 2
     measured = (emitted / row.arm.decode_s[-1]) / (emitted / ar.decode_s[-1])
     assert math.isclose(row.units[-1].measured, measured)
     assert math.isclose(row.efficiency, statistics.median(u.measured / u.modelled for u in row.units))

@@ -65,9 +65,19 @@ def test_compare_end_to_end(e2e_run):
     env = rows(db, "SELECT * FROM environment")
     assert len(env) == 1 and env[0]["status"] == "finished" and env[0]["target_dtype"] == "float64"
     assert env[0]["device"] == "cpu" and env[0]["torch"] and env[0]["command"].startswith("relaxbench compare")
-    calibrations = rows(db, "SELECT * FROM calibrations")
-    assert len(calibrations) == len(cells) and all(c["t_target_step"] > 0 for c in calibrations)
-    assert all(c["t_verify"] > 0 for c in calibrations if c["k"] > 0)
+    # one cost profile of the machine for the session, shared by every arm and task (no per-arm calibration)
+    assert rows(db, "SELECT * FROM calibrations") == []
+    [machine] = rows(db, "SELECT * FROM machine_profiles")
+    profile = json.loads(machine["profile_json"])
+    assert machine["session_id"] == env[0]["session_id"] and profile["name"] == "this-machine"
+    assert profile["target"]["model"] == "tiny-random-target" and profile["draft"]["model"] == "tiny-random-draft"
+    assert 5 + 1 in profile["target"]["forward"]["new_tokens"]  # the arms' verify block, k = 5
+    assert all(v > 0 for row in profile["target"]["forward"]["seconds"] for v in row)
+    # every round's work is recorded: no extra verify tokens for these rules, the draft model's forward sizes
+    for (task, arm, *_), s in by_key.items():
+        assert len(s.round_extra) == len(s.round_lookups) == len(s.round_draft_forwards) == s.n_rounds
+        assert set(s.round_extra) <= {0} and set(s.round_lookups) <= {0}
+        assert all(len(f) == d for f, d in zip(s.round_draft_forwards, s.round_drafted))  # one forward per draft
     for fragment in ("MAL", "speed-up", "Δ vs AR", "humaneval", "jsonl", "exact", "speculative-sampling"):
         assert fragment in proc.stdout
 

@@ -83,7 +83,7 @@ def test_generation_task_scores_equal_lm_evals_own(lm_eval_run):
         assert ar.passed == (ar.score == 1.0)
         assert exact.output_ids == ar.output_ids and exact.matches_baseline is True
         assert exact.score == ar.score and exact.n_drafted > 0 and exact.time_total > 0
-    assert len(rows(db, "SELECT * FROM calibrations")) == 2  # the generation task's two arms; none for MC
+    assert len(rows(db, "SELECT * FROM machine_profiles")) == 1  # measured once, by the generation task
 
 
 def test_target_alone_task_is_scored_once_with_lm_evals_likelihoods(lm_eval_run):

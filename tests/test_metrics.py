@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from relaxbench.analysis import load_run, summarize_run
@@ -63,8 +64,6 @@ def fixture_store(tmp_path: Path) -> Path:
         # task "quality": six items; AR passes all, the method fails five -> McNemar on 5 discordant pairs
         ar_q = store.ensure_cell(run_id, cell_def("quality", "ar", 0))
         bad = store.ensure_cell(run_id, cell_def("quality", "bad", 1))
-        store.add_calibration(ar_q, session, 10, 0, 0.010, None, None, {})
-        store.add_calibration(bad, session, 10, 4, 0.010, 0.012, 0.002, {})
         for index in range(6):
             item = f"q{index}"
             store.add_sample(sample(ar_q, session, item, index, time=1.0, rounds=[(0, 0, 1)] * 4, score=1.0,
@@ -124,8 +123,6 @@ def test_capability_and_mcnemar_match_hand_computation(fixture_store: Path):
     # P(>= 4 zeros) = 0.9% < 2.5% < P(>= 3 zeros) = 6.2% -> high = -3/6
     assert bad.score_delta.value == pytest.approx(-5 / 6)
     assert (bad.score_delta.low, bad.score_delta.high) == pytest.approx((-1.0, -0.5))
-    # modelled: emitted 4 per item x6 = 24 tokens, 12 rounds, 48 drafted: 24 * 0.010 / (12 * 0.012 + 48 * 0.002)
-    assert bad.modelled_speedup == pytest.approx(0.24 / (0.144 + 0.096))
     assert bad.speedup_total.value == pytest.approx(2.0)
     assert set(bad.by_category) == {"even", "odd"}
     assert bad.by_category["even"].score == pytest.approx(1 / 3) and bad.by_category["odd"].score == 0.0
@@ -152,21 +149,40 @@ def test_mcnemar_known_cases():
     assert p == pytest.approx(2 * (1 + 7) / 2 ** 7)  # P(X <= 1) for Binomial(7, 1/2), doubled
 
 
-def test_modelled_speedup_uses_the_arms_own_calibration(tmp_path: Path):
-    """The three unit costs of one calibration are measured back to back; AR's calibration, taken at another time
-    (another machine load), must not enter an arm's modelled speed-up."""
+def test_proxy_speedup_is_the_speedup_of_proxy_times(tmp_path: Path):
+    """The run's machine profile prices every arm (one table, so load at one moment cannot favour an arm), and the
+    proxy speed-ups are ``speedups`` of the per-unit proxy times: the same definition as the measured ones."""
+    from relaxbench.analysis.metrics import speedups
+    from relaxbench.analysis.proxy import choose_profiles
+
+    machine = {"name": "this-machine", "kind": "measured", "device": "test",
+               "target": {"model": "t", "dtype": "float32",
+                          "forward": {"new_tokens": [1, 5], "context": [0, 100], "seconds": [[0.010, 0.012]] * 2},
+                          "prefill": {"tokens": [1, 100], "seconds": [0.0, 0.0]}},
+               "draft": {"model": "d", "dtype": "float32",
+                         "forward": {"new_tokens": [1, 2], "context": [0, 100], "seconds": [[0.002, 0.002]] * 2},
+                         "prefill": {"tokens": [1, 100], "seconds": [0.0, 0.0]}}}
     with Store(tmp_path / "results.sqlite") as store:
         run_id = store.open_run("cal", "t", "d", {})
         session = store.start_session(run_id, {"command": "test"})
+        store.add_machine_profile(session, machine)
         ar = store.ensure_cell(run_id, cell_def("cal", "ar", 0))
         arm = store.ensure_cell(run_id, cell_def("cal", "arm", 1))
-        store.add_calibration(ar, session, 10, 0, 0.050, None, None, {})  # a busy moment: 5x slower
-        store.add_calibration(arm, session, 10, 4, 0.010, 0.012, 0.002, {})
-        store.add_sample(sample(ar, session, "i", 0, time=1.0, rounds=[(0, 0, 1)] * 4))
-        store.add_sample(sample(arm, session, "i", 0, time=1.0, rounds=[(4, 3, 4)]))
-    cell = summarize_run(load_run(tmp_path))[0].cells[1]
-    # 4 emitted tokens, 1 round, 4 drafted: 4 * 0.010 / (0.012 + 4 * 0.002)
-    assert cell.modelled_speedup == pytest.approx(0.04 / 0.020)
+        for index, item in enumerate("ij"):  # item i: one round of 4 drafts; item j: two rounds
+            store.add_sample(sample(ar, session, item, index, time=1.0, rounds=[(0, 0, 1)] * 4))
+            rounds = [(4, 3, 4)] if item == "i" else [(4, 1, 2), (4, 1, 2)]
+            store.add_sample(sample(arm, session, item, index, time=1.0, rounds=rounds))
+    run = load_run(tmp_path)
+    cell = summarize_run(run, choose_profiles(run).profiles)[0].cells[1]
+    # no draft forwards recorded by this helper: estimated as one 1-token forward per drafted token (approximate)
+    proxy = cell.proxy["this-machine"]
+    assert proxy.approximate and proxy.outside_grid == 0
+    ar_times = [4 * 0.010, 4 * 0.010]
+    arm_times = [0.012 + 4 * 0.002, 2 * (0.012 + 4 * 0.002)]
+    total, geo = speedups(np.array(ar_times), np.array(arm_times))
+    assert proxy.total == total and proxy.geomean == geo
+    assert proxy.total.value == pytest.approx(0.08 / 0.06)
+    assert summarize_run(run)[0].cells[1].proxy == {}  # priced on nothing when no profile is given
 
 
 def test_counters_add_and_define_each_ratio_once():

@@ -134,12 +134,11 @@ def test_ray_gives_the_samples_and_tables_of_an_in_process_run(tmp_path, ray_ent
         units[(r["task"], r["item_id"], r["turn"], r["repeat"])].add(r["session_id"])
     assert all(len(sessions_with_it) == 1 for sessions_with_it in units.values())
 
-    # calibrations are per worker: a session that ran a task calibrated each of its cells
-    ran = {(r["session_id"], r["task"]) for r in rows(db, "SELECT DISTINCT s.session_id, c.task FROM samples s "
-                                                          "JOIN cells c USING (cell_id)")}
-    calibrated = Counter((r["session_id"], r["task"]) for r in rows(
-        db, "SELECT k.session_id, c.task FROM calibrations k JOIN cells c USING (cell_id)"))
-    assert set(calibrated) == ran and all(n == 3 for n in calibrated.values())
+    # machine profiles are per worker: every session that ran samples measured its own, stored with that session
+    ran = {r["session_id"] for r in rows(db, "SELECT DISTINCT session_id FROM samples")}
+    profiled = Counter(r["session_id"] for r in rows(db, "SELECT session_id FROM machine_profiles"))
+    assert set(profiled) == ran and all(n == 1 for n in profiled.values())
+    assert rows(db, "SELECT * FROM calibrations") == []
 
 
 # ------------------------------------------------------------------------------------------------ faults

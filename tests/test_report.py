@@ -43,9 +43,17 @@ def written(fixture_run: Path, tmp_path_factory) -> dict[str, Path]:
     return {"html": out / "report.html", "pdf": out / "report.pdf"}
 
 
+def priced_summaries(run_dir: Path, profiles: tuple[str, ...] = ()):
+    """The summaries the report shows: priced on this-machine (stored with the fixture) and ``profiles``."""
+    from relaxbench.analysis.proxy import choose_profiles
+
+    run = load_run(run_dir)
+    return {s.task: s for s in summarize_run(run, choose_profiles(run, profiles).profiles)}
+
+
 @pytest.fixture(scope="module")
 def summaries(fixture_run: Path):
-    return {s.task: s for s in summarize_run(load_run(fixture_run))}
+    return priced_summaries(fixture_run)
 
 
 class Page(HTMLParser):
@@ -169,8 +177,10 @@ def test_table_numbers_equal_the_analysis_values(written, summaries):
             diagnostics = cells_by_metric(page.tables[f"{task}-diagnostics"][cell.arm])
             assert float(diagnostics["n_units"]["data-value"]) == cell.n_units == summary.n_units
             assert float(diagnostics["speedup_geomean"]["data-value"]) == cell.speedup_geomean.value
-            if cell.modelled_speedup is not None:
-                assert float(diagnostics["modelled_speedup"]["data-value"]) == cell.modelled_speedup
+            # this machine's proxy speed-up (the run's own profile): total in the main table, geomean here
+            machine = cell.proxy["this-machine"]
+            assert float(got["proxy.this-machine.total"]["data-value"]) == machine.total.value
+            assert float(diagnostics["proxy.this-machine.geomean"]["data-value"]) == machine.geomean.value
             # the decision cost on the run's device: per round (shown in ms) and as a share of generation time
             assert float(diagnostics["policy_time_per_round"]["data-value"]) == cell.policy_time_per_round
             assert diagnostics["policy_time_per_round"]["text"] == f"{cell.policy_time_per_round * 1e3:.3f}"
@@ -277,19 +287,21 @@ def test_sessions_that_differ_are_named(fixture_run):
     assert '("node-a": sessions 1, 2; "node-b": session 3)' in word(found["hostname"])
 
 
-def test_a_modelled_speedup_far_from_the_measured_one_is_flagged(fixture_run, summaries):
+def test_a_machine_proxy_far_from_the_measured_speedup_is_flagged(fixture_run, summaries):
     from dataclasses import replace
 
+    from relaxbench.analysis.metrics import Estimate
     from relaxbench.report.content import task_notices
 
     run = load_run(fixture_run)
     summary = summaries["tiny-code"]
     calm = [n.text for n in task_notices(summary, run.cells_of("tiny-code"))]
-    assert not any("Measured and modelled" in text for text in calm)
+    assert not any("this machine's proxy differ" in text for text in calm)
     exact = summary.cells[1]
-    noisy = replace(summary, cells=(summary.cells[0], replace(exact, modelled_speedup=exact.speedup_total.value / 3),
+    far = replace(exact.proxy["this-machine"], total=Estimate(exact.speedup_total.value / 3))
+    noisy = replace(summary, cells=(summary.cells[0], replace(exact, proxy={**exact.proxy, "this-machine": far}),
                                     *summary.cells[2:]))
-    flagged = [n for n in task_notices(noisy, run.cells_of("tiny-code")) if "Measured and modelled" in n.text]
+    flagged = [n for n in task_notices(noisy, run.cells_of("tiny-code")) if "this machine's proxy differ" in n.text]
     assert len(flagged) == 1 and flagged[0].level == "warning" and "exact (" in flagged[0].text
 
 
@@ -308,7 +320,7 @@ def test_tradeoff_plot_draws_ar_lossless_and_sweep_curves(fixture_run):
         assert list(sweep.get_xdata()) == [c.speedup_total.value for c in fly]  # one curve, sweep order
         assert list(sweep.get_ydata()) == pytest.approx([100 * c.score for c in fly])
         assert sweep.get_linestyle() == "-" and lines["margin (relaxed)"].get_linestyle() == "None"
-        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "modelled"]
+        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "proxy"]
 
 
 def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from relaxbench.analysis.proxy import sample_proxy
 from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
+from relaxbench.profiles import Profile, Unpriced
 from relaxbench.scoring.llm_judge import RATING_POINTS as JUDGE_RATING_POINTS
 from relaxbench.tasks import stored_task_facts
 
@@ -68,8 +70,11 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores with one outcome per "
                   "unit: one sample per unit, or greedy decoding; under sampled repeats the Δ interval is the test)"),
     ("accuracy retained", "method mean score / AR mean score"),
-    ("modelled speed-up", "emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), with the unit "
-                          "costs from the arm's own calibration in the same run (measured back to back)"),
+    ("proxy speed-up (profile)", ("the speed-up (total and geomean, same units, same paired bootstrap) with each "
+                                  "sample's time replaced by its proxy time on the profile's device: prefill + Σ "
+                                  "rounds [target forward of (drafted + 1 + extra) tokens at the round's context + "
+                                  "the drafter's recorded forwards and n-gram lookups], priced from the profile's "
+                                  "cost table; this-machine = the table the run measured at its session's start")),
     ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed); "
                "a unit's value is already averaged over its repeats, so the interval is over items"),
     ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
@@ -85,6 +90,18 @@ class Estimate:
     value: float | None
     low: float | None = None
     high: float | None = None
+
+
+@dataclass(frozen=True)
+class ProxySpeedup:
+    """An arm's speed-up over AR with every sample priced on one profile's device (``relaxbench.profiles.proxy``):
+    the same two estimates as the measured speed-up, over the same units, with the same bootstrap."""
+
+    total: Estimate
+    geomean: Estimate
+    outside_grid: int = 0  # forwards (of this arm and AR) priced beyond the profile's grid
+    approximate: bool = False  # some per-round work was not recorded (an older store): estimated
+    unpriced: str | None = None  # why the profile cannot price this arm (then both estimates are None)
 
 
 @dataclass(frozen=True)
@@ -128,7 +145,6 @@ class CellSummary:
     output_length_ratio: float | None
     speedup_total: Estimate
     speedup_geomean: Estimate
-    modelled_speedup: float | None
     latency_mean: float | None
     latency_median: float | None
     tokens_per_second: float | None
@@ -147,6 +163,7 @@ class CellSummary:
     score_interval: Estimate = Estimate(None)  # the score (avg@n) with its 95% CI over units
     drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
     repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
+    proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
 
     @property
     def truncated(self) -> int:
@@ -186,6 +203,7 @@ class TaskSummary:
     target_alone: bool = False  # scored by the target's likelihoods: no generation, methods equal AR by definition
     measure: str = "capability"  # what the score is: "capability", or "fidelity" to the AR output
     judge: JudgeSummary | None = None  # the LLM judge whose verdicts are the capability scores
+    profiles: tuple[str, ...] = ()  # the cost profiles every cell's ``proxy`` is priced with, in order
 
     @property
     def baseline(self) -> CellSummary:
@@ -254,24 +272,24 @@ def mcnemar_exact(baseline_passed: Sequence[bool], method_passed: Sequence[bool]
     return float(stats.binomtest(lost, lost + gained, 0.5).pvalue), (lost, gained)
 
 
-def modelled_speedup(samples: Sequence[SampleRow], cell: CellRecord) -> float | None:
-    """What the counters predict with the measured unit costs (see calibrate.py). All three costs come from the
-    arm's own calibration, measured back to back, so a machine whose load changes between arms' calibrations
-    shifts them together and the ratio stays comparable."""
+def proxy_speedups(cell: CellRecord, baseline: CellRecord, units: list[Unit], profile: Profile) -> ProxySpeedup:
+    """The arm's speed-ups with every sample's time replaced by its proxy time on ``profile`` (a unit's proxy time
+    is the mean over its repeats, as a measured one): ``speedups`` of the proxy times, so both speed-ups have one
+    definition."""
+    groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
+    try:
+        arm = [[sample_proxy(profile, cell, s) for s in groups[u]] for u in units]
+        base = [[sample_proxy(profile, baseline, s) for s in base_groups[u]] for u in units]
+    except Unpriced as exc:
+        return ProxySpeedup(Estimate(None), Estimate(None), unpriced=str(exc))
+    own = [p for group in arm for p in group]
+    outside, approximate = sum(p.outside_grid for p in own), any(p.approximate for p in own)
     if cell.is_baseline:
-        return 1.0
-    if cell.calibration is None or cell.calibration.t_verify is None:
-        return None
-    cal = cell.calibration
-    return predicted_speedup(total_counters(samples), cal.t_target_step, cal.t_verify, cal.t_draft_step)
-
-
-def predicted_speedup(counters: Counters, t_target_step: float, t_verify: float,
-                      t_draft_step: float | None) -> float | None:
-    """The modelled speed-up's formula, in one place: emitted × t_target_step / (rounds × t_verify + drafted ×
-    t_draft_step) — what the counters predict if only the forward passes cost time (None when nothing ran)."""
-    cost = counters.rounds * t_verify + counters.drafted * (t_draft_step or 0.0)
-    return counters.emitted * t_target_step / cost if cost > 0 else None
+        return ProxySpeedup(Estimate(1.0), Estimate(1.0), outside, approximate)
+    ar_times = np.array([statistics.fmean(p.total for p in group) for group in base])
+    times = np.array([statistics.fmean(p.total for p in group) for group in arm])
+    total, geo = speedups(ar_times, times)
+    return ProxySpeedup(total, geo, outside, approximate)
 
 
 def total_counters(samples: Sequence[SampleRow]) -> Counters:
@@ -372,9 +390,9 @@ def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]], score_of:
 
 
 def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
-                   score_of: ScoreOf = stored_score) -> CellSummary:
+                   score_of: ScoreOf = stored_score, profiles: Sequence[Profile] = ()) -> CellSummary:
     """Every figure of one arm on one task, paired with the AR baseline over ``units``; ``score_of`` gives a
-    sample's score (its own scorer's, or a judge's verdict)."""
+    sample's score (its own scorer's, or a judge's verdict); proxy speed-ups on each of ``profiles``."""
     groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
     samples = [s for u in units for s in groups[u]]
     ar_times = np.array([_unit_time(base_groups[u]) for u in units])
@@ -418,7 +436,7 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
         mean_acceptance_length=counters.mean_acceptance_length, acceptance_rate=counters.acceptance_rate,
         acceptance_by_position=counters.acceptance_by_position, relaxed_fraction=counters.relaxed_fraction,
         output_length_ratio=_ratio(tokens, base_tokens),
-        speedup_total=total, speedup_geomean=geo, modelled_speedup=modelled_speedup(samples, cell),
+        speedup_total=total, speedup_geomean=geo,
         latency_mean=float(times.mean()) if units else None,
         latency_median=float(np.median(times)) if units else None,
         tokens_per_second=_ratio(counters.emitted, time_sum),
@@ -432,7 +450,8 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
         stop_reasons=dict(sorted(Counter(s.stop_reason for s in samples).items())),
         score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None),
         drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
-        repeats=repeats)
+        repeats=repeats,
+        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {})
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:
@@ -443,7 +462,7 @@ def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:
     return sorted(common, key=lambda u: order[u])
 
 
-def summarize_task(run: RunRecord, task: str) -> TaskSummary:
+def summarize_task(run: RunRecord, task: str, profiles: Sequence[Profile] = ()) -> TaskSummary:
     cells = run.cells_of(task)
     baseline = next((c for c in cells if c.is_baseline), None)
     if baseline is None:
@@ -457,9 +476,10 @@ def summarize_task(run: RunRecord, task: str) -> TaskSummary:
         score_of, measure = stored_score, stored_task_facts(baseline.task, baseline.task_spec, baseline.scorer).measure
     else:
         score_of, measure = judge_scores(cells, judge.judge_hash), "capability"
-    summaries = tuple(summarize_cell(c, baseline, units, score_of) for c in cells)
+    summaries = tuple(summarize_cell(c, baseline, units, score_of, profiles) for c in cells)
     binary = judge is None and bool(units) and all(s.passed is not None for c in cells for s in c.samples)
-    return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, judge=judge)
+    return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, judge=judge,
+                       profiles=tuple(p.name for p in profiles))
 
 
 def judge_scores(cells: Sequence[CellRecord], judge_hash: str) -> ScoreOf:
@@ -501,7 +521,7 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
     measured = summarize_cell(baseline, baseline, units)
     base = replace(measured, mean_acceptance_length=None, acceptance_rate=None, acceptance_by_position=(),
                    relaxed_fraction=None, output_length_ratio=None, speedup_total=Estimate(None),
-                   speedup_geomean=Estimate(None), modelled_speedup=None, latency_mean=None, latency_median=None,
+                   speedup_geomean=Estimate(None), latency_mean=None, latency_median=None,
                    tokens_per_second=None, policy_time_per_round=None, policy_share=None)
     same = [replace(base, arm=c.arm, method=c.method, policy=c.policy, knobs=dict(c.knobs),
                     drafter=None if c.drafter is None else str(c.drafter.get("kind")), k=c.k, is_baseline=False,
@@ -511,5 +531,6 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
     return TaskSummary(task, baseline.scorer, binary, len(units), (base, *same), target_alone=True)
 
 
-def summarize_run(run: RunRecord) -> tuple[TaskSummary, ...]:
-    return tuple(summarize_task(run, task) for task in run.tasks())
+def summarize_run(run: RunRecord, profiles: Sequence[Profile] = ()) -> tuple[TaskSummary, ...]:
+    """Every task's summary; each cell's proxy speed-ups priced on ``profiles`` (``analysis.proxy.run_profiles``)."""
+    return tuple(summarize_task(run, task, profiles) for task in run.tasks())

@@ -1,5 +1,5 @@
-"""What a careful reader must know before trusting a run's figures: too few units, wide intervals, measured and
-modelled speed-ups far apart, truncated outputs, lossless arms that did not reproduce AR, a busy machine, sessions
+"""What a careful reader must know before trusting a run's figures: too few units, wide intervals, the measured
+speed-up far from this machine's proxy, profiles that did not cover or could not price a run, truncated outputs, lossless arms that did not reproduce AR, a busy machine, sessions
 that differ. Deciding which findings apply (and how serious each is) is analysis; the report words them
 (``relaxbench.report.content``).
 
@@ -16,11 +16,12 @@ from typing import Any, ClassVar
 
 from relaxbench.analysis.metrics import POINTS, Divergences, JudgeSummary, TaskSummary, by_unit
 from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.profiles.measure import MACHINE_PROFILE
 
 FEW_UNITS = 30  # below this many paired units, intervals are wide and McNemar has little power
 WIDE_SPEEDUP = 0.25  # CI width / value above which a speed-up interval is called wide
 WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
-MODEL_GAP = 2.0  # measured / modelled speed-up beyond this factor (either way) is flagged
+MODEL_GAP = 2.0  # measured / this-machine proxy speed-up beyond this factor (either way) is flagged
 TRUNCATED_AR = 0.25  # share of AR's samples cut at max_new_tokens above which truncation is a warning
 BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
 UNPARSEABLE_SHARE = 0.1  # a judge whose verdicts lack a rating more often than this is flagged
@@ -121,12 +122,41 @@ class Truncated(Finding):
 
 @dataclass(frozen=True)
 class ModelGaps(Finding):
-    arms: tuple[tuple[str, float, float], ...]  # (arm, measured, modelled)
+    """Measured speed-ups far from what this machine's own profile predicts from the counters."""
+
+    arms: tuple[tuple[str, float, float], ...]  # (arm, measured, this-machine proxy)
 
 
 @dataclass(frozen=True)
-class NoCalibration(Finding):
-    arms: tuple[str, ...]
+class NoMachineProfile(Finding):
+    """The run stored no profile of its machine (made before relaxbench measured one): no this-machine proxy."""
+
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class ProfileUnpriced(Finding):
+    """A profile cannot price some arms (a cost they need is not in it)."""
+
+    profile: str
+    arms: tuple[tuple[str, str], ...]  # (arm, why)
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class ProfileExtended(Finding):
+    """Some forwards were priced beyond a profile's grid (its last segment extended)."""
+
+    profile: str
+    forwards: int
+    level: ClassVar[str] = "info"
+
+
+@dataclass(frozen=True)
+class ProfileApproximate(Finding):
+    """Samples stored before per-round drafter work was recorded: their proxy times are estimates."""
+
+    profile: str
     level: ClassVar[str] = "info"
 
 
@@ -168,14 +198,30 @@ def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Fin
         more = tuple((c.arm, c.truncated / c.n_samples, c.output_length_ratio) for c in arms
                      if c.n_samples and c.truncated / c.n_samples > ar_share)
         found.append(Truncated(truncated, limits, ar_share, more))
-    apart = tuple((c.arm, c.speedup_total.value, c.modelled_speedup) for c in arms
-                  if c.modelled_speedup and c.speedup_total.value
-                  and not 1 / MODEL_GAP <= c.speedup_total.value / c.modelled_speedup <= MODEL_GAP)
+    machine = {c.arm: c.proxy[MACHINE_PROFILE].total.value for c in arms if MACHINE_PROFILE in c.proxy}
+    apart = tuple((c.arm, c.speedup_total.value, machine[c.arm]) for c in arms
+                  if machine.get(c.arm) and c.speedup_total.value
+                  and not 1 / MODEL_GAP <= c.speedup_total.value / machine[c.arm] <= MODEL_GAP)
     if apart:
         found.append(ModelGaps(apart))
-    no_model = tuple(c.arm for c in summary.cells if c.modelled_speedup is None)
-    if no_model:
-        found.append(NoCalibration(no_model))
+    if MACHINE_PROFILE not in summary.profiles:
+        found.append(NoMachineProfile())
+    return found + profile_findings(summary)
+
+
+def profile_findings(summary: TaskSummary) -> list[Finding]:
+    """Per profile: arms it cannot price, forwards it priced beyond its grid, estimates from older stores."""
+    found: list[Finding] = []
+    for name in summary.profiles:
+        priced = [(c.arm, c.proxy[name]) for c in summary.cells if name in c.proxy]
+        unpriced = tuple((arm, p.unpriced) for arm, p in priced if p.unpriced)
+        if unpriced:
+            found.append(ProfileUnpriced(name, unpriced))
+        outside = sum(p.outside_grid for _, p in priced)
+        if outside:
+            found.append(ProfileExtended(name, outside))
+        if any(p.approximate for _, p in priced):
+            found.append(ProfileApproximate(name))
     return found
 
 

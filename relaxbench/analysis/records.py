@@ -16,15 +16,6 @@ from relaxbench.harness.store import STORE_NAME, CellDefinition, SampleRow, Stor
 
 
 @dataclass(frozen=True)
-class CalibrationRecord:
-    context_tokens: int
-    k: int
-    t_target_step: float
-    t_verify: float | None
-    t_draft_step: float | None
-
-
-@dataclass(frozen=True)
 class JudgeRecord:
     """An LLM judge that graded samples in the store: its identity (what decides its verdicts) and what the
     judging pass recorded about it (``label``, whether it judged the AR arm twice and how, or why not)."""
@@ -53,12 +44,11 @@ class SampleVerdict:
 
 @dataclass(frozen=True)
 class CellRecord(CellDefinition):
-    """A stored cell: its definition (the store's one list of cell fields) plus its id, samples and calibration,
-    and the judges' verdicts on its samples."""
+    """A stored cell: its definition (the store's one list of cell fields) plus its id and samples, and the judges'
+    verdicts on its samples."""
 
     cell_id: int
     samples: tuple[SampleRow, ...]
-    calibration: CalibrationRecord | None  # the latest session's
     verdicts: tuple[SampleVerdict, ...] = ()
 
 
@@ -74,6 +64,7 @@ class RunRecord:
     cells: tuple[CellRecord, ...]
     environment: tuple[Mapping[str, Any], ...]  # one per session, oldest first
     judges: Mapping[str, JudgeRecord] = field(default_factory=dict)  # by hash
+    machine_profile: Mapping[str, Any] | None = None  # the cost profile the latest session measured (a file's mapping)
 
     def tasks(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -97,18 +88,13 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
     cells = []
     for c in store.rows("SELECT * FROM cells WHERE run_id=? ORDER BY task, position", (run["run_id"],)):
         samples = tuple(store.samples(c["cell_id"]))
-        cal = store.rows("SELECT * FROM calibrations WHERE cell_id=? ORDER BY session_id DESC LIMIT 1",
-                         (c["cell_id"],))
-        calibration = (CalibrationRecord(cal[0]["context_tokens"], cal[0]["k"], cal[0]["t_target_step"],
-                                         cal[0]["t_verify"], cal[0]["t_draft_step"]) if cal else None)
         cells.append(CellRecord(
             cell_id=c["cell_id"], task=c["task"], arm=c["arm"], position=c["position"],
             is_baseline=bool(c["is_baseline"]), method=c["method"], policy=c["policy"], lossless=bool(c["lossless"]),
             knobs=json.loads(c["knobs_json"]), method_spec=json.loads(c["method_json"]),
             drafter=None if c["drafter_json"] is None else json.loads(c["drafter_json"]), k=c["k"],
             decode=json.loads(c["decode_json"]), task_spec=json.loads(c["task_json"]), scorer=c["scorer"],
-            data_fingerprint=c["data_fingerprint"], samples=samples, calibration=calibration,
-            verdicts=_verdicts(store, c["cell_id"])))
+            data_fingerprint=c["data_fingerprint"], samples=samples, verdicts=_verdicts(store, c["cell_id"])))
     environment = tuple({**json.loads(e["environment_json"]), "session_id": e["session_id"], "status": e["status"],
                          "started_at": e["started_at"], "finished_at": e["finished_at"]}
                         for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
@@ -116,7 +102,8 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
     judges = {j["judge_hash"]: JudgeRecord(j["judge_hash"], json.loads(j["identity_json"]),
                                            json.loads(j["description_json"])) for j in store.rows("SELECT * FROM judges")}
     return RunRecord(run["run_id"], run["run_key"], run["created_at"], run["updated_at"], run["target"], run["draft"],
-                     json.loads(run["suite_json"]), tuple(cells), environment, judges)
+                     json.loads(run["suite_json"]), tuple(cells), environment, judges,
+                     store.machine_profile(run["run_id"]))
 
 
 def _verdicts(store: Store, cell_id: int) -> tuple[SampleVerdict, ...]:

@@ -1,14 +1,14 @@
 """Efficiency benchmark: measured speed-up over the AR arm divided by the speed-up the counters predict.
 
-Modelled speed-up of an arm = emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), with the
-three unit costs measured separately (``harness.calibrate``: a 1-token target forward, a (k+1)-token verify
-forward and the drafter's cost per proposed token) on a cache as long as the middle of a generation. It is what
-the arm would gain if the loop cost nothing but its forward passes. Measured speed-up = decode tokens/s of the arm
-over that of our AR arm on the same prompt; decode time is the total minus the prefill of both models, which the
-model leaves out and which is the same for every arm. Both are taken per (prompt, repeat) from runs and a
-calibration seconds apart, and the figures are medians over those units: on a shared machine whose speed drifts by
-tens of percent between minutes, that pairing is what keeps the ratio meaningful. An efficiency near 1 means the
-loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing.
+Modelled speed-up of an arm = its decode rate over AR's, with each generation's decode time replaced by its proxy
+time on a cost profile of this machine (``relaxbench.profiles``: the target's 1-token and (k+1)-token forwards and
+the draft model's forwards, measured on a cache as long as the middle of a generation, priced over the rounds the
+generation recorded). It is what the arm would gain if the loop cost nothing but its forward passes. Measured
+speed-up = decode tokens/s of the arm over that of our AR arm on the same prompt; decode time is the total minus the
+prefill of both models, which the model leaves out and which is the same for every arm. Both are taken per
+(prompt, repeat) from runs and a profile seconds apart, and the figures are medians over those units: on a shared
+machine whose speed drifts by tens of percent between minutes, that pairing is what keeps the ratio meaningful. An
+efficiency near 1 means the loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from relaxbench.analysis.metrics import predicted_speedup
 from relaxbench.arms import build_decoder, resolve_k
 from relaxbench.benchmarks.engine import CODE_PROMPTS
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.decoding.records import Counters, GenerationResult
-from relaxbench.harness.calibrate import Calibration, calibrate
 from relaxbench.methods import MethodSpec
+from relaxbench.profiles import Profile, Work, proxy_time
+from relaxbench.profiles.measure import Grid, measure_profile
 
 EFFICIENCY_TARGET = 0.9
 
@@ -39,10 +39,12 @@ class ArmTotals:
     t_draft: float = 0.0
     t_verify: float = 0.0
     t_policy: float = 0.0  # the policy decisions alone (policy.verify), summed
-    calibration: Calibration | None = None  # the latest one
+    profile: Profile | None = None  # the latest one
+    last: GenerationResult | None = None  # the latest generation
 
     def add(self, result: GenerationResult) -> float:
         """Count ``result`` in; return its decode time (total minus prefill)."""
+        self.last = result
         self.counters += result.counters
         self.t_draft += sum(result.rounds.t_draft)
         self.t_verify += sum(result.rounds.t_verify)
@@ -54,7 +56,7 @@ class ArmTotals:
 @dataclass(frozen=True)
 class Unit:
     """One (prompt, repeat): the arm's measured speed-up over the AR run just before it, and the speed-up its
-    counters predict with unit costs calibrated right after it."""
+    rounds predict with a profile measured right after it."""
 
     measured: float
     modelled: float
@@ -89,18 +91,27 @@ class EfficiencyRow:
         return self.efficiency is not None and self.efficiency >= self.target
 
 
-def modelled_speedup(result: GenerationResult, cal: Calibration) -> float | None:
-    """The modelled speed-up (``predicted_speedup``) of one generation with the calibrated unit costs ``cal``."""
-    return predicted_speedup(result.counters, cal.t_target_step, cal.t_verify, cal.t_draft_step)
+def decode_rate(result: GenerationResult, profile: Profile, drafter: str | None) -> float:
+    """Tokens per second of ``result``'s decode phase priced on ``profile`` (prefill left out, as measured)."""
+    return result.n_emitted / proxy_time(profile, Work.of_generation(result), drafter).decode
+
+
+def machine_profile(target, draft, k: int, context: list[int], repeats: int) -> Profile:
+    """The forwards an arm of draft length ``k`` runs, on a cache as long as ``context``: 1, 2 and k + 1 target
+    tokens; 1, 2, 4 and 8 draft tokens (n-gram+LM drafting feeds several)."""
+    ctx = len(context) - 1
+    grid = Grid(new_tokens=tuple(sorted({1, 2, k + 1})), context=(ctx,), prefill=(1,),  # prefill is left out
+                draft_new_tokens=(1, 2, 4, 8), lookup_context=(ctx + 1,))
+    return measure_profile(target, draft, grid, repeats=repeats, source=context)
 
 
 def bench_efficiency(target, draft, methods: list[MethodSpec], k: int | None, max_new_tokens: int, repeats: int,
                      n_prompts: int, checked: frozenset[str], calibration_repetitions: int = 3
                      ) -> tuple[ArmTotals, list[EfficiencyRow]]:
-    """For every (repeat, prompt): the AR arm, then each method followed at once by its calibration (unit costs on
-    a cache as long as the middle of this prompt's AR output). Measured, modelled and their ratio are taken per
-    (prompt, repeat) — all three from measurements seconds apart, so machine drift cancels — and reported as
-    medians over them."""
+    """For every (repeat, prompt): the AR arm, then each method followed at once by a profile of the forwards it
+    runs (on a cache as long as the middle of this prompt's AR output); AR's and the method's generations are
+    priced on it. Measured, modelled and their ratio are taken per (prompt, repeat) — all from measurements
+    seconds apart, so machine drift cancels — and reported as medians over them."""
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
     arms: list[tuple[ArmTotals, SpeculativeDecoder]] = []
     for method in [MethodSpec(name="ar", policy="none"), *methods]:
@@ -119,9 +130,12 @@ def bench_efficiency(target, draft, methods: list[MethodSpec], k: int | None, ma
             for totals, decoder in spec_arms:
                 result = decoder.generate(prompt)
                 rate = result.n_emitted / totals.add(result)
-                cal = calibrate(target, decoder.drafter, totals.k, context, repetitions=calibration_repetitions)
-                totals.calibration = cal
-                units[totals.method].append(Unit(rate / ar_rate, modelled_speedup(result, cal)))
+                drafter = None if decoder.drafter is None else decoder.drafter.name
+                profile = machine_profile(target, draft if drafter != "ngram" else None, totals.k, context,
+                                          calibration_repetitions)
+                totals.profile = profile
+                modelled = decode_rate(result, profile, drafter) / decode_rate(ar_result, profile, None)
+                units[totals.method].append(Unit(rate / ar_rate, modelled))
     rows = [EfficiencyRow(totals, tuple(units[totals.method]), EFFICIENCY_TARGET if totals.method in checked
                           else None) for totals, _ in spec_arms]
     return ar, rows

@@ -8,8 +8,9 @@ from relaxbench.commands import (
     lm_eval,
     lm_eval_tasks,
     models,
+    profile,
     report,
     rescore,
 )
 
-COMMAND_MODULES = [generate, compare, rescore, report, models, listing, bench, lm_eval, lm_eval_tasks]
+COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, lm_eval, lm_eval_tasks]

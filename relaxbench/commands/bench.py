@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from relaxbench.commands.args import OneLineParser, runtime_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead")
+    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead, proxy")
     bsub = b.add_subparsers(dest="bench_command", required=True, parser_class=OneLineParser)
 
     e = bsub.add_parser("engine", help="our AR / exact arms vs transformers' generate, side by side")
@@ -81,6 +82,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--methods", default=None, help="passed to compare")
     cl.add_argument("--out", default=None, help="folder for the two runs' stores (default: a temporary one)")
     cl.set_defaults(handler=run_cluster)
+    x = bsub.add_parser("proxy", help="a profile measured here predicts a compare run's measured speed-ups (±15 %%); "
+                                      "the analytic roofline against published bs=1 latencies")
+    x.add_argument("--published-only", action="store_true", help="only the analytic check against published figures")
+    x.add_argument("--run", default=None, metavar="RUN_DIR", help="check this stored compare run (default: run one)")
+    x.add_argument("--profile", default=None, metavar="FILE",
+                   help="check this profile file (default: measure one with `relaxbench profile --run`)")
+    x.add_argument("--out", default=None, metavar="DIR", help="where the run and the profile go (default: a temporary "
+                                                             "folder, removed afterwards)")
+    x.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    x.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    x.add_argument("--methods", default="exact,fly", help="methods of the compare run (each held to the tolerance)")
+    x.add_argument("--tasks", default="humaneval-completion")
+    x.add_argument("--limit", type=int, default=2)
+    x.add_argument("--max-new-tokens", type=int, default=64)
+    x.add_argument("--repeats", type=int, default=1)
+    x.add_argument("--profile-repeats", type=int, default=3, help="timed forwards per grid point of the profile")
+    x.add_argument("--dtype", default="auto")
+    x.add_argument("--draft-dtype", default="auto")
+    x.add_argument("--threads", type=int, default=None)
+    x.set_defaults(handler=run_proxy)
 
     p = bsub.add_parser("policies", help="policy decision time per round, as a share of a measured round")
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct",
@@ -172,11 +193,14 @@ def run_efficiency(args: argparse.Namespace) -> int:
                       f"{a.t_draft:.1f} / {a.t_verify:.1f} / {a.t_policy:.2f}")
     out.print(table)
     for row in rows:
-        cal = row.arm.calibration
-        if cal is not None:
-            out.print(f"{row.arm.method}: last unit costs, at a {cal.context_tokens}-token cache: target step "
-                      f"{cal.t_target_step * 1e3:.0f} ms, verify of {cal.k + 1} tokens {cal.t_verify * 1e3:.0f} ms, "
-                      f"draft step {cal.t_draft_step * 1e3:.0f} ms/token", highlight=False)
+        profile = row.arm.profile
+        if profile is not None:
+            ctx = profile.target.forward.context[0]
+            draft = "" if profile.draft is None else (f", draft step {profile.draft.forward.at(1, ctx) * 1e3:.0f} ms "
+                                                      "(1 token)")
+            out.print(f"{row.arm.method}: last profile, at a {ctx}-token cache: target step "
+                      f"{profile.target.forward.at(1, ctx) * 1e3:.0f} ms, verify of {row.arm.k + 1} tokens "
+                      f"{profile.target.forward.at(row.arm.k + 1, ctx) * 1e3:.0f} ms{draft}", highlight=False)
     out.print(f"AR arm: {ar.counters.emitted} tokens in {sum(ar.decode_s):.1f} s of decoding; target: efficiency ≥ "
               f"{EFFICIENCY_TARGET} for {', '.join(sorted(checked))}", highlight=False)
     return 0 if all(row.holds is not False for row in rows) else 1
@@ -353,3 +377,100 @@ def run_cluster(args: argparse.Namespace) -> int:
         if run.exit_code != 0:
             err.print(f"{run.executor} run failed: {run.stderr_tail}", markup=False, highlight=False)
     return 0 if same else 1
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    """Published figures vs the analytic roofline; then a compare run and a profile measured by ``relaxbench
+    profile`` on this machine (each in its own process, as a user runs them), and the proxy against the run."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from relaxbench.errors import ConfigError
+    from relaxbench.profiles.published import compare_published
+    from relaxbench.ui import console
+
+    out, err = console(), console(stderr=True)
+    published = compare_published()
+    table = Table(title="analytic roofline vs published batch-size-1 decode latency (1-token forward)")
+    for column in ("model, hardware", "published ms", "analytic ms", "analytic / published", "within", "holds"):
+        table.add_column(column, justify="left" if column == "model, hardware" else "right")
+    for c in published:
+        table.add_row(c.entry.name, f"{c.entry.published_ms:.2f}", f"{c.analytic_ms:.2f}", f"{c.ratio:.2f}",
+                      f"{1 / c.factor:.2f}–{c.factor:.2f}",
+                      "not checked" if c.holds is None else ("yes" if c.holds else "[red]NO[/red]"))
+    out.print(table)
+    for c in published:
+        if c.holds is None:
+            out.print(f"{c.entry.name}: not checked — {c.entry.why_unchecked}", highlight=False)
+    ok = all(c.holds is not False for c in published)
+    if args.published_only:
+        return 0 if ok else 1
+    if args.run is None and args.limit < 1:
+        raise ConfigError("--limit must be >= 1")
+    folder = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="relaxbench-proxy-"))
+    runtime = [*(["--threads", str(args.threads)] if args.threads else [])]
+    try:
+        run_dir = Path(args.run) if args.run else folder / "run"
+        if args.run is None:
+            command = [sys.executable, "-m", "relaxbench", "compare", "--target", args.target, "--draft", args.draft,
+                       "--methods", args.methods, "--tasks", args.tasks, "--limit", str(args.limit),
+                       "--max-new-tokens", str(args.max_new_tokens), "--repeats", str(args.repeats),
+                       "--dtype", args.dtype, "--draft-dtype", args.draft_dtype, "--out", str(run_dir),
+                       "--report-format", "none", *runtime]
+            with err.status("running relaxbench compare in a child process"):
+                _run_child(command, "compare")
+        profile_path = Path(args.profile) if args.profile else folder / "profile.yaml"
+        if args.profile is None:
+            command = [sys.executable, "-m", "relaxbench", "profile", "--run", str(run_dir), "--out",
+                       str(profile_path), "--name", "measured", "--repeats", str(args.profile_repeats),
+                       "--dtype", args.dtype, "--draft-dtype", args.draft_dtype, *runtime]
+            with err.status("measuring a profile with relaxbench profile in a child process"):
+                _run_child(command, "profile")
+        rows_ok = _print_proxy_rows(run_dir, profile_path, args.methods)
+    finally:
+        if args.out is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0 if ok and rows_ok else 1
+
+
+def _run_child(command: list[str], what: str) -> None:
+    import subprocess
+
+    from relaxbench.errors import RelaxbenchError
+
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RelaxbenchError(f"bench proxy: {what} failed (exit {done.returncode}): {tail}")
+
+
+def _print_proxy_rows(run_dir: Path, profile_path: Path, methods: str) -> bool:
+    from rich.table import Table
+
+    from relaxbench.analysis import load_run
+    from relaxbench.benchmarks.proxy import TOLERANCE, proxy_rows
+    from relaxbench.profiles import load_profile
+    from relaxbench.profiles.resolve import run_draft_model
+    from relaxbench.profiles.spec import check_models
+    from relaxbench.ui import console
+
+    run = load_run(run_dir)
+    profile = load_profile(profile_path)
+    check_models(profile, run.target, run_draft_model(run.draft), str(profile_path))
+    checked = frozenset(m.strip() for m in methods.split(",") if m.strip())
+    rows = proxy_rows(run, profile, checked)
+    table = Table(title=f"proxy on profile {profile.name} ({profile.device}) vs measured, run {run_dir}")
+    for column in ("task", "arm", "measured", "proxy", "proxy / measured", "target", "holds"):
+        table.add_column(column, justify="left" if column in ("task", "arm") else "right")
+    for row in rows:
+        unit = " s" if row.arm == "ar" else "×"
+        table.add_row(row.task, row.arm + (" (time)" if row.arm == "ar" else " (speed-up)"),
+                      f"{row.measured:.3f}{unit}", f"{row.proxy:.3f}{unit}", f"{row.ratio:.3f}",
+                      f"1 ± {TOLERANCE:g}" if row.checked else "-",
+                      "-" if row.holds is None else ("yes" if row.holds else "[red]NO[/red]"))
+    console().print(table)
+    return bool(rows) and all(row.holds is not False for row in rows)

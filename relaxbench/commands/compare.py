@@ -13,7 +13,7 @@ from typing import Any
 
 from relaxbench.commands.args import add_runtime_args
 from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
-from relaxbench.commands.report import add_report_args
+from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
 
@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="lm_eval:NAME tasks: render prompts with the target's chat template, few-shot examples as "
                         "turns (as lm-eval's --apply_chat_template)")
     add_report_args(c, prefix="report-")
+    add_profile_arg(c, recorded=True)
     add_runtime_args(c)
     add_judge_args(c)
     c.set_defaults(handler=run)
@@ -80,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
+    add_profile_arg(s)
     s.set_defaults(handler=run_summary)
 
 
@@ -99,7 +101,7 @@ def suite_from_args(args: argparse.Namespace):
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
              "include_paths": tuple(args.include_path) if args.include_path else None, "executor": args.executor,
-             "device_map": args.device_map}
+             "device_map": args.device_map, "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None}
     fields.update({key: value for key, value in flags.items() if value is not None})
     executor_flags = {"address": args.ray_address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker,
                       "cpus_per_worker": args.cpus_per_worker}
@@ -193,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
     suite = suite_from_args(args)
     report_formats = report_formats_of(args)  # checked before anything runs
+    check_profile_args(list(suite.profiles), args.x_axis)
     executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
     options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
     judge = judge_from_args(args)
@@ -237,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
-        write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id)
+        write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id,
+                           x_axis=args.x_axis)
     return 0
 
 
@@ -254,14 +258,15 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     return formats
 
 
-def print_tables(out: Path | str, run_id: int | None = None) -> None:
-    """Every task's tables, as the report shows them."""
+def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = ()) -> None:
+    """Every task's tables, as the report shows them (a proxy column per cost profile)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id)
+    print_run(out, console(), run_id, profiles)
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    print_tables(args.out, args.run_id)
+    check_profile_args(args.profiles, None)
+    print_tables(args.out, args.run_id, args.profiles)
     return 0

@@ -14,27 +14,52 @@ def add_report_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
                         "(default: reports/<run folder name>)")
     p.add_argument("--budget", type=float, default=None, metavar="POINTS",
                    help="capability-loss budget for the summary's best method, in score points (default 1)")
+    p.add_argument("--x-axis", dest="x_axis", default=None, metavar="measured|PROFILE",
+                   help="the trade-off plot's x-axis: the measured speed-up (default) or a cost profile's proxy "
+                        "speed-up (a device name, a profile file, this-machine); the measured one is still drawn")
+
+
+def add_profile_arg(p: argparse.ArgumentParser, recorded: bool = False) -> None:
+    """``--profile NAME|FILE`` (repeatable), shared by ``report``, ``summary`` and ``compare``."""
+    p.add_argument("--profile", dest="profiles", action="append", default=[], metavar="NAME|FILE",
+                   help="price proxy speed-ups on a cost profile: a device (relaxbench profile --list), a profile "
+                        "file (relaxbench profile ... --out FILE) or this-machine; repeatable"
+                        + ("; recorded with the run, so summary and report use it too" if recorded else
+                           " (default: those recorded with the run; this-machine is always shown when stored)"))
+
+
+def check_profile_args(profiles: list[str], x_axis: str | None) -> None:
+    """Every --profile and --x-axis names a profile (one-line errors, before anything runs)."""
+    from relaxbench.analysis.proxy import MEASURED_AXIS
+    from relaxbench.profiles.resolve import check_profile_ref
+
+    for ref in [*profiles, *([x_axis] if x_axis not in (None, MEASURED_AXIS) else [])]:
+        check_profile_ref(ref)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="write the HTML/PDF report of a stored run")
     r.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (or its results.sqlite)")
     add_report_args(r)
+    add_profile_arg(r)
     r.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     r.set_defaults(handler=run)
 
 
 def write_and_announce(run_dir, formats: str, out: str | None, budget: float | None,  # noqa: ANN001
-                       run_id: int | None = None) -> dict:
+                       run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
+                       x_axis: str | None = None) -> dict:
     from relaxbench.report import parse_formats, write_report
     from relaxbench.ui import console
 
-    written = write_report(run_dir, parse_formats(formats), out, budget, run_id)
+    written = write_report(run_dir, parse_formats(formats), out, budget, run_id, profiles, x_axis)
     for fmt, path in written.items():
         console().print(f"report ({fmt}): {path}", highlight=False, soft_wrap=True)
     return written
 
 
 def run(args: argparse.Namespace) -> int:
-    write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id)
+    check_profile_args(args.profiles, args.x_axis)
+    write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id, args.profiles,
+                       args.x_axis)
     return 0

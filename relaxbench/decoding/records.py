@@ -87,7 +87,11 @@ class Counters:
 
 @dataclass
 class RoundLog:
-    """Per-round columns (one entry per verification round)."""
+    """Per-round columns (one entry per verification round).
+
+    Besides the counters and timings, a round records the work it did, so its cost on another device can be
+    priced later (``relaxbench.profiles.proxy``): ``extra`` tokens the policy appended to the verify forward (the
+    judge's reflection), and the drafter's model forwards (new tokens fed per forward) and n-gram lookups."""
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
@@ -96,9 +100,13 @@ class RoundLog:
     t_draft: list[float] = field(default_factory=list)
     t_verify: list[float] = field(default_factory=list)
     t_policy: list[float] = field(default_factory=list)
+    extra: list[int] = field(default_factory=list)
+    draft_forwards: list[tuple[int, ...]] = field(default_factory=list)
+    lookups: list[int] = field(default_factory=list)
 
     def add(self, drafted: int, accepted: int, relaxed: int, emitted: int,
-            t_draft: float, t_verify: float, t_policy: float) -> None:
+            t_draft: float, t_verify: float, t_policy: float, extra: int = 0,
+            draft_forwards: tuple[int, ...] = (), lookups: int = 0) -> None:
         self.drafted.append(drafted)
         self.accepted.append(accepted)
         self.relaxed.append(relaxed)
@@ -106,6 +114,9 @@ class RoundLog:
         self.t_draft.append(t_draft)
         self.t_verify.append(t_verify)
         self.t_policy.append(t_policy)
+        self.extra.append(extra)
+        self.draft_forwards.append(tuple(draft_forwards))
+        self.lookups.append(lookups)
 
     def __len__(self) -> int:
         return len(self.drafted)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from relaxbench.machine import cpu_flags, cpu_model
+from relaxbench.machine import cpu_flags, cpu_model, flags_override
 from relaxbench.validation import PROJECT_ROOT
 
 
@@ -73,6 +73,9 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "threads": torch.get_num_threads(),
         "cpu_model": cpu_model(),
         "cpu_flags": sorted(cpu_flags()),  # what a -march=native build and the bf16 defaults depend on
+        "cpu_flags_override": flags_override(),  # $RELAXBENCH_CPU_FLAGS, when it replaced the CPU's own flags
+        "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+                       if key in os.environ},  # the math libraries' code-path switches, when set
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was
         "gpu": torch.cuda.get_device_name(torch.device(device)) if cuda else None,

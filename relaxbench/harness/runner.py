@@ -1,5 +1,12 @@
-"""Run one task's cells: warm up, calibrate, then for every item, repeat and turn run the arms interleaved
-(AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each sample at once.
+"""Run one task's cells: warm up, measure this machine's cost profile, then for every item, repeat and turn run
+the arms interleaved (AR, method 1, method 2, AR, ...) so machine drift hits every arm alike; score and commit each
+sample at once.
+
+Untimed work is done once per session, not per task or per arm: one profile of the machine
+(``relaxbench.profiles.measure``: the grid of forward costs the run's arms need, on the first prompt's context,
+each shape run untimed first), stored as the session's ``this-machine`` profile, which prices every arm's proxy
+speed-up; then a minimal warm-up generation per arm (a few tokens on a few-token prompt), for the code paths the
+profile does not run (drafting, the policy, the cache bookkeeping): the profile already warmed the forward shapes.
 
 The ``Worker`` holds the loaded models and a ``SampleSink``; an ``Executor`` (executor.py) decides where jobs run.
 The sink separates computing a sample from storing it: in-process it is the ``Store`` itself; on a Ray worker it
@@ -20,14 +27,17 @@ from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
 from relaxbench.decoding.records import GenerationResult
-from relaxbench.harness.calibrate import calibrate
 from relaxbench.harness.plan import Arm, TaskJob
 from relaxbench.harness.store import CellDefinition, SampleKey, SampleRow, Store
 from relaxbench.policies import POLICIES
+from relaxbench.profiles.measure import MACHINE_PROFILE, Grid, measure_profile, power_grid
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
 
-WARMUP_TOKENS = 8
+WARMUP_TOKENS = 3  # a warm-up generation's new tokens: a draft round and a verify for every arm
+WARMUP_PROMPT_TOKENS = 8  # a warm-up generation's prompt: its first tokens (the profile warmed the model shapes)
+PROFILE_REPEATS = 3  # timed forwards per grid point of the session's machine profile (median), after 1 untimed
+PROFILE_PREFILL_REPEATS = 2  # timed prefills per length, none untimed (a sample's prefill is a first call too)
 
 
 class ProgressSink(Protocol):
@@ -63,8 +73,8 @@ class Output:
 
 class SampleSink(Protocol):
     """What the runner reads (finished keys, a sample: an earlier turn's answer, AR's output for the same unit, the
-    first repeat) and writes (a started generation, a finished sample, a calibration). ``Store`` is one; a Ray
-    worker's ``ShardView`` another. Cells are created beforehand by the driver (``register_job``)."""
+    first repeat) and writes (a started generation, a finished sample, the session's machine profile). ``Store`` is
+    one; a Ray worker's ``ShardView`` another. Cells are created beforehand by the driver (``register_job``)."""
 
     def done_keys(self, cell_id: int) -> set[SampleKey]: ...
 
@@ -74,8 +84,7 @@ class SampleSink(Protocol):
 
     def add_sample(self, row: SampleRow) -> None: ...
 
-    def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
-                        t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None: ...
+    def add_machine_profile(self, session_id: int, profile: Mapping[str, Any]) -> None: ...
 
 
 @dataclass
@@ -88,7 +97,9 @@ class Worker:
     store: SampleSink
     session_id: int
     warmup: int = 1
-    prepared: set[str] = field(default_factory=set)  # tasks warmed up and calibrated in this session
+    profile_repeats: int = PROFILE_REPEATS
+    warmed: set[str] = field(default_factory=set)  # arms warmed up in this session
+    profiled: bool = False  # whether this session measured its machine profile (a Ray worker runs several shards)
 
 
 def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
@@ -165,33 +176,66 @@ class TaskRun:
         for arm in self.job.arms:
             self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,
                                                     self.job.decode_config(arm), self.w.draft_name)
-        if self.job.name not in self.w.prepared:  # once per task and session (a Ray worker runs several shards)
-            first_prompt = self._encode(self.job.items[0], 0, [])
-            self._warm_up(first_prompt)
-            self._calibrate(first_prompt)
-            self.w.prepared.add(self.job.name)
+        first_prompt = self._encode(self.job.items[0], 0, [])
+        self._measure_machine(first_prompt)  # once per session
+        self._warm_up(first_prompt)  # once per arm and session
         for item, repeat, turn in keys:
             self._run_sample(item, repeat, turn)
 
     # -------------------------------------------------------------------------------------- before timing
 
     def _warm_up(self, prompt_ids: list[int]) -> None:
-        """A few untimed generations per arm: first-call costs (allocations, kernel selection) stay out of the
-        timings."""
+        """A minimal untimed generation per arm, once per session: the first calls of its code paths (drafting,
+        the policy, rollback) stay out of the timings; the machine profile measured just before ran every forward
+        shape the arms use."""
+        prompt = prompt_ids[:WARMUP_PROMPT_TOKENS]
         for arm in self.job.arms:
+            if arm.name in self.w.warmed:
+                continue
             cfg = self.job.decode_config(arm)
             decoder = build_decoder(arm.method, self.w.target, self.w.draft,
                                     replace(cfg, max_new_tokens=min(WARMUP_TOKENS, cfg.max_new_tokens)),
                                     self.w.draft_name)
             for _ in range(self.w.warmup):
-                decoder.generate(prompt_ids)
+                decoder.generate(prompt)
+            self.w.warmed.add(arm.name)
 
-    def _calibrate(self, prompt_ids: list[int]) -> None:
+    def profile_grid(self, prompt_ids: list[int]) -> Grid:
+        """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 token and
+        each arm's full verify block (k + 1 + the policy's extra tokens; shorter blocks are interpolated), draft
+        forwards of 1, 2 (and up to 8 for n-gram+LM drafting) tokens, at the prompt's context and that plus
+        max_new_tokens; prefill at half and all of the prompt; n-gram lookups when an arm copies n-grams."""
+        verify = {1}
+        draft_sizes = {1, 2}
+        lookups = False
         for arm in self.job.arms:
             decoder = self.decoders[arm.name]
-            result = calibrate(self.w.target, decoder.drafter, arm.k, prompt_ids, sampling=self.job.sampling)
-            self.w.store.add_calibration(self.cells[arm.name], self.w.session_id, result.context_tokens, result.k,
-                                         result.t_target_step, result.t_verify, result.t_draft_step, result.raw)
+            if arm.k:
+                extra = decoder.policy.extra_verify_tokens(torch.zeros(arm.k, dtype=torch.long))
+                verify.add(arm.k + 1 + (0 if extra is None else int(extra.shape[0])))
+            kind = None if arm.drafter is None else arm.drafter.kind
+            if kind in ("ngram", "ngram+lm"):
+                lookups = True
+            if kind == "ngram+lm":
+                draft_sizes.update(power_grid(8))
+        context = max(1, len(prompt_ids) - 1)
+        contexts = (context, context + self.job.max_new_tokens)
+        return Grid(new_tokens=tuple(sorted(verify)), context=contexts,
+                    prefill=tuple(sorted({max(1, context // 2), context})), draft_new_tokens=tuple(sorted(draft_sizes)),
+                    lookup_context=contexts if lookups else ())
+
+    def _measure_machine(self, prompt_ids: list[int]) -> None:
+        """This machine's cost profile, once per session, shared by every arm (stored as ``this-machine``)."""
+        if self.w.profiled:
+            return
+        grid = self.profile_grid(prompt_ids)
+        draft = self.w.draft if any(arm.needs_draft_model() for arm in self.job.arms) else None
+        self.progress.cell(MACHINE_PROFILE, "cost profile", grid.steps(draft is not None), 0)
+        profile = measure_profile(self.w.target, draft, grid, repeats=self.w.profile_repeats,
+                                  advance=lambda _: self.progress.advance(MACHINE_PROFILE, "cost profile"),
+                                  source=prompt_ids, prefill_repeats=PROFILE_PREFILL_REPEATS, prefill_warmup=0)
+        self.w.store.add_machine_profile(self.w.session_id, profile.record())
+        self.w.profiled = True
 
     # -------------------------------------------------------------------------------------- samples
 

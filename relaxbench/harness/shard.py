@@ -17,7 +17,7 @@ from relaxbench.data import TaskItem
 from relaxbench.harness.store import SampleKey, SampleRow, Store
 
 # the runner's writes (``runner.SampleSink``), replayed on the driver's store by name
-WRITES = frozenset({"mark_started", "add_sample", "add_calibration"})
+WRITES = frozenset({"mark_started", "add_sample", "add_machine_profile"})
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,5 @@ class ShardView:
         self._rows[(row.cell_id, row.key)] = row
         self._emit(Write("add_sample", (row,)))
 
-    def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
-                        t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None:
-        self._emit(Write("add_calibration", (cell_id, session_id, context_tokens, k, t_target_step, t_verify,
-                                             t_draft_step, dict(raw))))
+    def add_machine_profile(self, session_id: int, profile: Mapping[str, Any]) -> None:
+        self._emit(Write("add_machine_profile", (session_id, dict(profile))))

@@ -10,7 +10,9 @@ Tables (see README "The results store"):
                 git revision, date, command line
   cells         one row per (run, task, arm): the full method spec, effective drafter, k, decoding settings,
                 task spec, scorer and data fingerprint
-  calibrations  per cell and session: measured cost of a target step, a verify pass of k+1 tokens, a draft step
+  calibrations  per cell and session: unit costs written by versions before machine profiles (no longer written)
+  machine_profiles  per session: the cost profile of this machine measured at its start ("this-machine"), shared
+                by every arm (relaxbench.profiles)
   samples       one row per (cell, item, turn, repeat): ids, text, counters incl. per-round columns, timings,
                 score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis, the seed of its
                 random stream
@@ -45,6 +47,10 @@ STORE_NAME = "results.sqlite"
 # old rows get NULL or the declared default), and the schema version stays 1.
 ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("samples", "seed", "INTEGER"),  # the seed of the sample's random stream (NULL in stores written before it)
+    # per-round work, for pricing a sample on another device (relaxbench.profiles.proxy); NULL in older stores
+    ("samples", "round_extra", "TEXT"),  # tokens the policy appended to each verify forward
+    ("samples", "round_draft_forwards", "TEXT"),  # per round: new tokens fed per draft-model forward
+    ("samples", "round_lookups", "TEXT"),  # per round: n-gram lookups
 )
 
 SCHEMA = """
@@ -149,6 +155,12 @@ CREATE TABLE IF NOT EXISTS samples (
     divergence TEXT,
     UNIQUE (cell_id, item_id, turn, repeat)
 );
+CREATE TABLE IF NOT EXISTS machine_profiles (
+    session_id INTEGER PRIMARY KEY REFERENCES environment(session_id),
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    created_at TEXT NOT NULL,
+    profile_json TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS samples_by_cell ON samples (cell_id, item_index, turn, repeat);
 CREATE TABLE IF NOT EXISTS judges (
     judge_hash TEXT PRIMARY KEY,
@@ -220,7 +232,9 @@ LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no 
 
 # how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1
 _LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_accepted", "round_relaxed",
-                           "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy"})
+                           "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy", "round_extra",
+                           "round_lookups"})
+_NESTED_LIST_COLUMNS = frozenset({"round_draft_forwards"})
 _OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
 _ADDED_SAMPLE_COLUMNS = frozenset(column for table, column, _ in ADDED_COLUMNS if table == "samples")
@@ -268,6 +282,11 @@ class SampleRow:
     matches_baseline: bool | None
     divergence: Mapping[str, Any] | None
     seed: int | None = None  # the seed of the sample's random stream (see TaskJob.sample_seed)
+    # per-round work (None in stores written before it was recorded): the policy's extra verify tokens, the
+    # drafter's forward sizes and its n-gram lookups
+    round_extra: tuple[int, ...] | None = None
+    round_draft_forwards: tuple[tuple[int, ...], ...] | None = None
+    round_lookups: tuple[int, ...] | None = None
     sample_id: int | None = None  # assigned by the store
 
     @classmethod
@@ -289,7 +308,8 @@ class SampleRow:
             round_relaxed=tuple(rounds.relaxed), round_emitted=tuple(rounds.emitted),
             round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
             round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
-            matches_baseline=matches_baseline, divergence=divergence, seed=seed)
+            matches_baseline=matches_baseline, divergence=divergence, seed=seed, round_extra=tuple(rounds.extra),
+            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups))
 
     @classmethod
     def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
@@ -315,6 +335,8 @@ class SampleRow:
                 pass
             elif f.name in _LIST_COLUMNS:
                 value = tuple(json.loads(value))
+            elif f.name in _NESTED_LIST_COLUMNS:
+                value = tuple(tuple(inner) for inner in json.loads(value))
             elif f.name in _OBJECT_COLUMNS:
                 value = json.loads(value)
             elif f.name in _FLAG_COLUMNS:
@@ -323,7 +345,8 @@ class SampleRow:
         return cls(**values)
 
     def to_columns(self) -> dict[str, Any]:
-        """Column name → SQLite value (``sample_id`` only once the store assigned one)."""
+        """Column name → SQLite value (``sample_id`` only once the store assigned one; a later-added column only
+        when the row has a value for it)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -332,6 +355,8 @@ class SampleRow:
                     continue
             elif f.name in _LIST_COLUMNS:
                 value = json.dumps(list(value))
+            elif f.name in _NESTED_LIST_COLUMNS:
+                value = json.dumps([list(inner) for inner in value])
             elif f.name in _OBJECT_COLUMNS:
                 value = dumps(value)
             elif f.name in _FLAG_COLUMNS:
@@ -491,12 +516,19 @@ class Store:
             conn.execute(f"INSERT INTO samples ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                          tuple(columns.values()))
 
-    def add_calibration(self, cell_id: int, session_id: int, context_tokens: int, k: int, t_target_step: float,
-                        t_verify: float | None, t_draft_step: float | None, raw: Mapping[str, Any]) -> None:
+    def add_machine_profile(self, session_id: int, profile: Mapping[str, Any]) -> None:
+        """The cost profile of this machine measured in ``session_id`` (a profile file's mapping), stored with the
+        session's run."""
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO calibrations (cell_id, session_id, context_tokens, k, "
-                         "t_target_step, t_verify, t_draft_step, raw_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         (cell_id, session_id, context_tokens, k, t_target_step, t_verify, t_draft_step, dumps(raw)))
+            conn.execute("INSERT OR REPLACE INTO machine_profiles (session_id, run_id, created_at, profile_json) "
+                         "SELECT session_id, run_id, ?, ? FROM environment WHERE session_id=?",
+                         (now(), dumps(profile), session_id))
+
+    def machine_profile(self, run_id: int) -> dict[str, Any] | None:
+        """The latest session's machine profile of the run (None when no session measured one)."""
+        row = self.conn.execute("SELECT profile_json FROM machine_profiles WHERE run_id=? "
+                                "ORDER BY session_id DESC LIMIT 1", (run_id,)).fetchone()
+        return None if row is None else json.loads(row["profile_json"])
 
     # ------------------------------------------------------------------------------------------ judgments
 

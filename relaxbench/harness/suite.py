@@ -15,7 +15,7 @@ from relaxbench.validation import Flag, Integer, Number, Spec, Text, validate, y
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
-                   "limits", "task_repeats", "executor", "executor_options", "device_map")
+                   "limits", "task_repeats", "executor", "executor_options", "device_map", "profiles")
 
 # fields added to the suite after runs were stored: part of the key only when set
 ADDED_KEY_FIELDS = ("chat_template_args",)
@@ -65,6 +65,9 @@ class SuiteSpec(Spec):
     executor: Text = "in-process"  # a registered executor: in-process, ray
     executor_options: dict[str, Any] = Field(default_factory=dict)  # checked by the executor's own Options spec
     device_map: Text | None = None  # spread the target over the GPUs (accelerate's strategy: models.DEVICE_MAPS)
+    # cost profiles the tables and the report price proxy speed-ups with (device names, profile files): recorded
+    # with the run, they change no sample, so they are not part of its key
+    profiles: tuple[Text, ...] = ()
 
     @field_validator("methods", "tasks", mode="before")
     @classmethod
@@ -74,6 +77,16 @@ class SuiteSpec(Spec):
         if not isinstance(value, (list, tuple)) or not value:
             raise ValueError("must be a non-empty list")
         return tuple(str(v) for v in value)
+
+    @field_validator("profiles", mode="before")
+    @classmethod
+    def _profiles(cls, value: Any) -> Any:
+        value = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+            raise ValueError("must be a profile name or a list of them")
+        return value
 
     @field_validator("include_paths", mode="before")
     @classmethod

@@ -6,7 +6,7 @@
   its resources, ``--gpus-per-worker`` (default 1 on CUDA) and ``--cpus-per-worker``, so Ray places them.
 * **Work**: each task's missing items are cut into shards (``harness.shard``); a worker runs a shard's units with
   every arm of the task interleaved, as in-process, so each paired speed-up is measured on one device.
-* **One writer**: a worker streams every write (a started generation, a finished sample, a calibration) back as
+* **One writer**: a worker streams every write (a started generation, a finished sample, the session's machine profile) back as
   it makes it; this process, the driver, commits each to ``results.sqlite`` at once. Each worker incarnation is a
   session of its own, with its environment (host, GPU, driver, versions).
 * **Faults**: Ray restarts a worker that dies (``restarts`` times); its shard goes back to the queue and, sent

@@ -3,7 +3,7 @@ every store write back to the driver as it is made.
 
 An incarnation is one life of the actor's process: Ray restarts a worker that died (OOM, a lost node, SIGKILL) by
 constructing it again, which loads the models again and draws a new incarnation id. The driver keeps one session
-per incarnation, so a worker's environment, samples and calibrations are stored with the session that made them;
+per incarnation, so a worker's environment, samples and machine profile are stored with the session that made them;
 a shard sent for an incarnation that is gone is answered with ``STALE`` instead of being run.
 """
 

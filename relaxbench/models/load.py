@@ -17,6 +17,7 @@ from relaxbench.errors import ConfigError, ModelError
 from relaxbench.models.convert import dtype_copy, materialize
 from relaxbench.models.dtypes import parameter_count, parse_dtype
 from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
+from relaxbench.models.shape import ModelShape, shape_from_config, shape_of
 from relaxbench.models.zoo import MODELS
 from relaxbench.registry import did_you_mean
 
@@ -57,7 +58,12 @@ class LoadedModel:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "architecture": type(self.model).__name__,
             "vocab": vocab_fingerprint(self.tokenizer),
+            "shape": self.shape.record(),  # what an analytic cost profile of another device needs
         }
+
+    @property
+    def shape(self) -> ModelShape:
+        return shape_of(self.model)
 
 
 @contextmanager
@@ -138,6 +144,13 @@ def load_tokenizer(name: str, quiet: bool = False) -> Any:
     location, ref, offline = _locate(name, quiet)
     with _load_errors(name, location, ref, offline):
         return AutoTokenizer.from_pretrained(ref, local_files_only=offline)
+
+
+def model_shape(name: str, quiet: bool = True) -> ModelShape:
+    """The shape of ``name`` from its config alone (resolved and fetched like ``load_model``; no weights loaded)."""
+    location, ref, offline = _locate(name, quiet)
+    with _load_errors(name, location, ref, offline):
+        return shape_from_config(ref, offline)
 
 
 def _locate(name: str, quiet: bool) -> tuple[ModelLocation, str, bool]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
-from relaxbench.analysis.metrics import METRIC_DEFINITIONS, Divergences
+from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Divergences
 from relaxbench.analysis.notices import (
     MODEL_GAP,
     WIDE_DELTA,
@@ -28,9 +28,12 @@ from relaxbench.analysis.notices import (
     JudgeQuality,
     LosslessCheck,
     ModelGaps,
-    NoCalibration,
     NoEnvironment,
+    NoMachineProfile,
     NoUnits,
+    ProfileApproximate,
+    ProfileExtended,
+    ProfileUnpriced,
     SessionsDiffer,
     TargetAlone,
     Truncated,
@@ -41,16 +44,21 @@ from relaxbench.analysis.notices import (
     run_findings,
     task_findings,
 )
+from relaxbench.analysis.proxy import choose_profiles
 from relaxbench.analysis.records import CellRecord
 from relaxbench.analysis.selection import (
     DEFAULT_BUDGET,
+    MEASURED,
+    Ranking,
     best_within_budget,
     fastest,
     loss_beyond_budget,
     lossless_reference,
     ranks_by_capability,
 )
-from relaxbench.report.figures import FIGURE_METHODS, FigureArt, method_palette, task_figures
+from relaxbench.profiles import Profile
+from relaxbench.profiles.measure import MACHINE_PROFILE
+from relaxbench.report.figures import FIGURE_METHODS, TRADEOFF_PROXY, FigureArt, method_palette, task_figures
 from relaxbench.report.tables import (
     Cell,
     Row,
@@ -60,11 +68,13 @@ from relaxbench.report.tables import (
     knobs_text,
     measured_by,
     num,
+    proxy_cell,
     pts,
     pts_ci,
     self_agreement_text,
     speed_ci,
     task_tables,
+    with_proxy_columns,
 )
 
 # ------------------------------------------------------------------------------------------------ the document
@@ -106,6 +116,8 @@ class Report:
     notices: tuple[Notice, ...]
     figure_methods: tuple[tuple[str, str], ...]
     definitions: tuple[tuple[str, str], ...]
+    profiles_table: Table | None = None  # the cost profiles of the proxy columns (shown under Setup)
+    ranking: Ranking = MEASURED  # the speed-up the summary ranks arms by
     sections: tuple[tuple[str, str], ...] = field(default=(
         ("summary", "Summary"), ("results", "Results per task"), ("methods", "Method definitions"),
         ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
@@ -118,23 +130,30 @@ class Report:
 # ------------------------------------------------------------------------------------------------ the summary
 
 
-def _fidelity_headline(summary: TaskSummary) -> str:
+def _speed(cell: CellSummary, ranking: Ranking) -> str:
+    """The ranking speed-up of an arm, with the measured one beside it when ranking by a profile."""
+    text = speed_ci(ranking.speed(cell))
+    if ranking.profile is not None:
+        text += f" on {ranking.profile} (measured here {speed_ci(cell.speedup_total)})"
+    return text
+
+
+def _fidelity_headline(summary: TaskSummary, ranking: Ranking) -> str:
     text = (f"{summary.task} (n = {summary.n_units} paired units): capability was not measured for this task; its "
             f"score ({summary.scorer}) is fidelity to AR's output, which any rewording lowers, so rules are not "
             "ranked by it")
-    top = fastest(summary)
+    top = fastest(summary, ranking)
     if top is not None:
-        text += (f"; the fastest, {top.arm}, runs at {speed_ci(top.speedup_total)} with fidelity Δ "
-                 f"{pts_ci(top.score_delta)} pts")
+        text += f"; the fastest, {top.arm}, runs at {_speed(top, ranking)} with fidelity Δ {pts_ci(top.score_delta)} pts"
     return text + "."
 
 
-def headline(summary: TaskSummary, budget: float) -> str:
+def headline(summary: TaskSummary, budget: float, ranking: Ranking = MEASURED) -> str:
     ar = summary.baseline
     if not ranks_by_capability(summary):
-        text = _fidelity_headline(summary)
-        ref = lossless_reference(summary)
-        return text + (f" Lossless reference ({ref.arm}): {speed_ci(ref.speedup_total)}." if ref is not None else "")
+        text = _fidelity_headline(summary, ranking)
+        ref = lossless_reference(summary, ranking)
+        return text + (f" Lossless reference ({ref.arm}): {_speed(ref, ranking)}." if ref is not None else "")
     unit, suffix = ("pass@1", "%") if summary.binary else ("score", " pts")
     ar_score = "-" if ar.score is None else pts(ar.score) + suffix
     judged = "" if summary.judge is None else f", judged by {summary.judge.label}"
@@ -142,35 +161,53 @@ def headline(summary: TaskSummary, budget: float) -> str:
     if ar.score is None and summary.n_units:
         why = "no verdict of the judge has a rating" if summary.judge is not None else "no unit has a score"
         return text + f"{why}, so no rule is ranked."
-    best = best_within_budget(summary, budget)
+    best = best_within_budget(summary, budget, ranking)
     if best is None:
         text += f"no method is faster than AR while losing at most {budget:g} point(s)"
-        top = fastest(summary)
+        top = fastest(summary, ranking)
         if top is not None:
-            text += (f"; the fastest, {top.arm}, runs at {speed_ci(top.speedup_total)} with Δ "
-                     f"{pts_ci(top.score_delta)} pts")
+            text += f"; the fastest, {top.arm}, runs at {_speed(top, ranking)} with Δ {pts_ci(top.score_delta)} pts"
         text += "."
     else:
         text += (f"the fastest method within a {budget:g}-point loss budget is {best.arm}: "
-                 f"{speed_ci(best.speedup_total)} over AR, Δ {pts_ci(best.score_delta)} pts, "
+                 f"{_speed(best, ranking)} over AR, Δ {pts_ci(best.score_delta)} pts, "
                  f"MAL {fmt(best.mean_acceptance_length)}.")
         if loss_beyond_budget(best, budget):
             text += " Its Δ interval reaches below the budget, so the loss is within budget on average only."
-        if best.speedup_total.low is not None and best.speedup_total.low <= 1.0:
+        low = ranking.speed(best).low
+        if low is not None and low <= 1.0:
             text += " Its speed-up interval includes 1.0×."
-    ref = lossless_reference(summary)
+    ref = lossless_reference(summary, ranking)
     if ref is not None:
-        text += f" Lossless reference ({ref.arm}): {speed_ci(ref.speedup_total)}."
+        text += f" Lossless reference ({ref.arm}): {_speed(ref, ranking)}."
     return text
 
 
-def summary_table(summaries: Sequence[TaskSummary], budget: float) -> Table:
+def ranking_line(ranking: Ranking, profiles: Sequence[Profile]) -> str:
+    """Which speed-up the summary ranks by, and why."""
+    by_name = {p.name: p for p in profiles}
+    if ranking.profile is not None:
+        profile = by_name[ranking.profile]
+        return (f"Arms are ranked by their proxy speed-up on {profile.name} ({profile.device}), the declared "
+                "deployment: what this run's counters and output lengths gain on that device, priced round by round "
+                "from its cost profile. The measured speed-up on this machine is shown beside it: it is what this "
+                "machine gains, and it can disagree (on a CPU a k-token verify pass costs several 1-token passes, on "
+                "a GPU about one).")
+    text = ("Arms are ranked by the speed-up measured on this machine: no deployment profile was declared (pass "
+            "--profile DEVICE, e.g. h100-sxm, to rank by the proxy speed-up on a deployment's device).")
+    if profiles:
+        text += f" Proxy speed-ups ({', '.join(p.name for p in profiles)}) are shown beside it."
+    return text
+
+
+def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Ranking = MEASURED) -> Table:
+    profiles = summaries[0].profiles if summaries else ()
     rows = []
     for summary in summaries:
         ar = summary.baseline
-        best = best_within_budget(summary, budget)
-        top = fastest(summary)
-        ref = lossless_reference(summary)
+        best = best_within_budget(summary, budget, ranking)
+        top = fastest(summary, ranking)
+        ref = lossless_reference(summary, ranking)
         chosen = best or ar
         ranked = ranks_by_capability(summary)
         pick = (chosen.arm if best else "ar (none faster within budget)") if ranked else \
@@ -182,22 +219,57 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float) -> Table:
             Cell(pick, "arm"),
             est(speed_ci(chosen.speedup_total), "speedup_total", chosen.speedup_total) if ranked else
             Cell("-", "speedup_total", numeric=True),
+            *(proxy_cell(chosen, p) if ranked else Cell("-", f"proxy.{p}.total", numeric=True) for p in profiles),
             est("-" if best is None else pts_ci(best.score_delta), "score_delta", chosen.score_delta),
             num(fmt(chosen.accuracy_retained, ".1%"), "accuracy_retained", chosen.accuracy_retained) if ranked else
             Cell("-", "accuracy_retained", numeric=True),
-            Cell("-" if top is None else f"{top.arm}: {speed_ci(top.speedup_total)}, {delta} "
+            Cell("-" if top is None else f"{top.arm}: {speed_ci(ranking.speed(top))}, {delta} "
                                          f"{pts_ci(top.score_delta)}", "fastest"),
-            Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ref.speedup_total)}", "lossless"),
+            Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ranking.speed(ref))}", "lossless"),
         )))
-    return Table("summary-table", f"Best method per task within a {budget:g}-point capability-loss budget",
-                 ("task", "n", "measured by", "AR score", "best within budget", "speed-up [95% CI]",
-                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference"),
-                 tuple(rows),
-                 f"Best = the highest measured speed-up (Σ AR time / Σ method time) among arms whose mean score "
-                 f"difference to AR is at least −{budget:g} point(s); AR when none of them is faster than AR. "
+    columns = with_proxy_columns(("task", "n", "measured by", "AR score", "best within budget", "speed-up [95% CI]",
+                                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference"),
+                                 "speed-up [95% CI]", profiles)
+    basis = ("the measured speed-up (Σ AR time / Σ method time)" if ranking.profile is None else
+             f"the proxy speed-up on {ranking.profile} (Σ AR proxy time / Σ method proxy time)")
+    return Table("summary-table", f"Best method per task within a {budget:g}-point capability-loss budget, by "
+                                  f"{ranking.label}", columns, tuple(rows),
+                 f"Best = the highest {basis} among arms whose mean score difference to AR is at least −{budget:g} "
+                 "point(s); AR when none of them is faster than AR. Speed-up = measured on this machine; proxy "
+                 "NAME = priced on cost profile NAME. Fastest overall and lossless reference by the same speed-up. "
                  "Scores in points (pass rate in %, an LLM judge's rating × 10, agreement × 100). A task scored only "
                  "for fidelity to AR (agreement with AR's output, no judge) is not ranked: its capability was not "
                  "measured.")
+
+
+def deployment_ranking(profiles: Sequence[Profile], x_axis: str | None = None) -> Ranking:
+    """Rank by the declared deployment's proxy speed-up (the x-axis profile, else the first profile that is not this
+    machine's); by the measured speed-up when none is declared."""
+    names = [p.name for p in profiles]
+    if x_axis is not None and x_axis != MACHINE_PROFILE and x_axis in names:
+        return Ranking(x_axis)
+    declared = [name for name in names if name != MACHINE_PROFILE]
+    return Ranking(declared[0]) if declared else MEASURED
+
+
+def profiles_table(profiles: Sequence[Profile]) -> Table | None:
+    """What each cost profile is: device, models and dtypes, how it was made, its assumptions and sources."""
+    if not profiles:
+        return None
+    rows = []
+    for p in profiles:
+        models = f"target {p.target.model} ({p.target.dtype})" + (
+            f"; draft {p.draft.model} ({p.draft.dtype})" if p.draft is not None else "")
+        rows.append(Row(p.name, (
+            Cell(p.name, "profile"), Cell(p.kind, "kind"), Cell(p.device, "device"), Cell(models, "models"),
+            Cell("; ".join(p.assumptions) or "-", "assumptions"),
+            Cell("; ".join(f"{k}: {v}" for k, v in p.sources.items()) or "-", "sources"),
+        )))
+    return Table("profiles-table", "Cost profiles the proxy speed-ups are priced with",
+                 ("profile", "kind", "device", "models", "assumptions", "sources"), tuple(rows),
+                 "A sample's proxy time = prefill + Σ rounds [target forward of (drafted + 1 + extra) tokens at the "
+                 "round's context + the drafter's recorded forwards and n-gram lookups], from the profile's table "
+                 "(relaxbench.profiles). this-machine = measured at the start of the run's latest session.")
 
 
 # ------------------------------------------------------------------------------------------------ notices
@@ -275,20 +347,29 @@ def word(finding: Finding) -> str:
                          "arm's score loss is budget, not wrong answers.")
             return text
         case ModelGaps(arms=arms):
-            apart = "; ".join(f"{arm} ({measured:.2f}× measured, {modelled:.2f}× modelled)"
-                              for arm, measured, modelled in arms)
-            return (f"Measured and modelled speed-ups differ by more than {MODEL_GAP:g}×: {apart}. Overheads the "
-                    "model leaves out rarely explain that much; timing noise (load spikes during some samples) "
-                    "usually does. The geomean speed-up and the modelled figure are less sensitive to it.")
-        case NoCalibration(arms=arms):
-            return f"No modelled speed-up (no calibration stored) for: {', '.join(arms)}."
+            apart = "; ".join(f"{arm} ({measured:.2f}× measured, {proxy:.2f}× {MACHINE_PROFILE} proxy)"
+                              for arm, measured, proxy in arms)
+            return (f"Measured speed-ups and this machine's proxy differ by more than {MODEL_GAP:g}×: {apart}. "
+                    "Overheads the proxy leaves out rarely explain that much; timing noise (load spikes during some "
+                    "samples) usually does. The geomean speed-up and the proxy are less sensitive to it.")
+        case NoMachineProfile():
+            return (f"No {MACHINE_PROFILE} proxy: the run stored no cost profile of its machine (it was made before "
+                    "relaxbench measured one).")
+        case ProfileUnpriced(profile=profile, arms=arms):
+            return (f"Profile {profile} cannot price: " + "; ".join(f"{arm} ({why})" for arm, why in arms) + ".")
+        case ProfileExtended(profile=profile, forwards=n):
+            return (f"Profile {profile} priced {n} forward(s) beyond its grid (its last segment extended): the "
+                    "run's contexts or block sizes exceed what it covers; measure a wider grid for exact figures.")
+        case ProfileApproximate(profile=profile):
+            return (f"Proxy speed-ups on {profile} are estimates for samples stored before per-round drafter work "
+                    "was recorded (one 1-token draft forward per drafted token, no extra verify tokens).")
         case NoEnvironment():
             return "No environment was recorded with this run."
         case UnfinishedSession(session_id=sid, started_at=started, status=status):
             return f"Session {sid} (started {started}) ended '{status}'; its finished samples are kept and used."
         case BusyMachine(session_id=sid, load=load, cpus=cpus):
             return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs): "
-                    "wall-clock speed-ups are noisy; the modelled speed-up is steadier.")
+                    "wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
         case SessionsDiffer(key=key, values=values, sessions=holders):
             listed = [f"{value}: {_sessions_text(ids)}" for value, ids in zip(values, holders)] if holders else values
             return (f"Sessions of this run differ in {key} ({'; '.join(listed)}): samples timed in different "
@@ -426,32 +507,46 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
 # ------------------------------------------------------------------------------------------------ the report
 
 
-def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float) -> TaskSection:
+def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float,
+                 ranking: Ranking = MEASURED, x_axis: Ranking = MEASURED) -> TaskSection:
     cells = run.cells_of(summary.task)
     baseline = next(c for c in cells if c.is_baseline)
     return TaskSection(task=summary.task, description=str(baseline.task_spec.get("description") or ""),
-                       scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget),
+                       scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget, ranking),
                        tables=task_tables(summary),
-                       figures=() if summary.target_alone else tuple(task_figures(summary, palette)),
+                       figures=() if summary.target_alone else tuple(task_figures(summary, palette, x_axis)),
                        notices=tuple(task_notices(summary, cells)))
 
 
-def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET) -> Report:
-    summaries = summarize_run(run)
+def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, profiles: Sequence[str] = (),
+                 x_axis: str | None = None) -> Report:
+    """The report of ``run``: proxy speed-ups on ``profiles`` (references: device names, files, this-machine;
+    default: those recorded with the run) and the trade-off plot's x-axis (``measured`` or a profile)."""
+    choice = choose_profiles(run, profiles, x_axis)
+    summaries = summarize_run(run, choice.profiles)
+    ranking = deployment_ranking(choice.profiles, choice.x_axis)
+    axis = Ranking(choice.x_axis) if choice.x_axis is not None else MEASURED
     palette = method_palette(["ar", *(c.method for c in sorted(run.cells, key=lambda c: c.position))])
-    tasks = tuple(task_section(run, s, palette, budget) for s in summaries)
+    tasks = tuple(task_section(run, s, palette, budget, ranking, axis) for s in summaries)
     setup, tasks_table = setup_tables(run, summaries)
     environment, sessions = environment_tables(run)
     title = f"relaxbench: {run.target} with draft {run.draft or '-'}"
     lines = [t.headline for t in tasks] or ["This run has no tasks yet."]
+    if tasks:
+        lines.insert(0, ranking_line(ranking, choice.profiles))
+    methods = list(FIGURE_METHODS.values())
+    if axis.profile is not None:
+        methods.insert(1, (f"Trade-off on {axis.profile}", TRADEOFF_PROXY.format(profile=axis.profile)))
     return Report(
         title=title, run_dir=run_dir, run_key=run.run_key,
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), budget=budget,
-        summary_lines=tuple(lines), summary_table=summary_table(summaries, budget), tasks=tasks,
+        summary_lines=tuple(lines), summary_table=summary_table(summaries, budget, ranking), tasks=tasks,
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
         environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
-        figure_methods=tuple(FIGURE_METHODS.values()), definitions=METRIC_DEFINITIONS)
+        figure_methods=tuple(methods), definitions=METRIC_DEFINITIONS,
+        profiles_table=profiles_table(choice.profiles), ranking=ranking)
 
 
-def load_report(run_dir: str | Path, budget: float = DEFAULT_BUDGET, run_id: int | None = None) -> Report:
-    return build_report(load_run(run_dir, run_id), str(run_dir), budget)
+def load_report(run_dir: str | Path, budget: float = DEFAULT_BUDGET, run_id: int | None = None,
+                profiles: Sequence[str] = (), x_axis: str | None = None) -> Report:
+    return build_report(load_run(run_dir, run_id), str(run_dir), budget, profiles, x_axis)

@@ -18,7 +18,9 @@ matplotlib.use("Agg", force=False)  # headless: the report never opens a window
 
 from matplotlib.figure import Figure  # noqa: E402
 
-from relaxbench.analysis.metrics import POINTS, CellSummary, TaskSummary  # noqa: E402
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, TaskSummary  # noqa: E402
+from relaxbench.analysis.selection import MEASURED, Ranking  # noqa: E402
+from relaxbench.profiles.measure import MACHINE_PROFILE  # noqa: E402
 
 AR_COLOR = "#222222"
 LINE_STYLES = ("-", "--", ":", "-.")  # the lines of one method (one per setting, over k)
@@ -50,14 +52,23 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "Output-length change",
         "Output-length ratio = the arm's output tokens / AR's output tokens, summed over the same units (1.0 = "
         "same length). Relaxed rules can lengthen outputs, which costs time that MAL does not show."),
-    "modelled": (
-        "Modelled vs measured speed-up",
-        "x: modelled speed-up = emitted × t_target_step / (rounds × t_verify + drafted × t_draft_step), from the "
-        "arm's counters and the unit costs of the arm's own calibration in the run (a 1-token target step, a "
-        "(k+1)-token verify pass and a draft step per drafted token, measured back to back). y: measured speed-up with its 95% CI. Points below the diagonal "
-        "lose time to what the model leaves out (prefill, policy, Python overhead); a run on a busy machine "
-        "scatters around it."),
+    "proxy": (
+        "This machine's proxy vs measured speed-up",
+        "x: the proxy speed-up on this machine's own cost profile (measured at the start of the run's session): "
+        "every sample priced as prefill + Σ rounds [target forward of (drafted + 1 + extra) tokens at the round's "
+        "context + the drafter's recorded forwards and lookups]. y: measured speed-up with its 95% CI. Points on "
+        "the diagonal mean the profile prices this machine's runs right, which is what lets another device's "
+        "profile price them; points below it lose time to what the proxy leaves out (policy, Python overhead); a "
+        "run on a busy machine scatters around it."),
 }
+
+TRADEOFF_PROXY = (
+    "x: the proxy speed-up over AR on cost profile {profile} (Σ AR proxy time / Σ method proxy time over the task's "
+    "paired units, each sample priced from its stored rounds on the profile's device), with its 95% "
+    "paired-bootstrap CI; hollow markers joined by a thin line: the same arm's measured speed-up on this machine. "
+    "y: the arm's mean score in points with the 95% CI of Δ vs AR drawn around it. AR is the star at 1.0×; "
+    "lossless arms are squares; the points of a knob sweep are joined in sweep order. Up and to the right is "
+    "better.")
 
 
 @dataclass
@@ -70,6 +81,7 @@ class FigureArt:
     figure: Figure
     note: str = ""  # what the figure leaves out (missing values), shown under the caption
     extra: dict[str, Any] = field(default_factory=dict)
+    description: str = ""  # how it was computed, when it differs from the kind's (FIGURE_METHODS)
 
     @property
     def title(self) -> str:
@@ -77,7 +89,7 @@ class FigureArt:
 
     @property
     def method(self) -> str:
-        return FIGURE_METHODS[self.kind][1]
+        return self.description or FIGURE_METHODS[self.kind][1]
 
     @cached_property
     def svg(self) -> str:
@@ -178,36 +190,39 @@ def lines_of(cells: Sequence[CellSummary]) -> list[tuple[str, list[CellSummary]]
     return [(label, sorted(group, key=lambda c: c.k)) for label, group in groups.items()]
 
 
-def _plottable(cell: CellSummary) -> bool:
-    return cell.speedup_total.value is not None and cell.score is not None
+def _plottable(cell: CellSummary, x: Ranking = MEASURED) -> bool:
+    return x.speed(cell).value is not None and cell.score is not None
 
 
-def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+def tradeoff(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking = MEASURED) -> FigureArt:
+    """Score vs speed-up; the x-axis is the measured speed-up, or a profile's proxy speed-up (``x_axis``) with the
+    measured one drawn beside each point."""
     fig, ax = _new(7.2, 4.6)
     missing = []
     xs_all, ys_all, x_bounds, y_bounds = [], [], [], []
     ar = summary.baseline
-    if _plottable(ar):
-        ax.plot([ar.speedup_total.value], [ar.score * POINTS], marker="*", markersize=16, color=AR_COLOR,
+    if _plottable(ar, x_axis):
+        ax.plot([x_axis.speed(ar).value], [ar.score * POINTS], marker="*", markersize=16, color=AR_COLOR,
                 linestyle="none", label="AR (baseline)", zorder=5)
-        xs_all.append(ar.speedup_total.value)
+        xs_all.append(x_axis.speed(ar).value)
         ys_all.append(ar.score * POINTS)
     else:
         missing.append(ar.arm)
     ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
     for method, cells in curves(summary).items():
         color = palette.get(method, PALETTE[0])
-        points = [c for c in cells if _plottable(c)]
-        missing += [c.arm for c in cells if not _plottable(c)]
+        points = [c for c in cells if _plottable(c, x_axis)]
+        missing += [c.arm for c in cells if not _plottable(c, x_axis)]
         if not points:
             continue
         lossless = all(c.lossless for c in points)
         marker = "s" if lossless else "o"
         label = f"{method} ({'lossless' if lossless else 'relaxed'})"
         for index, (setting, line) in enumerate(lines_of(points)):
-            xs = [c.speedup_total.value for c in line]
+            speeds: list[Estimate] = [x_axis.speed(c) for c in line]
+            xs = [e.value for e in speeds]
             ys = [c.score * POINTS for c in line]
-            xerr = [_err(c.speedup_total.value, c.speedup_total.low, c.speedup_total.high) for c in line]
+            xerr = [_err(e.value, e.low, e.high) for e in speeds]
             yerr = [_err(c.score_delta.value, c.score_delta.low, c.score_delta.high, POINTS) for c in line]
             xs_all += xs
             ys_all += ys
@@ -219,6 +234,15 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
                 if xe is not None or ye is not None:
                     ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="none", ecolor=color, alpha=0.45, elinewidth=1,
                                 capsize=2, zorder=2)
+            if x_axis.profile is not None:  # the measured speed-up of each point, hollow, joined to it
+                for cell, x, y in zip(line, xs, ys):
+                    measured = cell.speedup_total.value
+                    if measured is None:
+                        continue
+                    ax.plot([measured, x], [y, y], color=color, linewidth=0.7, linestyle=":", zorder=2)
+                    ax.plot([measured], [y], marker=marker, markersize=6, markerfacecolor="none", color=color,
+                            linestyle="none", zorder=3)
+                    xs_all.append(measured)
             style = LINE_STYLES[index % len(LINE_STYLES)] if len(line) > 1 else "none"
             ax.plot(xs, ys, marker=marker, markersize=8 if lossless else 6, color=color, linestyle=style,
                     linewidth=1.4, label=label if index == 0 else f"_{label} {setting}", zorder=4)
@@ -233,15 +257,20 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
     if xs_all:
         ax.set_xlim(*focus_limits(xs_all + [1.0], x_bounds, floor=0.0, min_pad=0.05))
         ax.set_ylim(*focus_limits(ys_all, y_bounds, floor=-3.0, ceil=103.0, min_pad=3.0))
-    ax.set_xlabel("speed-up over AR (×), 95% CI")
+    if x_axis.profile is None:
+        ax.set_xlabel("speed-up over AR (×), 95% CI")
+    else:
+        ax.set_xlabel(f"proxy speed-up over AR on {x_axis.profile} (×), 95% CI; hollow: measured on this machine")
     score = ("pass@1 (%)" if summary.binary else "judge rating × 10 (points)" if summary.judge is not None
              else "score (points)" if summary.measure == "capability" else "fidelity to AR (points)")
     ax.set_ylabel(f"{score}, 95% CI of Δ vs AR")
     what = "score" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
-    ax.set_title(f"{summary.task}: {what} vs speed-up (n = {summary.n_units})", fontsize=10, loc="left")
+    ax.set_title(f"{summary.task}: {what} vs {x_axis.label} (n = {summary.n_units})", fontsize=10, loc="left")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best", frameon=False)
-    return FigureArt(f"{summary.task}-tradeoff", "tradeoff", summary.task, fig, _missing(missing))
+    description = "" if x_axis.profile is None else TRADEOFF_PROXY.format(profile=x_axis.profile)
+    return FigureArt(f"{summary.task}-tradeoff", "tradeoff", summary.task, fig, _missing(missing),
+                     description=description)
 
 
 def acceptance_length(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
@@ -310,38 +339,41 @@ def output_length(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt
     return FigureArt(f"{summary.task}-length", "length", summary.task, fig, _missing(missing))
 
 
-def modelled_vs_measured(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+def proxy_vs_measured(summary: TaskSummary, palette: Mapping[str, str]) -> FigureArt:
+    """This machine's proxy speed-up against the measured one: how well the run's own profile prices it."""
     fig, ax = _new(5.6, 4.6)
-    points = [c for c in summary.cells if c.modelled_speedup is not None and c.speedup_total.value is not None]
+    machine = Ranking(MACHINE_PROFILE)
+    points = [c for c in summary.cells if machine.speed(c).value is not None and c.speedup_total.value is not None]
     for cell in points:
         color = AR_COLOR if cell.is_baseline else palette.get(cell.method, PALETTE[0])
-        ax.errorbar([cell.modelled_speedup], [cell.speedup_total.value],
+        x = machine.speed(cell).value
+        ax.errorbar([x], [cell.speedup_total.value],
                     yerr=_err(cell.speedup_total.value, cell.speedup_total.low, cell.speedup_total.high),
                     fmt="*" if cell.is_baseline else ("s" if cell.lossless else "o"), color=color, ecolor=color,
                     elinewidth=1, capsize=2, markersize=12 if cell.is_baseline else 6, alpha=0.9)
-        ax.annotate(cell.arm, (cell.modelled_speedup, cell.speedup_total.value), textcoords="offset points",
+        ax.annotate(cell.arm, (x, cell.speedup_total.value), textcoords="offset points",
                     xytext=(4, 3), fontsize=6.5, color=color)
-    values = [v for c in points for v in (c.modelled_speedup, c.speedup_total.value)] + [1.0]
+    values = [v for c in points for v in (machine.speed(c).value, c.speedup_total.value)] + [1.0]
     bounds = [b for c in points for b in (c.speedup_total.low, c.speedup_total.high) if b is not None]
     low, high = focus_limits(values, bounds, floor=0.0)
     ax.plot([low, high], [low, high], color="#999999", linestyle="--", linewidth=0.8)
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
-    ax.set_xlabel("modelled speed-up (×), from counters and calibration")
+    ax.set_xlabel(f"proxy speed-up (×) on {MACHINE_PROFILE}, from the stored rounds and the run's profile")
     ax.set_ylabel("measured speed-up (×), 95% CI")
-    ax.set_title(f"{summary.task}: modelled vs measured speed-up", fontsize=10, loc="left")
-    missing = [c.arm for c in summary.cells if c.modelled_speedup is None]
-    return FigureArt(f"{summary.task}-modelled", "modelled", summary.task, fig,
-                     _missing(missing, "no calibration or no measured time"))
+    ax.set_title(f"{summary.task}: {MACHINE_PROFILE} proxy vs measured speed-up", fontsize=10, loc="left")
+    missing = [c.arm for c in summary.cells if machine.speed(c).value is None]
+    return FigureArt(f"{summary.task}-proxy", "proxy", summary.task, fig,
+                     _missing(missing, f"no {MACHINE_PROFILE} profile stored, or not priceable"))
 
 
 def _missing(arms: Sequence[str], why: str = "missing values") -> str:
     return f"Not drawn ({why}): {', '.join(arms)}." if arms else ""
 
 
-FIGURES = (tradeoff, acceptance_length, acceptance_by_position, output_length, modelled_vs_measured)
+FIGURES = (tradeoff, acceptance_length, acceptance_by_position, output_length, proxy_vs_measured)
 
 
-def task_figures(summary: TaskSummary, palette: Mapping[str, str]) -> list[FigureArt]:
-    """Every figure of one task, in report order."""
-    return [draw(summary, palette) for draw in FIGURES]
+def task_figures(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking = MEASURED) -> list[FigureArt]:
+    """Every figure of one task, in report order; the trade-off plot's x-axis is ``x_axis``'s speed-up."""
+    return [tradeoff(summary, palette, x_axis), *(draw(summary, palette) for draw in FIGURES[1:])]

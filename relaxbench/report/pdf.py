@@ -100,7 +100,7 @@ class ReportDoc(BaseDocTemplate):
         self.addPageTemplates([PageTemplate("page", [frame], onPage=self._footer)])
         self.report = report
 
-    def _footer(self, canvas, doc) -> None:  # noqa: ANN001 (reportlab callback)
+    def _footer(self, canvas, doc) -> None:
         canvas.saveState()
         canvas.setFont(FONT, 7)
         canvas.setFillColor(MUTED)
@@ -108,7 +108,7 @@ class ReportDoc(BaseDocTemplate):
         canvas.drawRightString(PAGE[0] - MARGIN, MARGIN / 2, f"page {doc.page}")
         canvas.restoreState()
 
-    def afterFlowable(self, flowable: Flowable) -> None:  # noqa: N802 (reportlab hook)
+    def afterFlowable(self, flowable: Flowable) -> None:
         outline = getattr(flowable, "outline", None)
         if outline:
             text, key, level = outline
@@ -233,6 +233,8 @@ def story(report: Report, doc: ReportDoc) -> list[Flowable]:
     flow += _table(report.methods_table, styles, available)
     flow += [Heading(names["setup"], styles["h2"], "setup", 0)]
     flow += _table(report.setup_table, styles, available) + _table(report.tasks_table, styles, available)
+    if report.profiles_table is not None:
+        flow += _table(report.profiles_table, styles, available)
     flow += [Heading(names["environment"], styles["h2"], "environment", 0)]
     flow += _table(report.environment_table, styles, available) + _table(report.sessions_table, styles, available)
     flow += [PageBreak(), Heading(names["figures-how"], styles["h2"], "figures-how", 0)]

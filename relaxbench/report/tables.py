@@ -127,9 +127,29 @@ def truncated_text(cell: CellSummary) -> str:
 
 MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
                 "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio", "cut at budget")
+PROXY_NOTE = (" Proxy NAME = the speed-up with every sample priced on cost profile NAME's device (prefill + each "
+              "round's verify forward and drafter work; this-machine = the table this run measured); same units, "
+              "same paired bootstrap.")
 
 
-def main_row(cell: CellSummary, binary: bool) -> Row:
+def proxy_column(profile: str, kind: str = "") -> str:
+    return f"proxy {profile}{' ' + kind if kind else ''} [95% CI]"
+
+
+def proxy_cell(cell: CellSummary, profile: str, geomean: bool = False) -> Cell:
+    """A proxy speed-up on ``profile`` (total or geomean); metric ``proxy.<profile>.total`` / ``.geomean``."""
+    proxy = cell.proxy.get(profile)
+    kind = "geomean" if geomean else "total"
+    estimate = Estimate(None) if proxy is None else (proxy.geomean if geomean else proxy.total)
+    return est(speed_ci(estimate), f"proxy.{profile}.{kind}", estimate)
+
+
+def with_proxy_columns(columns: tuple[str, ...], after: str, profiles: tuple[str, ...], kind: str = "") -> tuple[str, ...]:
+    at = columns.index(after) + 1
+    return columns[:at] + tuple(proxy_column(p, kind) for p in profiles) + columns[at:]
+
+
+def main_row(cell: CellSummary, binary: bool, profiles: tuple[str, ...] = ()) -> Row:
     """The headline columns of one arm; each cell keeps the CellSummary value it formats."""
     return Row(cell.arm, (
         Cell(cell.arm, "arm"),
@@ -137,6 +157,7 @@ def main_row(cell: CellSummary, binary: bool) -> Row:
         num(fmt(cell.mean_acceptance_length), "mean_acceptance_length", cell.mean_acceptance_length),
         num(fmt(cell.acceptance_rate, ".1%"), "acceptance_rate", cell.acceptance_rate),
         est(speed_ci(cell.speedup_total), "speedup_total", cell.speedup_total),
+        *(proxy_cell(cell, p) for p in profiles),
         num(fmt(cell.latency_mean, ".2f"), "latency_mean", cell.latency_mean),
         Cell(score_text(cell, binary), "score", cell.score, cell.score_interval.low, cell.score_interval.high,
              numeric=True),
@@ -187,16 +208,18 @@ def score_unit(summary: TaskSummary) -> str:
 
 def main_table(summary: TaskSummary) -> Table:
     what = "capability" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
-    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm", MAIN_COLUMNS,
-                 tuple(main_row(c, summary.binary) for c in summary.cells),
+    profiles = summary.profiles
+    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm",
+                 with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles),
+                 tuple(main_row(c, summary.binary, profiles) for c in summary.cells),
                  f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
                  f"seconds per unit; score in points ({score_unit(summary)}; {measured_by(summary)});"
                  f" Δ vs AR = mean paired score difference; p = exact McNemar test "
                  f"({'pass/fail' if summary.binary else 'not applicable to non-binary scores'}); acc. retained = "
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
                  "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
-                 "cut there has no answer). Brackets: 95% paired-bootstrap CI." + _repeats_note(summary)
-                 + _agreement_note(summary))
+                 "cut there has no answer). Brackets: 95% paired-bootstrap CI." + (PROXY_NOTE if profiles else "")
+                 + _repeats_note(summary) + _agreement_note(summary))
 
 
 JUDGE_COLUMNS = ("judge", "verdicts", "unparseable", "not judged", "self-agreement", "mean |Δ rating|, pts")
@@ -230,7 +253,7 @@ def judge_table(summary: TaskSummary) -> Table | None:
                          f"({judge.self_check_how}).")
 
 
-DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]", "modelled",
+DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]",
                       "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
                       "reproduced AR", "stop reasons")
 
@@ -248,7 +271,7 @@ def reproduced_text(cell: CellSummary) -> str:
     return text
 
 
-def diagnostic_row(cell: CellSummary) -> Row:
+def diagnostic_row(cell: CellSummary, profiles: tuple[str, ...] = ()) -> Row:
     discordant = "-" if cell.discordant is None else f"{cell.discordant[0]} / {cell.discordant[1]}"
     stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
     policy_ms = None if cell.policy_time_per_round is None else cell.policy_time_per_round * 1e3
@@ -258,7 +281,7 @@ def diagnostic_row(cell: CellSummary) -> Row:
         num(str(cell.n_units), "n_units", cell.n_units),
         num(str(cell.n_samples), "n_samples", cell.n_samples),
         est(speed_ci(cell.speedup_geomean), "speedup_geomean", cell.speedup_geomean),
-        num(fmt(cell.modelled_speedup, ".2f", "×"), "modelled_speedup", cell.modelled_speedup),
+        *(proxy_cell(cell, p, geomean=True) for p in profiles),
         num(fmt(cell.latency_median, ".2f"), "latency_median", cell.latency_median),
         num(fmt(cell.tokens_per_second, ".2f"), "tokens_per_second", cell.tokens_per_second),
         Cell(fmt(policy_ms, ".3f"), "policy_time_per_round", cell.policy_time_per_round, numeric=True),
@@ -270,10 +293,12 @@ def diagnostic_row(cell: CellSummary) -> Row:
 
 
 def diagnostics_table(summary: TaskSummary) -> Table:
+    profiles = summary.profiles
     return Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
-                 DIAGNOSTIC_COLUMNS, tuple(diagnostic_row(c) for c in summary.cells),
-                 "Geomean speed-up = exp(mean log(AR time / method time)) over units; modelled = from counters and "
-                 "the run's calibration; policy ms/round = the verification rule's decision time per round on this "
+                 with_proxy_columns(DIAGNOSTIC_COLUMNS, "geomean speed-up [95% CI]", profiles, "geomean"),
+                 tuple(diagnostic_row(c, profiles) for c in summary.cells),
+                 "Geomean speed-up = exp(mean log(AR time / method time)) over units (proxy: of proxy times); "
+                 "policy ms/round = the verification rule's decision time per round on this "
                  "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
                  "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
                  "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "

@@ -4,6 +4,7 @@ same everywhere."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -26,10 +27,13 @@ def rich_table(table: Table) -> RichTable:
     return out
 
 
-def print_run(path: str | Path, console: Console, run_id: int | None = None) -> None:
-    """Every task's tables of the stored run at ``path`` (a run folder or its results.sqlite)."""
+def print_run(path: str | Path, console: Console, run_id: int | None = None, profiles: Sequence[str] = ()) -> None:
+    """Every task's tables of the stored run at ``path`` (a run folder or its results.sqlite), with a proxy column
+    per cost profile (``profiles``; default: this-machine and those recorded with the run)."""
     from relaxbench.analysis import load_run, summarize_run
+    from relaxbench.analysis.proxy import choose_profiles
 
-    for summary in summarize_run(load_run(path, run_id)):
+    run = load_run(path, run_id)
+    for summary in summarize_run(run, choose_profiles(run, profiles).profiles):
         for table in task_tables(summary):
             console.print(rich_table(table))

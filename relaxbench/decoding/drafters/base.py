@@ -20,8 +20,14 @@ from relaxbench.validation import Spec, validate
 
 @dataclass(frozen=True)
 class Proposal:
+    """A round's drafts and what producing them cost: the sizes of the drafter's model forwards (new tokens fed per
+    forward, in order) and its n-gram lookups. The loop records the cost per round, so a deployment's time can be
+    priced from the store later (``relaxbench.profiles``)."""
+
     tokens: torch.Tensor  # [k'] long, k' <= k
     logits: torch.Tensor | None  # [k', V] draft logits, when the drafter has a distribution
+    forwards: tuple[int, ...] = ()  # new tokens fed per draft-model forward of this round
+    lookups: int = 0  # n-gram lookups of this round
 
 
 @dataclass(frozen=True)

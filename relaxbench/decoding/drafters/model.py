@@ -16,16 +16,18 @@ def draft_autoregressively(lm: CachedLM, context: torch.Tensor, k: int, sampling
     """k steps of plain decoding with ``lm`` on top of its cache (the shared core of every LM drafter)."""
     lm.sync_to(context)
     feed = lm.pending(context)
-    tokens, rows = [], []
+    tokens, rows, forwards = [], [], []
     for _ in range(k):
         logits = lm.run(feed, n_logits=1).logits[-1]
+        forwards.append(int(feed.shape[0]))
         token = next_token(logits, sampling, generator)
         tokens.append(token)
         if keep_logits:
             rows.append(logits)
         feed = token.view(1)
     empty = torch.empty(0, dtype=torch.long, device=context.device)
-    return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None)
+    return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None,
+                    tuple(forwards))
 
 
 class LMDrafter(Drafter):

@@ -57,7 +57,7 @@ class PromptLookupDrafter(Drafter):
 
     def propose(self, context, k, sampling, generator) -> Proposal:
         tokens = prompt_lookup(context, self.knobs.max_ngram, self.knobs.min_ngram, min(k, self.knobs.num_tokens))
-        return Proposal(tokens, None)
+        return Proposal(tokens, None, lookups=1)
 
 
 @register_drafter
@@ -92,15 +92,18 @@ class NgramVerifiedByDraftLM(LMDrafter):
     def propose(self, context, k, sampling, generator) -> Proposal:
         knobs, lm, start = self.knobs, self.lm, int(context.shape[0])
         lm.sync_to(context)
+        forwards = []
         while int(context.shape[0]) - start < k:
             guess = prompt_lookup(context, knobs.max_ngram, knobs.min_ngram, knobs.num_tokens)
             n_guess = int(guess.shape[0])
-            logits = lm.run(torch.cat([lm.pending(context), guess]), n_logits=n_guess + 1).logits
+            feed = torch.cat([lm.pending(context), guess])
+            logits = lm.run(feed, n_logits=n_guess + 1).logits
+            forwards.append(int(feed.shape[0]))
             own = argmax(logits)  # own[j]: the LM's next token after guess[:j]
             agreed = common_prefix_length(guess, own[:n_guess])
             context = torch.cat([context, guess[:agreed], own[agreed: agreed + 1]])
             lm.sync_to(context)  # drops the cache entries of rejected n-gram tokens
-        return Proposal(context[start: start + k], None)
+        return Proposal(context[start: start + k], None, tuple(forwards), lookups=len(forwards))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name}

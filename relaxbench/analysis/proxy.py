@@ -1,0 +1,92 @@
+"""Which cost profiles a run's figures are priced with, and the proxy time of a stored sample under one.
+
+The profiles of a summary: ``this-machine`` when the run measured one (the run's own calibration: every arm priced
+with one measured table of this machine), then the ones asked for (``--profile``), else the ones ``compare``
+recorded with the run (``--profile`` there, or a suite's ``profiles:``). The proxy time of a sample is
+``relaxbench.profiles.proxy.proxy_time`` of its stored per-round records; the metrics turn them into proxy
+speed-ups with the very functions that turn measured times into speed-ups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.harness.store import SampleRow
+from relaxbench.models.shape import ModelShape
+from relaxbench.profiles import Profile, ProxyTime, Work, proxy_time
+from relaxbench.profiles.measure import MACHINE_PROFILE
+from relaxbench.profiles.resolve import recorded_shape, resolve_profile
+
+
+def profile_refs(run: RunRecord, requested: Sequence[str] = ()) -> tuple[str, ...]:
+    """``this-machine`` (when stored), then ``requested``, else the profiles recorded with the run; no repeats."""
+    recorded = tuple(run.suite.get("profiles") or ())
+    refs = [MACHINE_PROFILE] if run.machine_profile is not None else []
+    refs += list(requested or recorded)
+    return tuple(dict.fromkeys(refs))
+
+
+def _shape(run: RunRecord, name: str) -> ModelShape:
+    """A model's shape as the run recorded it (latest session first), else read from the model's config."""
+    for env in reversed(run.environment):
+        for role in ("target", "draft"):
+            described = env.get(role)
+            if isinstance(described, dict) and described.get("name") == name:
+                shape = recorded_shape(env, role)
+                if shape is not None:
+                    return shape
+    from relaxbench.models import model_shape
+
+    return model_shape(name)
+
+
+def run_profiles(run: RunRecord, refs: Sequence[str]) -> tuple[Profile, ...]:
+    """The profiles ``refs`` name, for this run's models (a one-line ``ConfigError`` for one that names nothing)."""
+    profiles = [resolve_profile(ref, run.target, run.draft, run.machine_profile, partial(_shape, run))
+                for ref in refs]
+    names = [p.name for p in profiles]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        from relaxbench.errors import ConfigError
+
+        raise ConfigError(f"two profiles are named {duplicate!r}; rename one (the 'name:' of its file)")
+    return tuple(profiles)
+
+
+MEASURED_AXIS = "measured"
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """The profiles a summary prices with, and the one the trade-off plot's x-axis uses (None: measured)."""
+
+    profiles: tuple[Profile, ...]
+    x_axis: str | None = None
+
+
+def choose_profiles(run: RunRecord, requested: Sequence[str] = (), x_axis: str | None = None) -> ProfileChoice:
+    """``profile_refs`` resolved for the run; ``x_axis`` (``measured`` or a profile reference) is added when it
+    names a profile not among them."""
+    refs = list(profile_refs(run, requested))
+    on_axis = x_axis not in (None, MEASURED_AXIS)
+    if on_axis and x_axis not in refs:
+        refs.append(x_axis)  # type: ignore[arg-type]
+    profiles = run_profiles(run, refs)
+    return ProfileChoice(profiles, profiles[refs.index(x_axis)].name if on_axis else None)  # type: ignore[arg-type]
+
+
+def sample_work(sample: SampleRow) -> Work:
+    return Work(sample.n_prompt_tokens, sample.round_drafted, sample.round_emitted, sample.round_extra,
+                sample.round_draft_forwards, sample.round_lookups)
+
+
+def drafter_kind(cell: CellRecord) -> str | None:
+    return None if cell.is_baseline or cell.drafter is None else str(cell.drafter.get("kind"))
+
+
+def sample_proxy(profile: Profile, cell: CellRecord, sample: SampleRow) -> ProxyTime:
+    """The proxy time of one stored sample on ``profile``'s device (raises ``Unpriced``)."""
+    return proxy_time(profile, sample_work(sample), drafter_kind(cell))

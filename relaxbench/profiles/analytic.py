@@ -1,0 +1,134 @@
+"""Analytic profiles: a roofline of each model's forward on a device the user does not have at hand.
+
+One forward of ``n`` new tokens on top of a KV cache of ``L`` tokens, on ``tp`` devices (tensor parallel):
+
+* bytes read per device = (weights read per forward × bytes per weight + KV values of ``L + n`` tokens × bytes per
+  value) / tp, at an achieved fraction of peak memory bandwidth;
+* FLOPs per device = (2 × weights read × n + 4 × layers × heads × head size × n × (L + (n + 1) / 2)) / tp (the
+  matmuls, then the attention scores and weighted values), at an achieved fraction of dense bf16 peak;
+* time = max(memory time, compute time) + a fixed overhead per forward.
+
+Assumptions (recorded in every analytic profile and shown in the report): batch size 1; decode is memory-bound
+(a forward streams every weight once) and a long block becomes compute-bound (the max); one device, or ``tp``
+devices that split weights, KV and FLOPs evenly with tensor-parallel communication not modelled (optimistic for
+tp > 1); activations, sampling and the host are free; the achieved fractions and the overhead are the serving
+stack's (``profiles/devices.yaml``: measured figures of CUDA-graphed engines), not the device's.
+
+The profile is the roofline evaluated on a dense grid (``ANALYTIC_GRID``) and written as the same table a measured
+profile is, so pricing has one code path (``relaxbench.profiles.spec`` says why a table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relaxbench.errors import ConfigError
+from relaxbench.models.dtypes import parse_dtype
+from relaxbench.models.shape import ModelShape
+from relaxbench.profiles.devices import DeviceCatalog, device_catalog
+from relaxbench.profiles.spec import Curve, ForwardTable, ModelCosts, Profile
+
+ANALYTIC_NEW_TOKENS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
+ANALYTIC_CONTEXT = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+ANALYTIC_PREFILL = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "fp8": 1, "int8": 1}
+
+ASSUMPTIONS = (
+    "batch size 1",
+    "decode is memory-bound: a forward streams every weight once, plus the KV cache of the context",
+    "time = max(bytes / achieved bandwidth, FLOPs / achieved dense bf16 FLOP/s) + a fixed overhead per forward",
+    "tensor-parallel degree tp splits weights, KV cache and FLOPs evenly; its communication is not modelled",
+    "activations, sampling, the policy and the host are free",
+)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The cost of one model's forwards on ``tp`` devices of one kind."""
+
+    shape: ModelShape
+    bytes_per_value: float
+    bandwidth: float  # bytes/s achieved per device
+    flops: float  # FLOP/s achieved per device
+    overhead: float  # seconds per forward
+    tp: int = 1
+
+    def seconds(self, new_tokens: int, context: int) -> float:
+        s = self.shape
+        weights = s.parameters_read_per_forward * self.bytes_per_value
+        kv = s.kv_values_per_token() * (context + new_tokens) * self.bytes_per_value
+        matmul = 2.0 * s.parameters_read_per_forward * new_tokens
+        attention = 4.0 * s.layers * s.attention_heads * s.head_dim * new_tokens * (context + (new_tokens + 1) / 2)
+        memory_time = (weights + kv) / self.tp / self.bandwidth
+        compute_time = (matmul + attention) / self.tp / self.flops
+        return max(memory_time, compute_time) + self.overhead
+
+
+def dtype_name(dtype: str) -> str:
+    """``bf16`` → ``bfloat16``; ``float8``/``fp8``/``int8`` are accepted for weights of one byte."""
+    name = dtype.lower()
+    if name in BYTES:
+        return name
+    if name == "auto":
+        raise ConfigError("an analytic profile needs a dtype (bfloat16, float16, float32, fp8 or int8), not 'auto'")
+    parsed = str(parse_dtype(dtype)).removeprefix("torch.")
+    if parsed not in BYTES:
+        raise ConfigError(f"an analytic profile cannot price {dtype!r} (dtypes: {', '.join(BYTES)})")
+    return parsed
+
+
+def bytes_per_value(dtype: str) -> float:
+    return BYTES[dtype_name(dtype)]
+
+
+def roofline(device_name: str, shape: ModelShape, dtype: str = "bfloat16", tp: int = 1,
+             catalog: DeviceCatalog | None = None) -> Roofline:
+    catalog = catalog or device_catalog()
+    device = catalog.get(device_name)
+    stack = catalog.stack_of(device)
+    if tp < 1:
+        raise ConfigError(f"tensor-parallel degree must be >= 1, got {tp}")
+    per_device = shape.parameters * bytes_per_value(dtype) / tp
+    if per_device > device.memory_gb * 1e9:
+        raise ConfigError(f"{device_name}: {per_device / 1e9:.1f} GB of weights per device do not fit in "
+                          f"{device.memory_gb:g} GB; raise the tensor-parallel degree (--tp)")
+    return Roofline(shape, bytes_per_value(dtype), device.bandwidth * stack.achieved_bandwidth,
+                    device.flops * stack.achieved_flops, stack.overhead_per_forward_s, tp)
+
+
+def model_costs(name: str, shape: ModelShape, line: Roofline, dtype: str) -> ModelCosts:
+    table = ForwardTable(new_tokens=ANALYTIC_NEW_TOKENS, context=ANALYTIC_CONTEXT,
+                         seconds=tuple(tuple(line.seconds(n, ctx) for n in ANALYTIC_NEW_TOKENS)
+                                       for ctx in ANALYTIC_CONTEXT))
+    prefill = Curve(tokens=ANALYTIC_PREFILL, seconds=tuple(line.seconds(p, 0) for p in ANALYTIC_PREFILL))
+    return ModelCosts(model=name, dtype=dtype, forward=table, prefill=prefill)
+
+
+def analytic_profile(device_name: str, target: str, target_shape: ModelShape, draft: str | None = None,
+                     draft_shape: ModelShape | None = None, dtype: str = "bfloat16", tp: int = 1,
+                     name: str | None = None, catalog: DeviceCatalog | None = None) -> Profile:
+    """The roofline profile of ``target`` (and ``draft``) on ``device_name`` (a shipped device spec)."""
+    catalog = catalog or device_catalog()
+    device = catalog.get(device_name)
+    stack = catalog.stack_of(device)
+    dtype = dtype_name(dtype)
+    target_costs = model_costs(target, target_shape, roofline(device_name, target_shape, dtype, tp, catalog), dtype)
+    draft_costs = None
+    if draft is not None and draft_shape is not None:
+        draft_costs = model_costs(draft, draft_shape, roofline(device_name, draft_shape, dtype, tp, catalog), dtype)
+    sources = {f"device.{key}": value for key, value in device.sources.items()}
+    sources.update({f"stack.{key}": value for key, value in stack.sources.items()})
+    sources.update({f"ngram_lookup.{key}": value for key, value in catalog.host.sources.items()})
+    label = device_name if tp == 1 else f"{device_name}-tp{tp}"
+    return Profile(
+        name=name or label, kind="analytic",
+        device=f"{device.name}{f' × {tp} (tensor parallel)' if tp > 1 else ''}, analytic roofline",
+        assumptions=(*ASSUMPTIONS, f"tensor-parallel degree {tp}", f"weights and KV cache in {dtype}"),
+        sources=sources,
+        settings={"device": device_name, "tp": tp, "dtype": dtype,
+                  "memory_bandwidth_tb_s": device.memory_bandwidth_tb_s,
+                  "bf16_dense_tflops": device.bf16_dense_tflops, "achieved_bandwidth": stack.achieved_bandwidth,
+                  "achieved_flops": stack.achieved_flops, "overhead_per_forward_s": stack.overhead_per_forward_s,
+                  "target_shape": target_shape.record(),
+                  **({"draft_shape": draft_shape.record()} if draft_costs is not None and draft_shape else {})},
+        target=target_costs, draft=draft_costs, ngram_lookup=catalog.host.ngram_lookup)

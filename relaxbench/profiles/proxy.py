@@ -1,0 +1,133 @@
+"""Proxy time of one generation from its stored per-round records and a cost profile: what it would take on the
+profile's device.
+
+    proxy = prefill + Σ over rounds [ target forward of (drafted + 1 + extra) tokens at the round's context
+                                      + the drafter's cost of that round ]
+
+The round's context is the target's KV cache before the round: prompt − 1 + the tokens emitted before it. The
+drafter's cost is what the round recorded it did: its draft-model forwards (their sizes, priced at the round's
+context) and its n-gram lookups. Prefill is the target's forward over the prompt (but its last token), plus the
+draft model's when the drafter uses one. The AR baseline is the same sum with no drafts (1-token steps).
+
+This is Xia et al.'s response-length-aware proxy speed (graphcore-research/relaxed-spec-dec-repro,
+``analysis/proxy_speed.py``) priced per round instead of per draft length: every round is priced at its own
+context and its own verify size, the final partial round and prefill are included, and since AR's time is its own
+output's time, an arm that writes longer answers pays for them.
+
+Stores written before the per-round work was recorded (``round_extra``, ``round_draft_forwards``,
+``round_lookups`` NULL) are priced approximately: no extra verify tokens, one 1-token draft forward per drafted
+token, one lookup per round; the result says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relaxbench.decoding.drafters import DRAFTERS
+from relaxbench.decoding.records import GenerationResult
+from relaxbench.profiles.spec import ModelCosts, Profile
+
+
+class Unpriced(Exception):
+    """The profile cannot price this arm (a cost it needs is not in the profile)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one generation did, as stored: its prompt length and its per-round records."""
+
+    prompt_tokens: int
+    drafted: Sequence[int]
+    emitted: Sequence[int]
+    extra: Sequence[int] | None = None
+    draft_forwards: Sequence[Sequence[int]] | None = None
+    lookups: Sequence[int] | None = None
+
+    @classmethod
+    def of_generation(cls, result: GenerationResult) -> Work:
+        r = result.rounds
+        return cls(len(result.prompt_ids), r.drafted, r.emitted, r.extra, r.draft_forwards, r.lookups)
+
+
+@dataclass(frozen=True)
+class ProxyTime:
+    """Seconds on the profile's device, by part."""
+
+    prefill: float
+    verify: float  # the target's forwards after prefill (AR steps or verify passes)
+    draft: float  # draft-model forwards and n-gram lookups
+    outside_grid: int = 0  # forwards priced beyond the profile's grid (extended along its last segment)
+    approximate: bool = False  # per-round work not recorded (an older store): estimated as the module says
+
+    @property
+    def total(self) -> float:
+        return self.prefill + self.verify + self.draft
+
+    @property
+    def decode(self) -> float:
+        return self.verify + self.draft
+
+
+def uses_draft_model(drafter: str | None) -> bool:
+    return drafter is not None and drafter in DRAFTERS.names() and bool(DRAFTERS.get(drafter).needs_draft_model)
+
+
+class _Pricer:
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.outside = 0
+
+    def forward(self, costs: ModelCosts, n: int, context: int) -> float:
+        if not costs.forward.covers(n, context):
+            self.outside += 1
+        return costs.forward.at(n, context)
+
+    def prefill(self, costs: ModelCosts, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        if not costs.prefill.covers(tokens):
+            self.outside += 1
+        return costs.prefill.at(tokens)
+
+    def lookup(self, context: int) -> float:
+        curve = self.profile.ngram_lookup
+        if curve is None:
+            raise Unpriced(f"profile {self.profile.name!r} has no n-gram lookup cost")
+        if not curve.covers(context):
+            self.outside += 1
+        return curve.at(context)
+
+
+def proxy_time(profile: Profile, work: Work, drafter: str | None) -> ProxyTime:
+    """The proxy time of one generation (see the module docstring); ``drafter`` is the arm's drafter kind (None for
+    the AR baseline). Raises ``Unpriced`` when the profile lacks a cost the arm needs."""
+    pricer = _Pricer(profile)
+    draft_model = uses_draft_model(drafter)
+    if draft_model and profile.draft is None:
+        raise Unpriced(f"profile {profile.name!r} has no draft-model costs")
+    rounds = len(work.emitted)
+    recorded = work.extra is not None and work.draft_forwards is not None and work.lookups is not None
+    extra = work.extra if work.extra is not None else (0,) * rounds
+    if drafter is not None and not draft_model and drafter != "ngram":
+        raise Unpriced(f"drafter {drafter!r} runs a model the profile has no costs for")
+    forwards: Sequence[Sequence[int]]
+    lookups: Sequence[int]
+    if recorded:
+        forwards, lookups = work.draft_forwards, work.lookups  # type: ignore[assignment]
+    else:  # an older store: estimated (see the module docstring)
+        forwards = [(1,) * d if draft_model else () for d in work.drafted]
+        lookups = [1 if drafter in ("ngram", "ngram+lm") else 0 for _ in work.drafted]
+    prefill = pricer.prefill(profile.target, work.prompt_tokens - 1)
+    if draft_model:
+        prefill += pricer.prefill(profile.draft, work.prompt_tokens - 1)  # type: ignore[arg-type]
+    verify = draft = 0.0
+    context = work.prompt_tokens - 1
+    for r in range(rounds):
+        verify += pricer.forward(profile.target, work.drafted[r] + 1 + extra[r], context)
+        for n in forwards[r]:
+            draft += pricer.forward(profile.draft, n, context)  # type: ignore[arg-type]
+        if lookups[r]:
+            draft += lookups[r] * pricer.lookup(context + 1)  # over the whole sequence so far
+        context += work.emitted[r]
+    return ProxyTime(prefill, verify, draft, pricer.outside, approximate=not recorded and drafter is not None)
