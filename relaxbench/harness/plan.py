@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies import make_policy
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
 from relaxbench.tasks.yaml_tasks import YAML_LOADER
@@ -35,6 +37,7 @@ class Arm:
     base_method: str  # the method before sweep expansion (groups a curve)
     drafter: DrafterSpec | None  # after --draft ngram substitution; None for AR
     k: int  # 0 for AR
+    provenance: Mapping[str, Any] = field(default_factory=dict)  # the policy's (a trained head's file and data)
 
     @property
     def is_baseline(self) -> bool:
@@ -105,7 +108,8 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
             if drafter is not None and drafter.kind == "model" and suite.draft is None:
                 raise ConfigError(f"method {point.name!r} drafts with a draft model: pass --draft NAME "
                                   "(or --draft ngram for prompt lookup)")
-            arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k)))
+            provenance = dict(make_policy(point.policy, point.knobs).provenance())  # knobs checked here, early
+            arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k), provenance))
     return tuple(arms)
 
 
@@ -146,6 +150,7 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
+    check_held_out(arms, sources)
     run_sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
     for source in sources:
@@ -157,13 +162,32 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
 
 
+def check_held_out(arms: tuple[Arm, ...], sources: list[TaskSource]) -> None:
+    """An arm whose policy was trained on some items (a trained judge's head) must not be evaluated on them: the
+    same task (by name or by data set fingerprint) sharing an item id is a configuration error."""
+    for arm in arms:
+        for trained in arm.provenance.get("trained_on", ()):
+            seen = set(map(str, trained.get("item_ids", ())))
+            for source in sources:
+                if source.name != trained.get("task") and source.fingerprint != trained.get("data_fingerprint"):
+                    continue
+                overlap = [item.item_id for item in source.items if item.item_id in seen]
+                if overlap:
+                    raise ConfigError(
+                        f"arm {arm.name!r} was trained on {len(overlap)} of the items of task {source.name!r} this "
+                        f"run evaluates ({', '.join(overlap[:3])}{', ...' if len(overlap) > 3 else ''}); evaluate on "
+                        "items disjoint from the mining items (mine with `judge mine --items`, e.g. from the end of "
+                        "the task, and compare with --limit)")
+
+
 def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) -> str:
     """A hash of everything that decides the results: the suite (less limit/repeats/warm-up) and the resolved
     method and task records (so an edited YAML starts a new run instead of mixing results)."""
     payload: dict[str, Any] = {
         "suite": suite.key_fields(),
         "arms": [{"name": a.name, "method": a.method.identity(), "k": a.k,
-                  "drafter": None if a.drafter is None else a.drafter.model_dump()} for a in arms],
+                  "drafter": None if a.drafter is None else a.drafter.model_dump(),
+                  **({"provenance": dict(a.provenance)} if a.provenance else {})} for a in arms],
         "tasks": [_task_identity(s.record()) for s in sources],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
