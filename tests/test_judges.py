@@ -566,3 +566,17 @@ def test_the_policy_bench_times_the_trained_judges():
                                modes=("greedy", "sampling"))
     assert [(t.policy, t.mode, len(t.times_ms)) for t in timings] == [("autojudge", "greedy", 3),
                                                                       ("judge-decoding", "greedy", 3)]
+
+
+def test_judge_mine_refuses_tasks_without_an_outcome_before_loading_models(tmp_path, cli):
+    data = tmp_path / "open.jsonl"
+    data.write_text(json.dumps({"id": "o1", "prompt": "tell me a story"}) + "\n")
+    base = ["judge", "mine", "--target", "no-such-model", "--draft", "no-such-draft", "--store",
+            str(tmp_path / "m.sqlite")]
+    assert_one_line_error(cli(*base, "--task", "jsonl", "--data-file", str(data)),
+                          "item 'o1': scorer 'auto' gives it no automatic outcome")
+    assert_one_line_error(cli(*base, "--task", "jsonl", "--data-file", str(data), "--items", "o2"), "no item 'o2'")
+    assert_one_line_error(cli(*base, "--task", "mt-bench", "--limit", "1"), "mining reads single-turn items")
+    assert_one_line_error(cli(*base, "--task", "jsonl", "--data-file", str(data), "--draft", "ngram"),
+                          "mining needs a draft model")
+    assert not (tmp_path / "m.sqlite").exists()
