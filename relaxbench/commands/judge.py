@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 class RichMiningProgress:
     """Items (with an ETA from the items finished in this session) and the current item's positions, on
-    stderr."""
+    stderr; each finished item is printed with its mismatches and wall seconds."""
 
     def __init__(self) -> None:
         from rich.progress import (
@@ -70,10 +70,11 @@ class RichMiningProgress:
 
         from relaxbench.ui import console
 
+        # an item takes minutes: estimate speed over the whole session, not rich's default 30 s window
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=console(stderr=True))
-        self.items = self.progress.add_task("[bold]items", total=0)
+                                 console=console(stderr=True), speed_estimate_period=24 * 3600)
+        self.items: Any = None
         self.current: Any = None
 
     def __enter__(self) -> RichMiningProgress:
@@ -84,7 +85,7 @@ class RichMiningProgress:
         self.progress.__exit__(*exc)
 
     def start(self, total: int, done: int) -> None:
-        self.progress.update(self.items, total=total, completed=done)
+        self.items = self.progress.add_task("[bold]items", total=total, completed=done)  # not counted as speed
 
     def item(self, item_id: str, length: int) -> None:
         self.current = self.progress.add_task(f"{item_id}: positions", total=max(length, 1))
