@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from relaxbench.arms import build_decoder
+from relaxbench.cli import main as cli_main
 from relaxbench.data.items import TaskItem
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
@@ -39,7 +40,6 @@ from relaxbench.scoring import Score, Scorer, make_scorer
 from relaxbench.scoring.code import code_settled
 from relaxbench.tasks.spec import TaskSpec
 from relaxbench.tasks.yaml_tasks import YamlTask
-from relaxbench.cli import main as cli_main
 from tests.conftest import CliResult, assert_one_line_error
 from tests.scripted_lm import ScriptedLM, ScriptedModel, plans
 from tests.test_losslessness import random_prompts
@@ -211,7 +211,8 @@ class LetterParity(Scorer):
 
 
 def literal_autojudge(target, draft, prompt: list[int], budget: int, scorer: Scorer, item: TaskItem):
-    """find_important_tokens_lcb.py transcribed: full forwards, no cache; EOS ends a generation."""
+    """find_important_tokens_lcb.py transcribed: full forwards, no cache; EOS ends a generation; like relaxbench
+    (and unlike AutoJudge's ``max(1, ...)``) no token is generated past the budget."""
     eos = set(target.eos_token_ids)
 
     @torch.inference_mode()
@@ -255,8 +256,8 @@ def test_the_cached_search_equals_a_literal_autojudge_loop(tiny_target, tiny_dra
         options = MiningOptions(max_new_tokens=20)
         s = MismatchSearch(tiny_target, tiny_draft, scorer, item, prompt, options)
         reference = s.reference()
-        found = []
-        state = s.run(SearchState(list(reference.ids)), reference, lambda m, st: found.append(m))
+        found: list = []
+        state = s.run(SearchState(list(reference.ids)), reference, lambda m, st, into=found: into.append(m))
         expected, final = literal_autojudge(tiny_target, tiny_draft, prompt, 20, scorer, item)
         assert [(m.position, m.draft_token, m.target_token, m.important) for m in found] == expected
         assert state.response == final
@@ -500,7 +501,8 @@ def test_a_head_for_another_pair_or_size_is_a_one_line_error(tiny_target, tiny_d
 def test_autojudge_needs_a_draft_model_drafter(tiny_target, tiny_draft, tmp_path):
     method = MethodSpec(name="aj", policy="autojudge", knobs={"head": str(tiny_head(tmp_path))},
                         drafter=DrafterSpec(kind="ngram"))
-    with pytest.raises(ConfigError, match="needs the draft model's last hidden states at its draft tokens, but drafter 'ngram' has none"):
+    with pytest.raises(ConfigError, match="needs the draft model's last hidden states at its draft tokens, but "
+                                          "drafter 'ngram' has none"):
         generate(method, tiny_target, tiny_draft, [1, 2, 3])
     policy = make_policy("autojudge", {"head": str(tiny_head(tmp_path))})
     with pytest.raises(ConfigError, match="trained for target"):
