@@ -97,8 +97,8 @@ class RichMiningProgress:
     def item_done(self, item_id: str, handled: int, important: int, seconds: float) -> None:
         self.progress.remove_task(self.current)
         self.progress.advance(self.items)
-        self.progress.console.print(f"{item_id}: {handled} mismatches, {important} important, {seconds:.0f} s",
-                                    highlight=False, markup=False)
+        self.progress.console.print(f"{item_id}: {handled} mismatch{'' if handled == 1 else 'es'}, {important} "
+                                    f"important, {seconds:.0f} s", highlight=False, markup=False)
 
 
 def load_task_source(task: str, target: str, data_file: str | None):
