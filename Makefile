@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,trained-judges]'
 	touch $(STAMP)
 
 # Installs the missing ones when it can (root with apt-get); otherwise says which are missing, and the tests that

@@ -140,17 +140,20 @@ def test_plan_expands_sweeps_and_substitutes_ngram(tmp_path: Path):
     from relaxbench.harness.plan import build_arms
 
     method = tmp_path / "swept.yaml"
-    method.write_text("policy: exact\nk: 3\nsweep:\n  level: [1, 2]\n")
+    method.write_text("policy: topk\nk: 3\nsweep:\n  top: [1, 2]\n")
     arms = build_arms(SuiteSpec(target="t", draft="ngram", methods=(str(method), "speculative-sampling"),
                                 tasks=("jsonl",)))
-    assert [a.name for a in arms] == ["ar", "swept[level=1]", "swept[level=2]", "speculative-sampling"]
-    assert arms[1].method.knobs == {"level": 1} and arms[1].base_method == "swept" and arms[1].k == 3
+    assert [a.name for a in arms] == ["ar", "swept[top=1]", "swept[top=2]", "speculative-sampling"]
+    assert arms[1].method.knobs == {"top": 1} and arms[1].base_method == "swept" and arms[1].k == 3
     assert arms[0].drafter is None and arms[0].k == 0
     assert all(a.drafter.kind == "ngram" for a in arms[1:])
     with pytest.raises(ConfigError, match="appears twice"):
         build_arms(SuiteSpec(target="t", draft="d", methods=("exact", "exact"), tasks=("jsonl",)))
     with pytest.raises(ConfigError, match="AR baseline"):
         build_arms(SuiteSpec(target="t", draft="d", methods=("none",), tasks=("jsonl",)))
+    method.write_text("policy: exact\nsweep:\n  level: [1, 2]\n")  # knobs are checked when the plan is built
+    with pytest.raises(ConfigError, match="policy 'exact': unknown knob 'level'"):
+        build_arms(SuiteSpec(target="t", draft="d", methods=(str(method),), tasks=("jsonl",)))
 
 
 def test_multi_turn_with_prompt_lookup(tmp_path: Path, capsys):

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -25,10 +27,14 @@ from relaxbench.benchmarks.forward_cost import measure_forward_costs
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv
+from relaxbench.policies.judge_head import JudgeHead
 from relaxbench.timing import Clock
 
 ROUND_SHARE_TARGET = 0.01  # a decision may take at most this share of a measured round
 REFLECTION_TOKENS = 16  # judge: reflection prompt length assumed for its extra logits
+# trained judges: hidden sizes of Qwen2.5-Coder 1.5B (target) and 0.5B (draft), read from random heads of that size
+HIDDEN = {"target": 1536, "draft": 896}
+BENCH_PAIR = ("bench-target", "bench-draft")
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,12 @@ class BlockInputs:
     target_logits: torch.Tensor
     draft_logits: torch.Tensor
     extra_logits: torch.Tensor
+    hidden: torch.Tensor  # [k+1, H_target] the target's last hidden states (trained judges)
+    draft_hidden: torch.Tensor  # [k, H_draft] the draft model's
+
+    def extras(self) -> dict[str, torch.Tensor]:
+        return {"extra_logits": self.extra_logits, "hidden_states": self.hidden,
+                "draft_hidden_states": self.draft_hidden}
 
 
 def synthetic_inputs(vocab: int, k: int, device: torch.device, seed: int) -> BlockInputs:
@@ -81,7 +93,10 @@ def synthetic_inputs(vocab: int, k: int, device: torch.device, seed: int) -> Blo
     drafts = order[torch.arange(k), ranks]
     draft = target[:k] + 1.5 * torch.randn(k, vocab, generator=g)
     extra = target[:1] + 2.0 * torch.randn(REFLECTION_TOKENS + k, vocab, generator=g)
-    return BlockInputs(drafts.to(device), target.to(device), draft.to(device), extra.to(device))
+    hidden = torch.randn(k + 1, HIDDEN["target"], generator=g)
+    draft_hidden = torch.randn(k, HIDDEN["draft"], generator=g)
+    return BlockInputs(drafts.to(device), target.to(device), draft.to(device), extra.to(device), hidden.to(device),
+                       draft_hidden.to(device))
 
 
 def all_match(inputs: BlockInputs) -> BlockInputs:
@@ -102,12 +117,13 @@ def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[Block
                 sampling: SamplingParams, warmup: int = 5) -> PolicyTiming:
     """Decision times of ``name`` in ``mode`` (greedy mode ignores ``sampling``; the all-match pool is timed in
     greedy mode only)."""
-    policy = make_policy(name)
     typical_pool, all_match_pool = pools
     device = typical_pool[0].target_logits.device
     vocab = int(typical_pool[0].target_logits.shape[-1])
-    if Need.EXTRA_TOKENS in policy.needs:
-        policy.bind(PolicyEnv(_CountingTokenizer(), vocab, device))
+    with tempfile.TemporaryDirectory() as folder:
+        policy = make_policy(name, bench_knobs(name, Path(folder)))
+    if Need.EXTRA_TOKENS in policy.needs or "head" in policy.knobs.model_fields:
+        policy.bind(PolicyEnv(_CountingTokenizer(), vocab, device, *BENCH_PAIR))
     sampling = SamplingParams() if mode == "greedy" else sampling
     generator = torch.Generator(device=device).manual_seed(0)
     clock = Clock(device)
@@ -116,13 +132,30 @@ def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[Block
         for i in range(warmup + rounds if pool else 0):
             inputs = pool[i % len(pool)]
             block = Block(inputs.drafts, inputs.target_logits, inputs.draft_logits, sampling, generator,
-                          {"extra_logits": inputs.extra_logits})
+                          inputs.extras())
             start = clock.now()
             policy.verify(block)
             elapsed = clock.now() - start
             if i >= warmup:
                 times[pool_name].append(elapsed * 1e3)
     return PolicyTiming(name, mode, rounds, tuple(times["typical"]), tuple(times["all-match"]))
+
+
+def bench_knobs(name: str, folder: Path) -> dict[str, object]:
+    """Default knobs; a trained judge gets a random head (written to ``folder``) of Qwen2.5-Coder's hidden sizes
+    and tau = 0.5, as its decision time depends on the sizes and not on the weights."""
+    cls = POLICIES.get(name)
+    if "head" not in cls.Knobs.model_fields:
+        return {}
+    kind = str(getattr(cls, "kind", name))
+    inputs = ("draft", "target") if Need.DRAFT_HIDDEN_STATES in cls.needs else ("target",)
+    width = sum(HIDDEN[i] for i in inputs)
+    g = torch.Generator().manual_seed(0)
+    head = JudgeHead(kind, inputs, {i: HIDDEN[i] for i in inputs}, torch.zeros(width, dtype=torch.float64),
+                     torch.ones(width, dtype=torch.float64),
+                     torch.randn(width, generator=g, dtype=torch.float64) / width ** 0.5, 0.0,
+                     {"target": {"name": BENCH_PAIR[0]}, "draft": {"name": BENCH_PAIR[1]}})
+    return {"head": str(head.save(folder / f"{kind}.json")), "tau": 0.5}
 
 
 class _CountingTokenizer:

@@ -4,6 +4,7 @@ from relaxbench.commands import (
     bench,
     compare,
     generate,
+    judge,
     listing,
     lm_eval,
     lm_eval_tasks,
@@ -13,4 +14,4 @@ from relaxbench.commands import (
     rescore,
 )
 
-COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, lm_eval, lm_eval_tasks]
+COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, judge, lm_eval, lm_eval_tasks]

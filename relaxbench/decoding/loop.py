@@ -13,6 +13,7 @@ import torch
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import Drafter, Proposal
 from relaxbench.decoding.records import GenerationResult, RoundLog
+from relaxbench.decoding.stops import decode_output, stop_string_end
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
@@ -44,6 +45,10 @@ def check_compatible(policy: VerificationPolicy, drafter: Drafter | None, sampli
     if drafter is not None and Need.DRAFT_PROBS in policy.needs and not drafter.provides_probs:
         raise ConfigError(f"policy {policy.name!r} needs {Need.DRAFT_PROBS.value}, but drafter {drafter.name!r} "
                           "has no distribution; use a draft model")
+    if Need.DRAFT_HIDDEN_STATES in policy.needs and (drafter is None or not drafter.provides_hidden):
+        raise ConfigError(f"policy {policy.name!r} needs {Need.DRAFT_HIDDEN_STATES.value}, but "
+                          f"{'there is no drafter' if drafter is None else f'drafter {drafter.name!r} has none'}; "
+                          "use a draft model (drafter 'model')")
 
 
 class SpeculativeDecoder:
@@ -61,7 +66,9 @@ class SpeculativeDecoder:
         if drafter is not None:
             drafter.keep_logits = (Need.DRAFT_PROBS in policy.needs or not self.draft_sampling.greedy
                                    or (policy.uses_draft_probs_if_any and not config.sampling.greedy))
-        policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device))
+            drafter.keep_hidden = Need.DRAFT_HIDDEN_STATES in policy.needs
+        policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device, getattr(target, "name", None),
+                              None if drafter is None else drafter.model_name))
 
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int], seed: int | None = None) -> GenerationResult:
@@ -91,7 +98,7 @@ class SpeculativeDecoder:
             out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden)
             t2 = clock.now()
             block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
-                          cfg.sampling, generator, _extras(out, drafts.shape[0], n_extra))
+                          cfg.sampling, generator, _extras(out, proposal, drafts.shape[0], n_extra))
             t3 = clock.now()
             verdict = self.policy.verify(block)
             t4 = clock.now()
@@ -107,7 +114,7 @@ class SpeculativeDecoder:
                 break
         t_total = clock.now() - t_start
         output = context[prompt.shape[0]:].tolist()
-        text = _decode(self.target.tokenizer, output, cfg.stop_strings)
+        text = decode_output(self.target.tokenizer, output, cfg.stop_strings)
         return GenerationResult(list(prompt_ids), output, text, stop_reason, rounds, t_prefill, t_total)
 
     def _truncate(self, context: torch.Tensor, new: torch.Tensor, prompt_len: int) -> tuple[torch.Tensor, str]:
@@ -119,7 +126,7 @@ class SpeculativeDecoder:
             new, reason = new[: int(is_eos[0, 0]) + 1], "eos"
         if self.config.stop_strings:
             generated = torch.cat([context[prompt_len:], new]).tolist()
-            cut = _stop_string_end(self.target.tokenizer, generated, self.config.stop_strings,
+            cut = stop_string_end(self.target.tokenizer, generated, self.config.stop_strings,
                                    first_new=int(context.shape[0]) - prompt_len)
             if cut is not None:
                 new, reason = new[: cut - (int(context.shape[0]) - prompt_len)], "stop"
@@ -140,38 +147,15 @@ def _draft_logits(proposal: Proposal, width: int) -> torch.Tensor | None:
     return torch.cat([logits.float(), pad], dim=-1)
 
 
-def _extras(out, k: int, n_extra: int) -> dict[str, torch.Tensor]:
+def _extras(out, proposal: Proposal, k: int, n_extra: int) -> dict[str, torch.Tensor]:
+    """``extra_logits`` (the policy's extra tokens); ``hidden_states`` [k+1, H]: the target's last hidden state at
+    the last committed token (row 0) and at each draft token's own position (row i+1 for draft i);
+    ``draft_hidden_states`` [k, H_draft]: the draft model's, at each draft token's own position (row i)."""
     extras: dict[str, torch.Tensor] = {}
     if n_extra:
         extras["extra_logits"] = out.logits[k + 1:]
     if out.hidden is not None:
         extras["hidden_states"] = out.hidden[: k + 1]
+    if proposal.hidden is not None:
+        extras["draft_hidden_states"] = proposal.hidden.to(out.logits.device)
     return extras
-
-
-def _contains_stop(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
-    """Whether the text of ``ids`` contains a stop string, read both with and without special tokens: a stop
-    string may be a special token's text (``<|im_end|>`` when it is not the EOS; lm-eval's own HF model stops
-    there), and a special token inside ordinary text may split a stop string that the plain text shows whole."""
-    return any(any(s in tokenizer.decode(ids, skip_special_tokens=skip) for s in stops) for skip in (True, False))
-
-
-def _stop_string_end(tokenizer, generated: list[int], stops: tuple[str, ...], first_new: int) -> int | None:
-    """Smallest token count j > first_new such that the text of generated[:j] contains a stop string (see
-    ``_contains_stop``); None if none.
-
-    Only prefixes ending in this round's tokens are examined (earlier rounds were checked already)."""
-    if not _contains_stop(tokenizer, generated, stops):
-        return None
-    for j in range(first_new + 1, len(generated) + 1):
-        if _contains_stop(tokenizer, generated[:j], stops):
-            return j
-    return None
-
-
-def _decode(tokenizer, output: list[int], stops: tuple[str, ...]) -> str:
-    """Output text without special tokens, cut before the first stop string. (A stop string that only the text
-    with special tokens shows ended the output at that special token, which this text leaves out.)"""
-    text = tokenizer.decode(output, skip_special_tokens=True)
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return text[: min(cuts)] if cuts else text

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import POLICIES
+from relaxbench.policies import POLICIES, make_policy
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
 from relaxbench.tasks.yaml_tasks import YAML_LOADER
@@ -36,6 +37,7 @@ class Arm:
     base_method: str  # the method before sweep expansion (groups a curve)
     drafter: DrafterSpec | None  # after --draft ngram substitution; None for AR
     k: int  # 0 for AR
+    provenance: Mapping[str, Any] = field(default_factory=dict)  # the policy's (a trained head's file and data)
 
     @property
     def is_baseline(self) -> bool:
@@ -125,7 +127,8 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
             if drafter is not None and drafter.kind == "model" and suite.draft is None:
                 raise ConfigError(f"method {point.name!r} drafts with a draft model: pass --draft NAME "
                                   "(or --draft ngram for prompt lookup)")
-            arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k)))
+            provenance = dict(make_policy(point.policy, point.knobs).provenance())  # knobs checked here, early
+            arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k), provenance))
     return tuple(arms)
 
 
@@ -168,6 +171,7 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     names = [source.name for source in sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"task {next(n for n in names if names.count(n) > 1)!r} is listed twice")
+    check_held_out(arms, sources)
     run_sampling = SamplingParams(suite.temperature, suite.top_k, suite.top_p)
     jobs = []
     for name, source in given:
@@ -178,6 +182,24 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
                             suite.max_new_tokens or generation.max_new_tokens,
                             generation.sampling if own else run_sampling, suite.seed))
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
+
+
+def check_held_out(arms: tuple[Arm, ...], sources: list[TaskSource]) -> None:
+    """An arm whose policy was trained on some items (a trained judge's head) must not be evaluated on them: the
+    same task (by name or by data set fingerprint) sharing an item id is a configuration error."""
+    for arm in arms:
+        for trained in arm.provenance.get("trained_on", ()):
+            seen = set(map(str, trained.get("item_ids", ())))
+            for source in sources:
+                if source.name != trained.get("task") and source.fingerprint != trained.get("data_fingerprint"):
+                    continue
+                overlap = [item.item_id for item in source.items if item.item_id in seen]
+                if overlap:
+                    raise ConfigError(
+                        f"arm {arm.name!r} was trained on {len(overlap)} of the items of task {source.name!r} this "
+                        f"run evaluates ({', '.join(overlap[:3])}{', ...' if len(overlap) > 3 else ''}); evaluate on "
+                        "items disjoint from the mining items (mine with `judge mine --items`, e.g. from the end of "
+                        "the task, and compare with --limit)")
 
 
 def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) -> str:
@@ -197,6 +219,8 @@ def _arm_identity(arm: Arm) -> dict[str, Any]:
     revision = POLICIES.get(arm.method.policy).revision
     if revision:  # a rule whose verdicts changed: its earlier runs are not resumed as this one (0 keeps old keys)
         identity["policy_revision"] = revision
+    if arm.provenance:  # a trained head: which one (its file's hash, pair, data) decides the verdicts
+        identity["provenance"] = dict(arm.provenance)
     return identity
 
 

@@ -108,7 +108,8 @@ def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
     return CellDefinition(
         task=job.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
         method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
-        knobs=dict(arm.method.knobs), method_spec=arm.method.record(),
+        knobs=dict(arm.method.knobs),
+        method_spec={**arm.method.record(), **({"provenance": dict(arm.provenance)} if arm.provenance else {})},
         drafter=None if arm.drafter is None else arm.drafter.model_dump(), k=arm.k, decode=asdict(decode),
         task_spec=job.source.record(), scorer=job.source.scorer_name, data_fingerprint=job.source.fingerprint)
 

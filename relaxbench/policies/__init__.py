@@ -9,6 +9,7 @@ from relaxbench.policies import (  # noqa: F401  (each import registers its rule
     relaxed_target,
     speculative_sampling,
     topk,
+    trained_judge,
     typical,
 )
 from relaxbench.policies.base import (

@@ -34,6 +34,7 @@ class Need(enum.Enum):
 
     DRAFT_PROBS = "draft-model probabilities (q)"
     HIDDEN_STATES = "the target's last hidden states"
+    DRAFT_HIDDEN_STATES = "the draft model's last hidden states at its draft tokens"
     EXTRA_TOKENS = "extra tokens appended to the verify forward"
 
 
@@ -130,6 +131,8 @@ class PolicyEnv:
     tokenizer: Any
     vocab_size: int
     device: torch.device
+    target_name: str | None = None  # the target model's name as given (a trained head checks its pair)
+    draft_name: str | None = None  # the draft model's name when the drafter is a model
 
 
 class VerificationPolicy:
@@ -180,6 +183,13 @@ class VerificationPolicy:
 
     def reset(self) -> None:
         """Called before every sequence; stateful policies clear per-sequence state here."""
+
+    def provenance(self) -> Mapping[str, Any]:
+        """What the knobs point to beyond their values, e.g. a trained head file: its digest, the pair and the
+        data it was trained on. Stored with each cell and hashed into the run key (so a retrained file is a new
+        run); a ``trained_on`` list of ``{task, data_fingerprint, item_ids}`` makes ``compare`` refuse to evaluate
+        on those items. Empty for rules without such inputs."""
+        return {}
 
     def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
         """Tokens to append after the drafts in the verify forward (their cache entries are dropped)."""

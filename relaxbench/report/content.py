@@ -399,6 +399,13 @@ def _drafter_text(drafter: Mapping[str, Any] | None) -> str:
     return str(drafter.get("kind")) + (f" ({knobs_text(knobs)})" if knobs else "")
 
 
+def _description(spec: Mapping[str, Any], is_baseline: bool) -> str:
+    """The method's description, then what its policy was trained on (a trained judge's head file and data)."""
+    text = str(spec.get("description") or ("the target alone, one token per step" if is_baseline else "-"))
+    trained = (spec.get("provenance") or {}).get("summary")
+    return f"{text}; {trained}" if trained else text
+
+
 def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
     """One row per arm (as first defined in the run): what was run, from the stored cell definitions."""
     seen: dict[str, CellRecord] = {}
@@ -412,8 +419,7 @@ def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
             Cell("AR baseline" if cell.is_baseline else ("lossless" if cell.lossless else "relaxed"), "kind"),
             Cell(knobs_text(cell.knobs), "knobs"), Cell(_drafter_text(cell.drafter), "drafter"),
             num(str(cell.k), "k", cell.k),
-            Cell(str(spec.get("description") or ("the target alone, one token per step" if cell.is_baseline
-                                                 else "-")), "description"),
+            Cell(_description(spec, cell.is_baseline), "description"),
             Cell(str(spec.get("source") or "-"), "source"),
         ), emphasis=cell.is_baseline))
     return Table("methods-table", "Arms: policy, knobs, drafter and draft length k",

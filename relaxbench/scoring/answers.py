@@ -4,7 +4,7 @@ normalised exact match against a reference."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
@@ -55,6 +55,10 @@ class Gsm8kScorer(Scorer):
         return Score(float(passed), passed, {"reference": reference, "strict_answer": strict,
                                              "flexible_answer": flexible, "strict_match": results["strict"],
                                              "flexible_match": results["flexible"]})
+
+    def outcome(self, item: TaskItem, score: Score) -> Any:
+        """The extracted answer itself (AutoJudge's GSM8K rule compares answers, not correctness)."""
+        return score.details.get(f"{self.args.primary}_answer")
 
 
 def normalize_text(text: str) -> str:

@@ -64,6 +64,22 @@ class Scorer:
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         raise NotImplementedError
 
+    # -- what mining a trained judge's labels reads (relaxbench judge mine) ---------------------------------------
+    def has_outcome(self, item: TaskItem) -> bool:
+        """Whether scores of ``item`` carry an automatic outcome (pass/fail, an extracted answer); agreement with
+        the AR output is not one."""
+        return not self.needs_baseline
+
+    def outcome(self, item: TaskItem, score: Score) -> Any:
+        """The part of a score that must stay the same for a changed answer to count as the same result: pass/fail
+        by default (AutoJudge's rule for code); None when there is none."""
+        return score.passed
+
+    def settled(self, item: TaskItem, text: str) -> bool:
+        """True when no continuation of ``text`` can change its score (a closed code block the scorer extracts),
+        so a generation scored only for its outcome may stop there. False unless a scorer knows better."""
+        return False
+
 
 SCORERS: Registry[type[Scorer]] = Registry("scorer", "relaxbench.scorers")
 

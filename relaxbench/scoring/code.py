@@ -19,6 +19,8 @@ from relaxbench.scoring.sandbox import Limits, run_python
 from relaxbench.validation import Integer, Number, Spec
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+CLOSED_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(```|\Z)", re.DOTALL)  # FENCE; group 3: closed
+PYTHON_FENCES = ("python", "py", "python3", "")
 IMPORT_LINE = re.compile(r"^(?:import|from)[ \t][^\n]*$", re.MULTILINE)  # top-level import lines
 
 
@@ -30,12 +32,28 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
         return text
     if entry_point:
         for _, body in blocks:
-            if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", body, re.MULTILINE):
+            if _defines_entry(body, entry_point):
                 return body
     for lang, body in blocks:
-        if lang in ("python", "py", "python3", ""):
+        if lang in PYTHON_FENCES:
             return body
     return blocks[0][1]
+
+
+def code_settled(text: str, entry_point: str | None = None) -> bool:
+    """Whether no continuation of ``text`` can change what ``extract_code`` returns: the block it picks is closed
+    (the first block that defines ``entry_point``; without an entry point, the first Python or unlabelled block).
+    Fences are read left to right and a closed block's body ends at its closing fence, so appended text cannot
+    change it; with no fence yet, the whole text is the code."""
+    blocks = [(lang.lower(), body, bool(end)) for lang, body, end in CLOSED_FENCE.findall(text)]
+    if entry_point:
+        defining = next((closed for _, body, closed in blocks if _defines_entry(body, entry_point)), None)
+        return bool(defining)  # no block defines it yet: a later one may
+    return next((closed for lang, _, closed in blocks if lang in PYTHON_FENCES), False)
+
+
+def _defines_entry(body: str, entry_point: str) -> bool:
+    return re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", body, re.MULTILINE) is not None
 
 
 def defines(code: str, name: str) -> bool:
@@ -98,6 +116,9 @@ def run_to_end(program_with_marker: Callable[[str], str], limits: Limits) -> Sco
                   "reached_end_of_tests": reached_end,
                   "seconds": round(result.wall_seconds, 3), "containment": result.containment})
 
+    def settled(self, item: TaskItem, text: str) -> bool:
+        return code_settled(text, item.entry_point)
+
 
 @register_scorer
 class AutoScorer(Scorer):
@@ -120,3 +141,9 @@ class AutoScorer(Scorer):
             chosen = AgreementScorer()
         score = chosen.score(item, text, context)
         return Score(score.value, score.passed, {**score.details, "scorer": chosen.name})
+
+    def has_outcome(self, item: TaskItem) -> bool:
+        return bool(item.test) or item.reference is not None
+
+    def settled(self, item: TaskItem, text: str) -> bool:
+        return bool(item.test) and code_settled(text, item.entry_point)

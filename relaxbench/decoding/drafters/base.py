@@ -28,6 +28,7 @@ class Proposal:
     logits: torch.Tensor | None  # [k', V] draft logits, when the drafter has a distribution
     forwards: tuple[int, ...] = ()  # new tokens fed per draft-model forward of this round
     lookups: int = 0  # n-gram lookups of this round
+    hidden: torch.Tensor | None = None  # [k', H] the draft model's last hidden state at each draft token's position
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,14 @@ class DrafterInputs:
 class Drafter:
     name: ClassVar[str] = ""
     provides_probs: ClassVar[bool] = False
+    provides_hidden: ClassVar[bool] = False  # can return its last hidden state at each draft token
     needs_draft_model: ClassVar[bool] = False
     summary: ClassVar[str] = ""
-    # set by the decoder: return draft logits only when the policy reads q or the run samples
+    model_name: str | None = None  # the draft model's name, for drafters that are one
+    # set by the decoder: return draft logits only when the policy reads q or the run samples, hidden states only
+    # when the policy reads them
     keep_logits: bool = False
+    keep_hidden: bool = False
 
     class Knobs(Spec):
         """No knobs."""

@@ -12,22 +12,33 @@ from relaxbench.ops.sampling import SamplingParams, next_token
 
 
 def draft_autoregressively(lm: CachedLM, context: torch.Tensor, k: int, sampling: SamplingParams,
-                           generator: torch.Generator | None, keep_logits: bool) -> Proposal:
-    """k steps of plain decoding with ``lm`` on top of its cache (the shared core of every LM drafter)."""
+                           generator: torch.Generator | None, keep_logits: bool,
+                           keep_hidden: bool = False) -> Proposal:
+    """k steps of plain decoding with ``lm`` on top of its cache (the shared core of every LM drafter).
+
+    ``keep_hidden``: also return the last hidden state at each draft token's own position (the state after
+    reading it). Step j reads d_{j-1}, so d_1..d_{k-1} come free; d_k is read by one extra forward, as AutoJudge's
+    drafting loop does (``eval/generation_utils.py::run_spec_dec``, window_size + 1 draft forwards). Its cache entry
+    is kept when d_k is accepted and rolled back with the others otherwise."""
     lm.sync_to(context)
     feed = lm.pending(context)
-    tokens, rows, forwards = [], [], []
-    for _ in range(k):
-        logits = lm.run(feed, n_logits=1).logits[-1]
+    tokens, rows, hidden, forwards = [], [], [], []
+    for step in range(k):
+        out = lm.run(feed, n_logits=1, want_hidden=keep_hidden)
         forwards.append(int(feed.shape[0]))
-        token = next_token(logits, sampling, generator)
+        token = next_token(out.logits[-1], sampling, generator)
         tokens.append(token)
         if keep_logits:
-            rows.append(logits)
+            rows.append(out.logits[-1])
+        if keep_hidden and step > 0:
+            hidden.append(out.hidden[-1])
         feed = token.view(1)
+    if keep_hidden and tokens:
+        hidden.append(lm.run(feed, n_logits=1, want_hidden=True).hidden[-1])
+        forwards.append(1)
     empty = torch.empty(0, dtype=torch.long, device=context.device)
     return Proposal(torch.stack(tokens) if tokens else empty, torch.stack(rows) if keep_logits and rows else None,
-                    tuple(forwards))
+                    forwards=tuple(forwards), hidden=torch.stack(hidden) if hidden else None)
 
 
 class LMDrafter(Drafter):
@@ -43,7 +54,8 @@ class LMDrafter(Drafter):
             self.lm.run(prompt[:-1].to(self.lm.device), n_logits=0)
 
     def propose(self, context, k, sampling, generator) -> Proposal:
-        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits)
+        return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits,
+                                      self.keep_hidden and self.provides_hidden)
 
     def commit(self, context: torch.Tensor) -> None:
         self.lm.sync_to(context)
@@ -55,6 +67,7 @@ class DraftModelDrafter(LMDrafter):
 
     name = "model"
     provides_probs = True
+    provides_hidden = True
     needs_draft_model = True
     summary = "an independent draft LM with its own KV cache"
 
