@@ -49,7 +49,11 @@ class ScriptedLM(torch.nn.Module):
         self.rule = rule
         self.code = code
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # the engine reads the device from a parameter
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, self.HIDDEN)  # where the engine puts inputs (the first layer)
         self.eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.embed
 
     def token_id(self, char: str | None) -> int:
         if char is None:

@@ -102,6 +102,9 @@ class CodeExecutionScorer(Scorer):
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         return run_to_end(lambda marker: build_program(item, text, marker), self.args.limits())
 
+    def settled(self, item: TaskItem, text: str) -> bool:
+        return code_settled(text, item.entry_point)
+
 
 def run_to_end(program_with_marker: Callable[[str], str], limits: Limits) -> Score:
     """Run the program that ``program_with_marker(marker)`` builds (it prints ``marker`` last) in the sandbox;
@@ -115,9 +118,6 @@ def run_to_end(program_with_marker: Callable[[str], str], limits: Limits) -> Sco
                  {"status": result.status, "returncode": result.returncode, "error": tail,
                   "reached_end_of_tests": reached_end,
                   "seconds": round(result.wall_seconds, 3), "containment": result.containment})
-
-    def settled(self, item: TaskItem, text: str) -> bool:
-        return code_settled(text, item.entry_point)
 
 
 @register_scorer
