@@ -146,20 +146,9 @@ class RichProgress:
     """Bars per cell and overall, with ETA, on stderr."""
 
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from relaxbench.ui import progress_bars
 
-        from relaxbench.ui import console
-
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=console(stderr=True), transient=False)
+        self.progress = progress_bars(transient=False)
         self.overall = self.progress.add_task("[bold]all cells", total=0)
         self.bars: dict[tuple[str, str], Any] = {}
 

@@ -59,21 +59,10 @@ class RichMiningProgress:
     stderr; each finished item is printed with its mismatches and wall seconds."""
 
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        from relaxbench.ui import console
+        from relaxbench.ui import progress_bars
 
         # an item takes minutes: estimate speed over the whole session, not rich's default 30 s window
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=console(stderr=True), speed_estimate_period=24 * 3600)
+        self.progress = progress_bars(speed_estimate_period=24 * 3600)
         self.items: Any = None
         self.current: Any = None
 

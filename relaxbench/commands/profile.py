@@ -177,26 +177,15 @@ def write_analytic(args: argparse.Namespace, target: str, draft: str | None, nam
 
 def write_measured(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path,
                    grid: Grid) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from relaxbench.arms import load_pair
     from relaxbench.commands.args import runtime_from_args
     from relaxbench.profiles.measure import measure_profile
     from relaxbench.profiles.spec import write_profile
-    from relaxbench.ui import console
+    from relaxbench.ui import console, progress_bars
 
     device = runtime_from_args(args)
     target_model, draft_model = load_pair(target, draft, device, args.dtype, args.draft_dtype, quiet=False)
-    err = console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("eta"), TimeRemainingColumn(), console=err, transient=False) as progress:
+    with progress_bars(transient=False) as progress:
         bar = progress.add_task(f"profiling {target}" + (f" + {draft}" if draft_model else ""),
                                 total=grid.steps(draft_model is not None))
         profile = measure_profile(target_model, draft_model, grid, repeats=args.repeats, warmup=args.warmup,
