@@ -136,7 +136,8 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
     (tmp / "relaxbench-source.json").write_text(json.dumps(source, indent=1))
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
-    del skeleton, tokenizer, shards
+    shards.clear()
+    del skeleton, tokenizer
     release_freed_memory()
     return out_dir
 
