@@ -9,7 +9,7 @@ from relaxbench.commands.args import OneLineParser, runtime_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead, proxy")
+    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead, proxy, Ray cluster")
     bsub = b.add_subparsers(dest="bench_command", required=True, parser_class=OneLineParser)
 
     e = bsub.add_parser("engine", help="our AR / exact arms vs transformers' generate, side by side")
