@@ -376,8 +376,12 @@ class SampleRow:
                         accepted_at, drafted_at)
 
 
-class Store:
-    """A results store. Open it with ``Store(path)``; it creates the schema when the file is new."""
+class SQLiteFile:
+    """One SQLite file as relaxbench opens its stores: WAL (a reader never blocks the writer; a killed process
+    loses at most its open transaction), ``synchronous=NORMAL``, foreign keys on, rows by column name. Subclasses
+    (the results store, the judge-mining store) add their schema and queries."""
+
+    what = "SQLite store"  # how an unreadable file is described in the one-line error
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -388,9 +392,37 @@ class Store:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast
             self.conn.execute("PRAGMA foreign_keys=ON")
-            version = self._schema_version()
+            self.conn.execute("SELECT 1 FROM sqlite_master").fetchone()  # a file that is not SQLite fails here
         except sqlite3.DatabaseError as exc:
-            raise DataError(f"{self.path}: not a relaxbench results store ({exc})") from None
+            raise DataError(f"{self.path}: not a {self.what} ({exc})") from None
+
+    def has_table(self, name: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone()
+        return row is not None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SQLiteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.conn:
+            yield self.conn
+
+
+class Store(SQLiteFile):
+    """A results store. Open it with ``Store(path)``; it creates the schema when the file is new."""
+
+    what = "relaxbench results store"
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        version = self._schema_version()
         if version is not None and version != SCHEMA_VERSION:
             raise DataError(f"{self.path}: store schema version {version}, this relaxbench reads {SCHEMA_VERSION}")
         with self.conn:  # new tables and added columns, idempotently (see ADDED_COLUMNS)
@@ -403,25 +435,13 @@ class Store:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def _schema_version(self) -> int | None:
-        has_meta = self.conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-        if not has_meta:
+        if not self.has_table("meta"):
             return None
         row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row["value"]) if row else None
 
-    def close(self) -> None:
-        self.conn.close()
-
     def __enter__(self) -> Store:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self.conn:
-            yield self.conn
 
     # ------------------------------------------------------------------------------------------ runs, sessions
 

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import numpy as np
 import torch
 
 from relaxbench.errors import DataError
+from relaxbench.harness.store import SQLiteFile, dumps, now
 from relaxbench.trained_judges.search import Continuation, Mismatch, SearchState
 
 SCHEMA_VERSION = 1
@@ -101,14 +100,6 @@ CREATE TABLE IF NOT EXISTS mismatches (
 """
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def _blob(vector: torch.Tensor) -> bytes:
     return vector.detach().to(torch.float32).cpu().numpy().tobytes()
 
@@ -137,23 +128,14 @@ class MinedData:
     mining_key: str
 
 
-class MiningStore:
+class MiningStore(SQLiteFile):
     """Open with ``MiningStore(path)``; ``bind(key, config)`` fixes (or checks) the setup it holds."""
 
+    what = "relaxbench mining store"
+
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        if self.path.parent != Path(""):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.conn = sqlite3.connect(self.path, timeout=30)
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            has_meta = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-            other = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='samples'").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"{self.path}: not a relaxbench mining store ({exc})") from None
+        super().__init__(path)
+        has_meta, other = self.has_table("meta"), self.has_table("samples")
         if other:
             raise DataError(f"{self.path}: this is a compare results store, not a mining store; use another --store")
         version = (self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -166,19 +148,8 @@ class MiningStore:
             if version is None:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
-    def close(self) -> None:
-        self.conn.close()
-
     def __enter__(self) -> MiningStore:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self.conn:
-            yield self.conn
 
     # -- the setup -----------------------------------------------------------------------------------------------
     def setup(self) -> tuple[str, dict[str, Any]] | None:
