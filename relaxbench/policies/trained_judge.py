@@ -3,9 +3,10 @@ Judge-Decoding-style head (Bachmann et al., arXiv 2501.19309). Both accept a mis
 linear head on last hidden states calls it unimportant; the heads are mined and trained on the user's own pair by
 ``relaxbench judge mine`` / ``judge train`` and named by the knob ``head`` (a JSON head file).
 
-Rule (greedy only), as AutoJudge's ``eval/generation_utils.py::run_spec_dec``: accept ``d_i`` iff it is the
-target's argmax or ``P(important | features_i) < tau``; the accepted length is the leading run of acceptances (any
-number of mismatches per block may be accepted) and the next token is the target's argmax at the first rejection.
+Rule (greedy only), as AutoJudge's ``eval/generation_utils.py::run_spec_dec`` (commit 8a4beb1): accept ``d_i``
+iff it is the target's argmax or ``P(important | features_i) < tau``; the accepted length is the leading run of
+acceptances (any number of mismatches per block may be accepted) and the next token is the target's argmax at the
+first rejection.
 ``tau = 0`` accepts no mismatch: exactly ``exact``.
 
 Features of draft ``d_i``: the last hidden state (after the final norm) at ``d_i``'s own position, on the sequence
