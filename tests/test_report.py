@@ -338,7 +338,7 @@ def test_terminal_and_html_render_the_same_tables(written, summaries):
     from rich.console import Console
 
     from relaxbench.report.tables import task_tables
-    from relaxbench.report.terminal import rich_table
+    from relaxbench.report.terminal import header, rich_table
 
     page = parse(written["html"].read_text())
     for summary in summaries.values():
@@ -346,12 +346,56 @@ def test_terminal_and_html_render_the_same_tables(written, summaries):
             buffer = io.StringIO()
             Console(file=buffer, width=1000).print(rich_table(table))
             text = buffer.getvalue()
-            assert table.title in text and all(column in text for column in table.columns)
+            assert table.title in text and all(part in text for c in table.columns for part in header(c).split("\n"))
             html_rows = page.tables[table.key]
             assert list(html_rows) == [row.key for row in table.rows]
             for row in table.rows:
                 assert [c["text"] for c in html_rows[row.key]] == [c.text for c in row.cells]
                 assert all(cell.text in text for cell in row.cells)
+
+
+@pytest.mark.parametrize("profiles", [(), ("h100-sxm", "b200")])
+def test_summary_fits_120_columns_and_names_what_it_hides(fixture_run, capsys, profiles):
+    """By default every line of ``summary`` fits 120 columns (with one and with three proxy columns); each table
+    shows its essential columns and says, under it, which it left out and that --wide shows them."""
+    from relaxbench.report.tables import task_tables
+
+    flags = [arg for p in profiles for arg in ("--profile", p)]
+    assert main(["summary", str(fixture_run), *flags]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    for name in ARM_NAMES:
+        assert name in out
+    hidden_lines = [line for line in lines if line.startswith("Not shown to fit 120 columns")]
+    tables = [t for s in priced_summaries(fixture_run, profiles).values() for t in task_tables(s)]
+    narrowed = [t for t in tables if t.hidden()]
+    assert narrowed and len(hidden_lines) == len(narrowed)  # once per narrowed table, none for the others
+    text = " ".join(out.split())
+    for table in narrowed:
+        assert table.title in out
+        assert f"Not shown to fit 120 columns: {', '.join(table.hidden())} (--wide shows every column)." in text
+        assert set(table.narrow().columns) == set(table.essential) and not set(table.hidden()) & set(table.essential)
+    if not profiles:  # with the one stored profile the essential columns fit without wrapping a cell
+        for table in narrowed:
+            for row in table.narrow().rows:
+                assert all(cell.text in out for cell in row.cells), (table.key, row.key)
+
+
+def test_summary_wide_shows_every_column_unwrapped(fixture_run, capsys):
+    from relaxbench.report.tables import task_tables
+    from relaxbench.report.terminal import header
+
+    assert main(["summary", str(fixture_run), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "Not shown to fit" not in out
+    assert max(len(line) for line in out.splitlines()) > 120
+    for summary in priced_summaries(fixture_run).values():
+        for table in task_tables(summary):
+            # every header whole (an interval's bracket goes on a line of its own by design, nothing else wraps)
+            assert all(part in out for c in table.columns for part in header(c).split("\n")), table.key
+            for row in table.rows:
+                assert all(cell.text in out for cell in row.cells), (table.key, row.key)
 
 
 def test_a_run_without_finished_samples_still_reports(tmp_path: Path):

@@ -32,6 +32,12 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def add_wide_arg(p: argparse.ArgumentParser) -> None:
+    """``--wide``, for every command that prints the per-task tables."""
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of the tables (default: the essential ones, within 120 columns)")
+
+
 def runtime_from_args(args: argparse.Namespace) -> str:
     """``configure_runtime`` with the command's --device and --threads; the device string."""
     return configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))

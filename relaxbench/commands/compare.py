@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args
+from relaxbench.commands.args import add_runtime_args, add_wide_arg
 from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
 from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
@@ -76,12 +76,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
     add_judge_args(c)
+    add_wide_arg(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     add_profile_arg(s)
+    add_wide_arg(s)
     s.set_defaults(handler=run_summary)
 
 
@@ -225,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     if judge is not None:  # generation is over and the executor has let go of the models: the judge gets the memory
         with open_store(out_dir) as store:
             judge_and_announce(store, run_id, judged, judge, judge_device, RichProgress())
-    print_tables(out_dir, run_id)
+    print_tables(out_dir, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
@@ -247,15 +249,17 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     return formats
 
 
-def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = ()) -> None:
-    """Every task's tables, as the report shows them (a proxy column per cost profile)."""
+def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
+                 wide: bool = False) -> None:
+    """Every task's tables, as the report shows them (a proxy column per cost profile; the essential columns unless
+    ``wide``)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id, profiles)
+    print_run(out, console(), run_id, profiles, wide)
 
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
-    print_tables(args.out, args.run_id, args.profiles)
+    print_tables(args.out, args.run_id, args.profiles, args.wide)
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from relaxbench.commands.args import runtime_from_args
+from relaxbench.commands.args import add_wide_arg, runtime_from_args
 from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                     "if available)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     add_report_args(r, prefix="report-")
+    add_wide_arg(r)
     r.set_defaults(handler=run)
 
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                               "MT-Bench has one")
         check_judging(judge, tasks, device)
         judge_and_announce(store, run_id, tasks, judge, device, RichProgress())
-    print_tables(path, run_id)
+    print_tables(path, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
