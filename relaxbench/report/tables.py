@@ -278,7 +278,7 @@ DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed
                       "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
                       "reproduced AR", "stop reasons")
 
-# the rule, the other speed-up, and the lossless check (the proxy's geomean is in --wide; its total is in the main table)
+# the rule, the other speed-up, the lossless check (the proxy geomean is in --wide, its total in the main table)
 DIAGNOSTIC_ESSENTIAL = ("method", "policy", "geomean speed-up [95% CI]", "tokens/s", "reproduced AR")
 
 
