@@ -174,6 +174,45 @@ class RichProgress:
         self.progress.console.print(message)
 
 
+class LogProgress:
+    """For a log (stderr not a terminal, where bars cannot redraw): a line per finished sample with its cell's
+    count, the run's count, the elapsed time and the run's ETA."""
+
+    def __init__(self) -> None:
+        from relaxbench.ui import Eta, console
+
+        self.console = console(stderr=True)
+        self.run = Eta()
+        self.cells: dict[tuple[str, str], list[int]] = {}
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def cell(self, task: str, arm: str, total: int, done: int) -> None:
+        self.cells[(task, arm)] = [done, total]
+        self.run.add(total, done)
+
+    def advance(self, task: str, arm: str) -> None:
+        counts = self.cells[(task, arm)]
+        counts[0] += 1
+        self.run.step()
+        self.note(f"{task} / {arm}: {counts[0]}/{counts[1]}; all cells {self.run.done}/{self.run.total}, "
+                  f"{self.run.text()}")
+
+    def note(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_progress() -> RichProgress | LogProgress:
+    """The progress of a run: bars in a terminal, a line per finished sample in a log."""
+    from relaxbench.ui import stderr_is_terminal
+
+    return RichProgress() if stderr_is_terminal() else LogProgress()
+
+
 def run(args: argparse.Namespace) -> int:
     from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
     from relaxbench.harness.judging import JudgedTask
@@ -219,14 +258,14 @@ def run(args: argparse.Namespace) -> int:
                           "output), not capability, since no judge was given (--judge MODEL, or --judge-endpoint URL "
                           "--judge-model NAME; or later: relaxbench rescore DIR --judge MODEL)", markup=False,
                           highlight=False)
-            with RichProgress() as progress:
+            with run_progress() as progress:
                 cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
                 executor.run(RunContext(store, run_id, plan, cells), progress)
         finally:
             store.close()
     if judge is not None:  # generation is over and the executor has let go of the models: the judge gets the memory
         with open_store(out_dir) as store:
-            judge_and_announce(store, run_id, judged, judge, judge_device, RichProgress())
+            judge_and_announce(store, run_id, judged, judge, judge_device, run_progress())
     print_tables(out_dir, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce

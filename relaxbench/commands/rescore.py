@@ -38,7 +38,7 @@ def store_path(run_dir: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.commands.compare import RichProgress, print_tables, report_formats_of
+    from relaxbench.commands.compare import print_tables, report_formats_of, run_progress
     from relaxbench.harness.judging import stored_judged_tasks
     from relaxbench.harness.store import Store
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"run {run_id} has no task with a judge protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench has one")
         check_judging(judge, tasks, device)
-        judge_and_announce(store, run_id, tasks, judge, device, RichProgress())
+        judge_and_announce(store, run_id, tasks, judge, device, run_progress())
     print_tables(path, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
