@@ -270,6 +270,34 @@ def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries)
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
 
+def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
+    """A load average raised by relaxbench's own preparation is not a busy machine: the notice judges the CPUs other
+    processes kept busy at the session's start; a session stored before that was measured falls back to the load
+    average and says what it counts."""
+    from dataclasses import replace
+
+    from relaxbench.analysis.notices import BusyMachine, run_findings
+    from relaxbench.report.content import word
+
+    run = load_run(fixture_run)
+    env = run.environment[-1]
+    assert env["load_average"][0] / env["cpu_count"] > 0.5 and env["others_busy_cpus"] == 0.2
+    assert not [f for f in run_findings(run) if isinstance(f, BusyMachine)]
+
+    def busy(**changes):
+        session = {k: v for k, v in {**env, **changes}.items() if v is not ...}
+        return [f for f in run_findings(replace(run, environment=(session,))) if isinstance(f, BusyMachine)]
+
+    [found] = busy(others_busy_cpus=1.4)
+    assert (found.load, found.cpus, found.others, found.window_s, found.level) == (1.4, 2, True, 1.0, "warning")
+    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in word(found)
+    assert busy(others_busy_cpus=1.4, load_average=[0.1, 0.1, 0.1])  # others busy, whatever the load average
+    assert not busy(others_busy_cpus=None)  # psutil could not read the counters: no evidence
+    [legacy] = busy(others_busy_cpus=..., others_window_s=...)  # a store written before the measure existed
+    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in word(legacy)
+    assert not busy(others_busy_cpus=..., others_window_s=..., load_average=[0.4, 0.4, 0.4])
+
+
 def test_sessions_that_differ_are_named(fixture_run):
     """A run whose sessions differ in setup (e.g. Ray workers on different nodes) says which session has which."""
     from dataclasses import replace
