@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
-from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Divergences
+from relaxbench.analysis.metrics import CellSummary, Divergences, report_definitions
 from relaxbench.analysis.notices import (
     MODEL_GAP,
     WIDE_DELTA,
@@ -556,7 +556,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
         summary_lines=tuple(lines), summary_table=summary_table(summaries, budget, ranking), tasks=tasks,
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
         environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
-        figure_methods=tuple(methods), definitions=METRIC_DEFINITIONS,
+        figure_methods=tuple(methods), definitions=report_definitions(),
         profiles_table=profiles_table(choice.profiles), ranking=ranking)
 
 
