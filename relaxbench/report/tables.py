@@ -25,6 +25,7 @@ class Cell:
     low: float | None = None
     high: float | None = None
     numeric: bool = False
+    alert: bool = False  # a missed target (a benchmark's "NO"): the terminal shows it in red
 
     def attributes(self) -> dict[str, str]:
         """HTML attributes: the metric and its exact values (``repr``), so a reader or a test can check the text

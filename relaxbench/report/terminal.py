@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from relaxbench.report.tables import Table, task_tables
 
@@ -29,14 +30,16 @@ def header(name: str) -> str:
 
 def rich_table(table: Table) -> RichTable:
     """``table`` as a rich table: the title above, the note as its caption, the first column (the arm) never
-    wrapped, numeric columns right-aligned, the AR row bold. Text is escaped (arm names carry ``[knob=value]``)."""
+    wrapped, numeric columns right-aligned, the AR row bold, an alert cell red. Text is never read as markup (arm
+    names carry ``[knob=value]``)."""
     out = RichTable(title=escape(table.title), title_justify="left", caption=escape(table.note) or None,
                     caption_justify="left")
     for i, name in enumerate(table.columns):
         numeric = any(row.cells[i].numeric for row in table.rows if i < len(row.cells))
         out.add_column(escape(header(name)), justify="right" if numeric else "left", no_wrap=i == 0)
     for row in table.rows:
-        out.add_row(*(escape(cell.text) for cell in row.cells), style="bold" if row.emphasis else None)
+        out.add_row(*(Text(cell.text, style="red" if cell.alert else "") for cell in row.cells),
+                    style="bold" if row.emphasis else None)
     return out
 
 
