@@ -1,0 +1,1 @@
+"""The ``relaxbench bench`` subcommands, one module per benchmark (registered by ``commands/bench.py``)."""
