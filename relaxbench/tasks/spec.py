@@ -1,5 +1,6 @@
 """Task specifications read from YAML (``tasks/*.yaml``): data source, row format, prompt template per user turn,
-generation settings and scorer. Validated when loaded, so a bad file fails before any model loads."""
+generation settings and scorer. Validated when loaded, so a bad file fails before any model loads. A task YAML may
+start from others with ``extends:`` (task names or YAML paths; the rules are ``validation.resolve_extends``'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pydantic import Field, field_validator, model_validator
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Flag, PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
+from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml,
+                                   resolve_extends, validate, yaml_files)
 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
@@ -118,12 +120,17 @@ class TaskSpec(Spec):
         return data
 
 
-def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
+# ``extends:`` for tasks: the source and the argument mappings merge key by key (a child task changes a data set's
+# ``name`` or one scorer argument); lists (fewshot, stop, cut_at, the source's fields) and text replace
+TASK_KIND = SpecKind("tasks", "task", ("source", "scorer_args", "chat_template_args", "judge_args"))
+
+
+def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
+    """A task from a YAML mapping, its ``extends:`` parents applied first (``validation.resolve_extends``)."""
     from relaxbench.data.formats import FORMATS
     from relaxbench.scoring import SCORERS
 
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: a task must be a mapping")
+    data = resolve_extends(data, where, TASK_KIND, extra_dirs)
     for key in ("source", "scorer_args", "chat_template_args", "judge_args"):
         if key in data and data[key] is None:
             data = {**data, key: {}}
@@ -172,7 +179,8 @@ def _check_template(template: str, what: str, where: str) -> None:
 
 
 def task_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
-    """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win)."""
+    """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win);
+    parent-only files (``_NAME.yaml``) are left out."""
     return yaml_files("tasks", extra_dirs)
 
 
@@ -180,9 +188,10 @@ def load_task(name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
     """A task by YAML path or by name in the task folders."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
-        return task_from_dict(load_yaml(path), str(path), path.stem)
+        check_runnable(path, "task")
+        return task_from_dict(load_yaml(path), str(path), path.stem, extra_dirs)
     files = task_files(extra_dirs)
     if name not in files:
         raise UnknownNameError(f"unknown task {name!r}{did_you_mean(name, sorted(files))} "
                                f"(tasks: {', '.join(sorted(files))})")
-    return task_from_dict(load_yaml(files[name]), str(files[name]), name)
+    return task_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)
