@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -190,6 +190,7 @@ class SpecKind:
     merged: Collection[str]  # the mapping fields merged key by key; every other field replaces the parent's
     # parents that are not files (a bare policy name for methods): name → fields, read only when a name is no file's
     builtins: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+    renamed: Mapping[str, str] = field(default_factory=dict)  # a field's earlier name → its name (still read)
 
 
 NOT_INHERITED = ("name", "extends")  # a spec's name is its own (its file's stem unless it sets one)
@@ -203,7 +204,7 @@ def resolve_extends(data: Any, where: str, kind: SpecKind, extra_dirs: tuple[Pat
     ``extends`` is a one-line ``ConfigError`` naming the file."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: a {kind.what} must be a mapping")
-    data = dict(data)
+    data = {kind.renamed.get(key, key): value for key, value in data.items()}
     parents = data.pop("extends", None)
     if not _chain:
         _chain = ((_identity(where), Path(where).stem),)

@@ -17,6 +17,7 @@ from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
 ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
+GRADER_ALIASES = {"llm-judge": "llm-grader"}  # graded scorers' earlier names, still read
 
 
 class SourceSpec(Spec):
@@ -81,12 +82,18 @@ class TaskSpec(Spec):
     max_new_tokens: PositiveInteger = 256
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
-    # how an LLM judge grades the task's capability after generation, when a judge is given (a judged scorer,
-    # e.g. llm-judge); without a judge the task is scored by ``scorer`` alone
-    judge: Text | None = None
-    judge_args: dict[str, Any] = Field(default_factory=dict)
+    # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,
+    # e.g. llm-grader); without a grader the task is scored by ``scorer`` alone. A YAML may still write the earlier
+    # names ``judge``/``judge_args`` and ``llm-judge`` (TASK_KIND.renamed, GRADER_ALIASES).
+    grader: Text | None = None
+    grader_args: dict[str, Any] = Field(default_factory=dict)
     description: Text = ""
     origin: Text = ""
+
+    @field_validator("grader", mode="before")
+    @classmethod
+    def _grader(cls, value: Any) -> Any:
+        return GRADER_ALIASES.get(value, value) if isinstance(value, str) else value
 
     @field_validator("stop", "cut_at", mode="before")
     @classmethod
@@ -105,12 +112,12 @@ class TaskSpec(Spec):
         return value
 
     def to_record(self) -> dict[str, Any]:
-        """The spec as stored with every cell of the task. The judge fields are left out: they do not change what
-        is generated (so they are not part of the run's identity, and a run made before a task had a judge resumes
-        and can be judged); which judge graded what is stored with each verdict. Fields added after stores were
+        """The spec as stored with every cell of the task. The grader fields are left out: they do not change what
+        is generated (so they are not part of the run's identity, and a run made before a task had a grader resumes
+        and can be graded); which grader graded what is stored with each verdict. Fields added after stores were
         written are left out while unset, so a task that does not use them keeps its record (and an old run its
         key)."""
-        data = self.model_dump(exclude={"judge", "judge_args"})
+        data = self.model_dump(exclude={"grader", "grader_args"})
         for key in ADDED_TASK_FIELDS:
             if not data[key]:
                 data.pop(key)
@@ -122,7 +129,8 @@ class TaskSpec(Spec):
 
 # ``extends:`` for tasks: the source and the argument mappings merge key by key (a child task changes a data set's
 # ``name`` or one scorer argument); lists (fewshot, stop, cut_at, the source's fields) and text replace
-TASK_KIND = SpecKind("tasks", "task", ("source", "scorer_args", "chat_template_args", "judge_args"))
+TASK_KIND = SpecKind("tasks", "task", ("source", "scorer_args", "chat_template_args", "grader_args"),
+                     renamed={"judge": "grader", "judge_args": "grader_args"})
 
 
 def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
@@ -131,7 +139,7 @@ def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[P
     from relaxbench.scoring import SCORERS
 
     data = resolve_extends(data, where, TASK_KIND, extra_dirs)
-    for key in ("source", "scorer_args", "chat_template_args", "judge_args"):
+    for key in ("source", "scorer_args", "chat_template_args", "grader_args"):
         if key in data and data[key] is None:
             data = {**data, key: {}}
     spec = validate(TaskSpec, {"name": default_name, **data, "origin": where}, where)
@@ -142,18 +150,18 @@ def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[P
         raise UnknownNameError(f"{where}: unknown scorer {spec.scorer!r}{did_you_mean(spec.scorer, SCORERS.names())} "
                                f"(scorers: {', '.join(SCORERS.names())})")
     scorer = SCORERS.get(spec.scorer)
-    if scorer.judged:
-        raise ConfigError(f"{where}: scorer {spec.scorer!r} grades with an LLM judge after generation: name it as "
-                          f"the task's 'judge: {spec.scorer}' and keep a per-sample scorer")
+    if scorer.graded:
+        raise ConfigError(f"{where}: scorer {spec.scorer!r} grades with an LLM grader after generation: name it as "
+                          f"the task's 'grader: {spec.scorer}' and keep a per-sample scorer")
     scorer.check_args(spec.scorer_args, where)
-    if spec.judge is not None:
-        judged = [name for name, cls in SCORERS.items() if cls.judged]
-        if spec.judge not in judged:
-            raise UnknownNameError(f"{where}: judge {spec.judge!r} is not a judged scorer"
-                                   f"{did_you_mean(spec.judge, judged)} (judged scorers: {', '.join(judged)})")
-        SCORERS.get(spec.judge).check_args(spec.judge_args, where)
-    elif spec.judge_args:
-        raise ConfigError(f"{where}: judge_args without a judge")
+    if spec.grader is not None:
+        graded = [name for name, cls in SCORERS.items() if cls.graded]
+        if spec.grader not in graded:
+            raise UnknownNameError(f"{where}: grader {spec.grader!r} is not a graded scorer"
+                                   f"{did_you_mean(spec.grader, graded)} (graded scorers: {', '.join(graded)})")
+        SCORERS.get(spec.grader).check_args(spec.grader_args, where)
+    elif spec.grader_args:
+        raise ConfigError(f"{where}: grader_args without a grader")
     if spec.source.kind == "generated":
         from relaxbench.data.generate import GENERATORS
 
