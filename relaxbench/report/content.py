@@ -123,9 +123,6 @@ class Report:
         ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
         ("definitions", "Metric definitions")))
 
-    def all_figures(self) -> list[FigureArt]:
-        return [f for t in self.tasks for f in t.figures]
-
 
 # ------------------------------------------------------------------------------------------------ the summary
 
