@@ -163,6 +163,7 @@ def test_the_earlier_judge_names_still_work(tmp_path: Path, capsys):
         path.write_text(f"format: mt-bench\nscorer: agreement\n{keys}")
         spec = load_task(str(path))
         assert spec.grader == "llm-grader" and spec.grader_args == {}
+    assert type(make_scorer("llm-judge")) is type(make_scorer("llm-grader"))  # the registry's alias
 
 
 class OldStyleGrader(Grader):

@@ -40,7 +40,7 @@ from typing import Any
 from relaxbench.data import TaskItem
 from relaxbench.data.load import package_file, read_records
 from relaxbench.errors import DataError
-from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
+from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 from relaxbench.validation import Spec, Text
 
 FASTCHAT = "FastChat v0.2.36 (lm-sys/FastChat@0e6d3e4)"
@@ -169,3 +169,6 @@ class LlmGraderScorer(Scorer):
         # to_openai_api_messages: the system message only when it is not empty
         messages = ({"role": "system", "content": system}, user) if system else (user,)
         return GradingRequest(name, messages, tuple(answers[: turn + 1]))
+
+
+SCORERS.alias("llm-judge", LlmGraderScorer.name)  # the scorer's earlier name: task YAMLs written with it still load

@@ -17,7 +17,6 @@ from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
 ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
-GRADER_ALIASES = {"llm-judge": "llm-grader"}  # graded scorers' earlier names, still read
 
 
 class SourceSpec(Spec):
@@ -84,16 +83,11 @@ class TaskSpec(Spec):
     scorer_args: dict[str, Any] = Field(default_factory=dict)
     # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,
     # e.g. llm-grader); without a grader the task is scored by ``scorer`` alone. A YAML may still write the earlier
-    # names ``judge``/``judge_args`` and ``llm-judge`` (TASK_KIND.renamed, GRADER_ALIASES).
+    # names ``judge``/``judge_args`` (TASK_KIND.renamed) and ``llm-judge`` (a registry alias).
     grader: Text | None = None
     grader_args: dict[str, Any] = Field(default_factory=dict)
     description: Text = ""
     origin: Text = ""
-
-    @field_validator("grader", mode="before")
-    @classmethod
-    def _grader(cls, value: Any) -> Any:
-        return GRADER_ALIASES.get(value, value) if isinstance(value, str) else value
 
     @field_validator("stop", "cut_at", mode="before")
     @classmethod
@@ -156,10 +150,12 @@ def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[P
     scorer.check_args(spec.scorer_args, where)
     if spec.grader is not None:
         graded = [name for name, cls in SCORERS.items() if cls.graded]
-        if spec.grader not in graded:
+        if spec.grader not in SCORERS or not SCORERS.get(spec.grader).graded:
             raise UnknownNameError(f"{where}: grader {spec.grader!r} is not a graded scorer"
                                    f"{did_you_mean(spec.grader, graded)} (graded scorers: {', '.join(graded)})")
-        SCORERS.get(spec.grader).check_args(spec.grader_args, where)
+        grader = SCORERS.get(spec.grader)
+        grader.check_args(spec.grader_args, where)
+        spec = spec.model_copy(update={"grader": grader.name})  # an earlier name (llm-judge) reads as today's
     elif spec.grader_args:
         raise ConfigError(f"{where}: grader_args without a grader")
     if spec.source.kind == "generated":
