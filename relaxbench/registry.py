@@ -32,10 +32,13 @@ def did_you_mean(name: str, candidates: list[str]) -> str:
 class Registry(Generic[T]):
     """Names to objects of one kind, with plug-ins loaded on first miss or listing."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | tuple[str, ...] | None = None) -> None:
+        """``entry_point_group``: the plug-ins' group, or several (a group's current name, then earlier ones)."""
         self.kind = kind
-        self.entry_point_group = entry_point_group
+        self.entry_point_groups = ((entry_point_group,) if isinstance(entry_point_group, str)
+                                   else tuple(entry_point_group or ()))
         self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}  # another name -> the registered name it resolves to
         self._plugins_loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -48,15 +51,23 @@ class Registry(Generic[T]):
         return add
 
     def add(self, name: str, obj: T) -> None:
-        if name in self._items and self._items[name] is not obj:
+        if (name in self._items and self._items[name] is not obj) or name in self._aliases:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._items[name] = obj
 
+    def alias(self, alias: str, name: str) -> None:
+        """Let ``alias`` resolve to the entry ``name`` (a renamed entry keeps its old name working); aliases are
+        not listed."""
+        if alias in self._items or self._aliases.get(alias, name) != name:
+            raise ValueError(f"{self.kind} alias {alias!r} is already a name")
+        self._aliases[alias] = name
+
     def _entry_points(self, name: str | None = None) -> list[EntryPoint]:
-        if self.entry_point_group is None:
-            return []
-        found = entry_points(group=self.entry_point_group)
-        return list(found if name is None else found.select(name=name))
+        out: list[EntryPoint] = []
+        for group in self.entry_point_groups:
+            found = entry_points(group=group)
+            out.extend(found if name is None else found.select(name=name))
+        return out
 
     def _load(self, ep: EntryPoint) -> None:
         try:
@@ -80,6 +91,7 @@ class Registry(Generic[T]):
                     continue
 
     def get(self, name: str) -> T:
+        name = self._aliases.get(name, name)
         if name not in self._items:
             for ep in self._entry_points(name):
                 self._load(ep)
@@ -95,7 +107,11 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         self._load_plugins()
-        return name in self._items
+        return name in self._items or name in self._aliases
+
+    def aliases_of(self, name: str) -> list[str]:
+        """The aliases that resolve to ``name``."""
+        return sorted(alias for alias, target in self._aliases.items() if target == name)
 
     def names(self) -> list[str]:
         self._load_plugins()
