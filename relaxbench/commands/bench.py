@@ -103,6 +103,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--threads", type=int, default=None)
     x.set_defaults(handler=run_proxy)
 
+    g = bsub.add_parser("gpu", help="the GPU validation kit: losslessness under CUDA, the clock and placement, the "
+                                    "cost-profile proxy against the device (docs/gpu-kit.md)")
+    g.add_argument("--out", default=None, metavar="DIR", help="folder for the JSON results (required unless --plan)")
+    g.add_argument("--device", default="cuda", help="cuda (default) or cpu: the CPU dry run on shrunk shapes")
+    g.add_argument("--plan", action="store_true", help="print what would run and how long each step should take")
+    g.add_argument("--steps", default=None, help="comma-separated subset of the steps (default: all; see --plan)")
+    g.add_argument("--models", default=None, help="comma-separated shipped shapes for the profile step "
+                                                  "(profiles/shapes/*.json; default: all)")
+    g.add_argument("--budget-s", type=float, default=None,
+                   help="time budget in seconds (default 480): a step that would overrun it is skipped")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g.set_defaults(handler=run_gpu)
+
     p = bsub.add_parser("policies", help="policy decision time per round, as a share of a measured round")
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct",
                    help="model whose verify forward is the round a decision is held to")
@@ -474,3 +487,48 @@ def _print_proxy_rows(run_dir: Path, profile_path: Path, methods: str) -> bool:
                       "-" if row.holds is None else ("yes" if row.holds else "[red]NO[/red]"))
     console().print(table)
     return bool(rows) and all(row.holds is not False for row in rows)
+
+
+def run_gpu(args: argparse.Namespace) -> int:
+    """The GPU kit (``relaxbench.benchmarks.gpu``): every step's checks in one table, printed last; exit 1 on a
+    MISS."""
+    from rich.table import Table
+
+    from relaxbench.benchmarks.gpu.check import all_checks, run_kit
+    from relaxbench.benchmarks.gpu.plan import kit_config, plan_lines
+    from relaxbench.benchmarks.gpu.results import MISS, PASS
+    from relaxbench.errors import ConfigError
+    from relaxbench.ui import console
+
+    if not (args.device == "cpu" or args.device.startswith("cuda")):
+        raise ConfigError(f"--device {args.device!r}: the kit runs on cuda (the check) or cpu (the dry run)")
+    config = kit_config(args.device, args.steps, args.models, args.budget_s)
+    out = console()
+    if args.plan:
+        for line in plan_lines(config):
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+        return 0
+    if args.out is None:
+        raise ConfigError("bench gpu needs --out DIR (or --plan)")
+    folder = Path(args.out)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--out {folder}: not a folder")
+    runtime_from_args(args)  # --device cuda without a GPU: one line, before anything runs
+    for line in plan_lines(config):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    results = run_kit(config, folder, echo=lambda text: out.print(text, highlight=False, markup=False))
+    checks = all_checks(results)
+    table = Table(title=f"relaxbench GPU kit on {config.device}" + (" (CPU dry run: shrunk shapes; GPU-only targets "
+                                                                      "not held)" if config.dry else ""))
+    for column in ("step", "check", "value", "target", "verdict"):
+        table.add_column(column, justify="left", overflow="fold")
+    colour = {PASS: "green", MISS: "red"}
+    for c in checks:
+        shown = f"[{colour[c.verdict]}]{c.verdict}[/{colour[c.verdict]}]" if c.verdict in colour else c.verdict
+        table.add_row(c.step, c.name, c.value, c.target, shown)
+    out.print(table)
+    missed = [c for c in checks if c.verdict == MISS]
+    out.print(f"{sum(c.verdict == PASS for c in checks)} PASS, {len(missed)} MISS, "
+              f"{sum(c.verdict not in (PASS, MISS) for c in checks)} without a held target; "
+              f"{sum(r.seconds for r in results):.0f} s of steps; results in {folder}/", highlight=False)
+    return 1 if missed else 0
