@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from relaxbench.benchmarks.gpu.plan import KitConfig, estimate, plan_lines
+from relaxbench.benchmarks.gpu.plan import KitConfig, estimate, model_estimate, plan_lines
 from relaxbench.benchmarks.gpu.results import MISS, PASS, Check, StepResult, write_json
 
 FILES = {"environment": "environment.json", "clock": "clock.json", "device-map": "clock.json",
@@ -23,7 +23,7 @@ FILES = {"environment": "environment.json", "clock": "clock.json", "device-map":
          "oracle": "oracle.json"}
 
 
-def _step_runner(config: KitConfig, step: str) -> Callable[[StepResult], None]:
+def _step_runner(config: KitConfig, step: str, started: float) -> Callable[[StepResult], None]:
     c = config
     if step == "environment":
         from relaxbench.benchmarks.gpu.clock import environment_check
@@ -56,6 +56,11 @@ def _step_runner(config: KitConfig, step: str) -> Callable[[StepResult], None]:
 
         def profiles(r: StepResult) -> None:
             for name in c.profile_models:
+                spent = time.perf_counter() - started
+                if spent + model_estimate(c, name) > c.budget_s:
+                    r.add(f"{name}: profile", f"skipped: {spent:.0f} s spent, ~{model_estimate(c, name):.0f} s more "
+                          f"would pass the {c.budget_s:g} s budget", "runs", MISS)
+                    continue
                 try:
                     profile_model(r, name, c.device, grid, c.repeats, c.warmup, c.dry, c.held)
                 except Exception as exc:  # one shape failing (out of memory, an API) must not cost the others
@@ -81,8 +86,10 @@ def run_kit(config: KitConfig, out: Path, echo: Callable[[str], None] = print) -
     for step in config.steps:
         result = StepResult(step)
         elapsed = time.perf_counter() - started
-        if elapsed + estimate(config, step) > config.budget_s:
-            result.error = f"skipped: {elapsed:.0f} s spent, ~{estimate(config, step):.0f} s more would pass the " \
+        # the profile step checks the budget again before each shape: here it needs room for its first one
+        need = model_estimate(config, config.profile_models[0]) if step == "profile" else estimate(config, step)
+        if elapsed + need > config.budget_s:
+            result.error = f"skipped: {elapsed:.0f} s spent, ~{need:.0f} s more would pass the " \
                            f"{config.budget_s:g} s budget"
             result.add("step", result.error, "runs", MISS)
             results.append(result)
@@ -90,7 +97,7 @@ def run_kit(config: KitConfig, out: Path, echo: Callable[[str], None] = print) -
         echo(f"[{elapsed:6.1f} s] {step} ...")
         t0 = time.perf_counter()
         try:
-            _step_runner(config, step)(result)
+            _step_runner(config, step, started)(result)
         except Exception as exc:  # recorded; the next step still runs
             result.error = traceback.format_exc(limit=12)
             result.add("step", _one_line(exc), "runs", MISS)

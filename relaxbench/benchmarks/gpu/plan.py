@@ -110,11 +110,14 @@ CPU_PROFILE_SECONDS = 1
 STARTUP_SECONDS = 15  # interpreter, torch and transformers imports; installing the wheels
 
 
+def model_estimate(config: KitConfig, model: str) -> float:
+    """Seconds of the profile step for one shape."""
+    return CPU_PROFILE_SECONDS if config.dry else GPU_PROFILE_SECONDS.get(model, 30)
+
+
 def estimate(config: KitConfig, step: str) -> float:
     if step == "profile":
-        if config.dry:
-            return CPU_PROFILE_SECONDS * len(config.profile_models)
-        return sum(GPU_PROFILE_SECONDS.get(m, 30) for m in config.profile_models)
+        return sum(model_estimate(config, m) for m in config.profile_models)
     return (CPU_SECONDS if config.dry else GPU_SECONDS)[step]
 
 
