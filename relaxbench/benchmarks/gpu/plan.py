@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from relaxbench.errors import ConfigError
 
-STEPS = ("environment", "clock", "device-map", "lossless", "distribution", "profile", "oracle")
+# cheap and decisive first; the distribution test (many short generations, the least predictable time on a GPU)
+# last, so a slow one cannot crowd out the proxy checks
+STEPS = ("environment", "clock", "device-map", "lossless", "oracle", "profile", "distribution")
 WHAT = {
     "environment": "the environment table (GPU, driver, CUDA, torch, transformers) as a compare run records it",
     "clock": "a deliberately async workload timed with and without relaxbench's synchronising clock, and with CUDA "
@@ -102,7 +104,7 @@ def _replace(config: KitConfig, **changes) -> KitConfig:
 
 # Seconds each step should take on one H200 (estimates; the summary records the real ones), and per-model seconds
 # of the profile step (building the random model on the GPU + the grid).
-GPU_SECONDS = {"environment": 5, "clock": 5, "device-map": 10, "lossless": 40, "distribution": 75, "oracle": 60}
+GPU_SECONDS = {"environment": 5, "clock": 5, "device-map": 10, "lossless": 40, "distribution": 90, "oracle": 60}
 GPU_PROFILE_SECONDS = {"qwen2.5-coder-0.5b-instruct": 15, "qwen2.5-coder-1.5b-instruct": 15, "qwen2.5-7b": 25,
                        "llama-3.1-8b": 25, "qwen3-32b": 60}
 CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "distribution": 8, "oracle": 4}
