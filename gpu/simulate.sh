@@ -17,7 +17,9 @@ git -C "$root" archive HEAD | tar -x -C "$work"
 make -s -C "$work" gpu-kit-bundle PYTHON="$python" GPU_KIT_PYTHON_VERSION="$version"
 echo "simulate: tree and Python $version bundle in $work"
 set +e
-(cd "$work" && env -u PYTHONPATH PYTHON="$python" RELAXBENCH_CACHE="$work/cache" bash gpu/run-kit.sh "$work/out" \
+# one torch thread: the CPU dry run's models are tiny, and a shared CPU runs them far slower with more
+(cd "$work" && env -u PYTHONPATH PYTHON="$python" RELAXBENCH_CACHE="$work/cache" OMP_NUM_THREADS=1 \
+  bash gpu/run-kit.sh "$work/out" \
   --device cpu "$@")
 status=$?
 set -e
