@@ -122,7 +122,7 @@ def test_bench_tables_go_through_the_one_table_model(capsys):
     from rich.console import Console
 
     from relaxbench.cli import main
-    from relaxbench.commands.benches.output import verdict
+    from relaxbench.commands.bench.output import verdict
     from relaxbench.profiles.published import compare_published
     from relaxbench.report.tables import Row, Table
     from relaxbench.report.terminal import rich_table
@@ -148,20 +148,21 @@ def test_bench_subcommands_share_the_runtime_flags():
     """--device/--dtype/--draft-dtype/--threads are declared once (commands/args.py); each benchmark takes the
     ones it uses, with the same defaults."""
     from relaxbench.cli import build_parser
-    from relaxbench.commands.bench import BENCHMARKS
+    from relaxbench.commands.bench import BENCHMARK_MODULES
 
     parser = build_parser()
     takes = {"engine": {"device", "dtype", "draft_dtype", "threads"}, "forward": {"device", "threads"},
              "efficiency": {"device", "dtype", "draft_dtype", "threads"}, "memory": {"dtype", "draft_dtype", "threads"},
              "cluster": {"threads"}, "proxy": {"dtype", "draft_dtype", "threads"},
-             "policies": {"device", "dtype", "threads"}}
-    assert [add.__module__.rsplit(".", 1)[1] for add in BENCHMARKS] == list(takes)
+             "policies": {"device", "dtype", "threads"}, "gpu": {"device", "threads"}}
+    device_default = {"policies": "cpu", "gpu": "cuda"}
+    assert [m.__name__.rsplit(".", 1)[1] for m in BENCHMARK_MODULES] == list(takes)
     for name, flags in takes.items():
         args = parser.parse_args(["bench", name, *(["MODEL"] if name == "forward" else [])])
         runtime = {key for key in ("device", "dtype", "draft_dtype", "threads") if hasattr(args, key)}
         assert runtime == flags, name
         assert args.threads is None and all(getattr(args, k) == "auto" for k in flags - {"threads", "device"})
-        assert getattr(args, "device", "auto") == ("cpu" if name == "policies" else "auto")
+        assert getattr(args, "device", "auto") == device_default.get(name, "auto")
         assert callable(args.handler)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from relaxbench.commands.args import add_runtime_args, runtime_from_args
-from relaxbench.commands.benches.output import figure, print_table, table, text, verdict
+from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
 
 def register(bsub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from relaxbench.commands.args import add_device_arg, add_threads_arg, runtime_from_args
-from relaxbench.commands.benches.output import figure, print_table, table, text
+from relaxbench.commands.bench.output import figure, print_table, table, text
 
 
 def register(bsub: argparse._SubParsersAction) -> None:

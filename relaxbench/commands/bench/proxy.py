@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from relaxbench.commands.args import add_dtype_args, add_threads_arg
-from relaxbench.commands.benches.output import figure, print_table, table, text, verdict
+from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
 
 def register(bsub: argparse._SubParsersAction) -> None:

@@ -1,1 +1,0 @@
-"""The ``relaxbench bench`` subcommands, one module per benchmark (registered by ``commands/bench.py``)."""
