@@ -71,8 +71,8 @@ def check_judging(judge: Any, tasks: Sequence[Any], device: str) -> None:
     judge.check(device)
 
 
-def judge_and_announce(store: Any, run_id: int, tasks: Sequence[Any], judge: Any, device: str, progress: Any) -> None:
-    """Run the judging pass and say on stderr what it did and how long it took."""
+def judge_and_announce(store: Any, run_id: int, tasks: Sequence[Any], judge: Any, device: str, progress: Any) -> Any:
+    """Run the judging pass and say on stderr what it did and how long it took; its tally."""
     from relaxbench.harness.judging import judge_tasks
     from relaxbench.ui import console
 
@@ -87,3 +87,4 @@ def judge_and_announce(store: Any, run_id: int, tasks: Sequence[Any], judge: Any
     if tally.failed:
         text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
     err.print(text, markup=False, highlight=False)
+    return tally

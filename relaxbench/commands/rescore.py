@@ -6,9 +6,10 @@ rescore after an interrupted or extended run pays for the new answers alone. The
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from relaxbench.commands.args import runtime_from_args
+from relaxbench.commands.args import positive_int, runtime_from_args
 from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_judge_args(r)
     r.add_argument("--device", default="auto", help="where a local judge runs: cpu, cuda, cuda:1 ... (default: cuda "
                                                     "if available)")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     add_report_args(r, prefix="report-")
     r.set_defaults(handler=run)
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.commands.compare import RichProgress, print_tables, report_formats_of
     from relaxbench.harness.judging import stored_judged_tasks
     from relaxbench.harness.store import Store
+    from relaxbench.sqlite_file import WriterLock
 
     judge = judge_from_args(args)
     if judge is None:
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     report_formats = report_formats_of(args)
     path = store_path(args.run_dir)
     device = runtime_from_args(args)
-    with Store(path) as store:
+    with Store(path, read_only=True) as store:  # a damaged or empty store is refused here, untouched
         if args.run_id is None:
             runs = store.rows("SELECT run_id FROM runs ORDER BY updated_at DESC, run_id DESC LIMIT 1")
         else:
@@ -60,11 +62,16 @@ def run(args: argparse.Namespace) -> int:
             names = sorted({r["task"] for r in store.rows("SELECT task FROM cells WHERE run_id=?", (run_id,))})
             raise ConfigError(f"run {run_id} has no task with a judge protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench has one")
-        check_judging(judge, tasks, device)
-        judge_and_announce(store, run_id, tasks, judge, device, RichProgress())
+    check_judging(judge, tasks, device)
+    with WriterLock(path, "relaxbench rescore"), Store(path) as store:  # the verdicts are written here, alone
+        tally = judge_and_announce(store, run_id, tasks, judge, device, RichProgress())
     print_tables(path, run_id)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
         write_and_announce(path.parent, ",".join(report_formats), args.report_out, args.budget, run_id)
+    if tally.failed:  # the tables show what was graded; the exit status says the grading is incomplete
+        print(f"relaxbench: error: {tally.failed} of the {tally.asked} verdicts asked failed; run rescore again "
+              "to ask for them", file=sys.stderr)
+        return 1
     return 0

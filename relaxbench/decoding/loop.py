@@ -34,8 +34,10 @@ class DecodeConfig:
                               f"max_new_tokens={self.max_new_tokens})")
 
 
-def check_compatible(policy: VerificationPolicy, drafter: Drafter | None, sampling: SamplingParams) -> None:
-    """Configuration-time checks, so an incompatible arm fails before any decoding."""
+def check_compatible(policy: VerificationPolicy | type[VerificationPolicy], drafter: Drafter | type[Drafter] | None,
+                     sampling: SamplingParams) -> None:
+    """Configuration-time checks, so an incompatible arm fails before any decoding. Only class attributes are read,
+    so ``compare`` runs them on the registry's classes before any model loads."""
     if policy.name == "none" and drafter is not None:
         raise ConfigError("policy 'none' is the autoregressive baseline and takes no drafter")
     mode = "greedy" if sampling.greedy else "sampling"

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from relaxbench.errors import DataError
-from relaxbench.harness.store import SQLiteFile, dumps, now
+from relaxbench.sqlite_file import SQLiteFile, dumps, now
 from relaxbench.trained_judges.search import Continuation, Mismatch, SearchState
 
 SCHEMA_VERSION = 1
