@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
-from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder, check_compatible
+from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
+from relaxbench.policies.arm import check_arm
 from relaxbench.validation import validate
 
 DEFAULT_K = 5
@@ -34,11 +35,11 @@ def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec
     return method.drafter
 
 
-def check_arm(name: str, method: MethodSpec, draft_name: str | None, sampling: SamplingParams) -> None:
+def check_method(name: str, method: MethodSpec, draft_name: str | None, sampling: SamplingParams) -> None:
     """Whether ``method`` can run with ``--draft draft_name`` under ``sampling``, decided from the registry's classes
-    alone, before any model loads: the policy's and the drafter's knobs, a drafter that needs a draft model given none (``--draft
-    ngram`` names none), the policy's decoding modes and its needs against what the drafter provides. ``name``
-    (an arm or method) starts the message."""
+    alone, before any model loads: the policy's and the drafter's knobs, a drafter that needs a draft model given
+    none (``--draft ngram`` names none), then ``policies.arm.check_arm`` (the policy's modes and needs against what
+    the drafter provides). ``name`` (an arm or method) starts the message."""
     policy_type = POLICIES.get(method.policy)
     validate(policy_type.Knobs, dict(method.knobs), f"policy {method.policy!r}", "knob")
     drafter = effective_drafter(method, draft_name)
@@ -51,7 +52,7 @@ def check_arm(name: str, method: MethodSpec, draft_name: str | None, sampling: S
         raise ConfigError(f"method {name!r} drafts with {drafter.kind!r}, which needs a draft model, and {given}: "
                           "pass --draft MODEL (a model sharing the target's vocabulary)")
     try:
-        check_compatible(policy_type, drafter_type, sampling)
+        check_arm(policy_type, sampling, drafter_type)
     except ConfigError as exc:
         raise ConfigError(f"method {name!r} at temperature {sampling.temperature:g}: {exc}") from None
 

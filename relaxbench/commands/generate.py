@@ -43,7 +43,7 @@ def method_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from relaxbench.arms import build_decoder, check_arm, effective_drafter, load_pair, resolve_k
+    from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, resolve_k
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import check_fits_context, encode_prompt
     from relaxbench.ops.sampling import SamplingParams
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     decode = DecodeConfig(k=resolve_k(method, args.k), max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
     draft_name = None if method.policy == "none" else args.draft
-    check_arm(method.name, method, draft_name, sampling)  # before any model loads
+    check_method(method.name, method, draft_name, sampling)  # before any model loads
     drafter = effective_drafter(method, draft_name)
     target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
     prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relaxbench.arms import check_arm, effective_drafter, resolve_k
+from relaxbench.arms import check_method, effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
@@ -170,7 +170,7 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
         job = TaskJob(source, arms, suite.repeats_for(source.name, name), suite.max_new_tokens or
                       generation.max_new_tokens, generation.sampling if own else run_sampling, suite.seed)
         for arm in arms[1:]:  # the AR baseline has no drafter
-            check_arm(arm.name, arm.method, suite.draft, job.sampling)
+            check_method(arm.name, arm.method, suite.draft, job.sampling)
         jobs.append(job)
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
 
@@ -207,7 +207,7 @@ def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) 
 def _arm_identity(arm: Arm) -> dict[str, Any]:
     identity = {"name": arm.name, "method": arm.method.identity(), "k": arm.k,
                 "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
-    revision = POLICIES.get(arm.method.policy).revision
+    revision = POLICIES.get(arm.method.policy).origin.revision
     if revision:  # a rule whose verdicts changed: its earlier runs are not resumed as this one (0 keeps old keys)
         identity["policy_revision"] = revision
     if arm.provenance:  # a trained head: which one (its file's hash, pair, data) decides the verdicts
