@@ -50,10 +50,12 @@ class SQLiteFile:
     """A SQLite store file. Subclasses add their schema and queries; ``what`` names the kind of store in errors."""
 
     what = "SQLite store"
+    flag = "--out"  # the option that names the store, for the messages
 
-    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False, flag: str | None = None) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self.flag = flag or type(self).flag
         if read_only:
             self.conn = self._open_read_only()
             self._check_intact()
@@ -69,7 +71,7 @@ class SQLiteFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DataError(f"{self.path.parent}: cannot create the folder ({exc.strerror}); choose another "
-                            "--out") from None
+                            f"{self.flag}") from None
 
     def _open_writable(self) -> sqlite3.Connection:
         try:
@@ -97,15 +99,16 @@ class SQLiteFile:
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from None
 
-    @staticmethod
-    def check_writable(path: str | Path) -> None:
+    @classmethod
+    def check_writable(cls, path: str | Path) -> None:
         """Before expensive work: the store at ``path`` can be written (its folder, the file) and, if present, is
         intact. Nothing is created or written."""
         path = Path(path)
-        check_can_write(path.parent, "--out", folder=True)
-        check_can_write(path, "--out")
+        check_can_write(path.parent, cls.flag, folder=True)
+        check_can_write(path, cls.flag)
         if path.exists() and (path.stat().st_size or _wal(path).exists()):
-            SQLiteFile(path, read_only=True).close()
+            probe = SQLiteFile(path, read_only=True, flag=cls.flag)
+            probe.close()
 
     def _check_intact(self) -> None:
         """``PRAGMA quick_check``: a store with damaged pages is refused at open, before anything reads or writes."""
@@ -117,12 +120,13 @@ class SQLiteFile:
         if result != ["ok"]:
             self.conn.close()
             raise DataError(f"{self.path}: damaged ({result[0]}); it is left as it is: restore it from a copy, or "
-                            "start a new --out")
+                            f"start a new {self.flag}")
         wal = _wal(self.path)
         if not self.has_table_any() and wal.exists() and wal.stat().st_size > 0:
             self.conn.close()  # SQLite reads nothing from the WAL: opening it for writing would reset it
             raise DataError(f"{self.path}: damaged (its WAL, {wal.stat().st_size} bytes, holds nothing SQLite can "
-                            f"read); both are left as they are: restore them from a copy, or start a new --out")
+                            "read); both are left as they are: restore them from a copy, or start a new "
+                            f"{self.flag}")
 
     def _error(self, exc: sqlite3.DatabaseError) -> DataError:
         """The one line for a SQLite failure at open: read-only, damaged, or not SQLite at all."""
@@ -130,14 +134,14 @@ class SQLiteFile:
         code = getattr(exc, "sqlite_errorcode", None)
         if "readonly" in message or code == sqlite3.SQLITE_READONLY or not os.access(self.path, os.W_OK) \
                 and self.path.exists() and not self.read_only:
-            return DataError(f"{self.path}: read-only ({message}); make it writable or choose another --out")
+            return DataError(f"{self.path}: read-only ({message}); make it writable or choose another {self.flag}")
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in message:
             return DataError(f"{self.path}: cannot open ({message}); check that it and its folder are readable and "
                              "writable")
         header = _header(self.path)
         if header is not None and header == SQLITE_HEADER:
             return DataError(f"{self.path}: damaged ({message}); it is left as it is: restore it from a copy, or "
-                             "start a new --out")
+                             f"start a new {self.flag}")
         return DataError(f"{self.path}: not a {self.what} ({message})")
 
     # -- use ---------------------------------------------------------------------------------------------------

@@ -164,6 +164,14 @@ def read_only_folder(tmp_path: Path):
 def test_unknown_device_is_one_line(capsys, tmp_path: Path):
     assert_one_line_error(run_main(capsys, *compare(tmp_path / "r", "--draft", "ngram", "--device", "gpu0")),
                           "--device 'gpu0'", "cpu, cuda")
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device, fragment = (("cuda", "torch sees no CUDA device") if count == 0 else
+                        (f"cuda:{count}", f"has {count} CUDA device"))
+    assert_one_line_error(run_main(capsys, *compare(tmp_path / "r", "--draft", "ngram", "--device", device)),
+                          f"--device {device}", fragment)
+    assert not (tmp_path / "r").exists()
 
 
 def test_out_naming_a_file(capsys, tmp_path: Path):

@@ -55,7 +55,8 @@ class SuiteSpec(Spec):
     draft_dtype: Text = "auto"
     warmup: Integer = Field(1, ge=0)
     data_files: dict[str, str] = Field(default_factory=dict)
-    num_fewshot: Integer | None = Field(None, ge=0)  # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    num_fewshot: Integer | None = Field(None, ge=0)
     include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
     apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
     limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)

@@ -64,8 +64,10 @@ class RayOptions(Spec):
     address: Text | None = None  # None: a local cluster for this run
     workers: PositiveInteger | None = None  # None: as many as the cluster's free resources fit
     gpus_per_worker: Number | None = Field(None, ge=0)  # None: 1 on CUDA, 0 on CPU
-    cpus_per_worker: Number | None = Field(None, gt=0)  # None: 1 on CUDA; on CPU --threads, else this machine's CPU count
-    restarts: Integer = Field(3, ge=0)  # how often Ray restarts a worker that died; a shard is tried at most restarts + 1 times
+    # None: 1 on CUDA; on CPU --threads, else this machine's CPU count
+    cpus_per_worker: Number | None = Field(None, gt=0)
+    # how often Ray restarts a worker that died; a shard is tried at most restarts + 1 times
+    restarts: Integer = Field(3, ge=0)
     shards_per_worker: PositiveInteger = 4  # a task's missing items are cut into about this many shards per worker
 
 

@@ -157,7 +157,8 @@ def extract_last_block(text: str) -> str:
 class JudgeArgs(Spec):
     timeout: Finite = Field(6.0, gt=0)  # seconds per test
     problem_timeout: Finite = Field(60.0, gt=0)  # at most this many seconds per problem (plus interpreter start-ups)
-    startup_allowance: Finite = Field(0.25, ge=0)  # seconds per test added to the problem limit for the interpreter's start
+    # seconds per test added to the problem limit for the interpreter's start
+    startup_allowance: Finite = Field(0.25, ge=0)
     memory_mb: Integer = Field(4096, ge=1)
     strip_thinking: Flag = True
 

@@ -132,6 +132,7 @@ class MiningStore(SQLiteFile):
     """Open with ``MiningStore(path)``; ``bind(key, config)`` fixes (or checks) the setup it holds."""
 
     what = "relaxbench mining store"
+    flag = "--store"
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
