@@ -404,3 +404,36 @@ def test_sigterm_marks_the_session_interrupted_and_keeps_samples(tmp_path: Path)
     assert len(kept) >= 3
     assert main(argv) == 0
     assert rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id")[:len(kept)] == kept
+
+
+def test_a_task_that_truncates_keeps_the_last_tokens_and_others_refuse():
+    """fit_prompt: with the task's truncate_prompt a prompt too long for the context keeps its last tokens (the
+    room the context leaves beside max_new_tokens and k + 1); without it the sample is refused naming the item."""
+    from types import SimpleNamespace
+
+    from relaxbench.data import TaskItem
+    from relaxbench.errors import ConfigError
+    from relaxbench.harness.runner import fit_prompt
+
+    target = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=4096)))
+    item = TaskItem("long", ("x",))
+    prompt = list(range(85))
+
+    def job(truncates: bool):
+        return SimpleNamespace(name="t", source=SimpleNamespace(truncates_prompts=truncates), max_new_tokens=4050,
+                               arms=(SimpleNamespace(k=0), SimpleNamespace(k=5)))
+
+    assert fit_prompt(job(True), target, item, 0, prompt) == prompt[-(4096 - 4050 - 6):]
+    assert fit_prompt(job(True), target, item, 0, prompt[:10]) == prompt[:10]  # fits: unchanged
+    with pytest.raises(ConfigError, match="item 'long' turn 1: .* over the target's context of 4096"):
+        fit_prompt(job(False), target, item, 0, prompt)
+
+
+def test_truncate_prompt_is_a_task_field_left_out_of_the_record_when_unset():
+    from relaxbench.tasks.spec import TaskSpec
+    from relaxbench.validation import validate
+
+    plain = validate(TaskSpec, {"name": "t", "format": "jsonl", "scorer": "auto"}, "t.yaml")
+    assert "truncate_prompt" not in plain.to_record()  # old runs keep their keys
+    cut = validate(TaskSpec, {"name": "t", "format": "jsonl", "scorer": "auto", "truncate_prompt": True}, "t.yaml")
+    assert cut.to_record()["truncate_prompt"] is True

@@ -35,6 +35,13 @@ def context_window(model: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def prompt_room(model: Any, max_new_tokens: int, k: int) -> int | None:
+    """How many prompt tokens the model's context leaves beside ``max_new_tokens`` and a verify block (k + 1);
+    None when the model states no context."""
+    limit = context_window(model)
+    return None if limit is None else limit - max_new_tokens - k - 1
+
+
 def check_fits_context(model: Any, what: str, prompt_tokens: int, max_new_tokens: int, k: int) -> None:
     """Refuse a generation whose prompt, ``max_new_tokens`` and a verify block (k + 1) exceed the model's context:
     it would run past the model's positions (and a cost profile would size its grid for them)."""
@@ -43,4 +50,5 @@ def check_fits_context(model: Any, what: str, prompt_tokens: int, max_new_tokens
     if limit is not None and need > limit:
         raise ConfigError(f"{what}: the prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) + a "
                           f"verify block (k + 1 = {k + 1}) need {need} positions, over the target's context of "
-                          f"{limit} (max_position_embeddings); lower --max-new-tokens or -k, or shorten the prompt")
+                          f"{limit} (max_position_embeddings); lower --max-new-tokens or -k, shorten the prompt, or set the task's "
+                          "truncate_prompt")

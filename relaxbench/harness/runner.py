@@ -26,7 +26,7 @@ from relaxbench.data import TaskItem
 from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
-from relaxbench.decoding.prompts import check_fits_context, context_window
+from relaxbench.decoding.prompts import check_fits_context, context_window, prompt_room
 from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.plan import Arm, RunPlan, TaskJob
 from relaxbench.harness.store import CellDefinition, SampleKey, SampleRow, Store
@@ -44,7 +44,21 @@ PROFILE_PREFILL_REPEATS = 2  # timed prefills per length, none untimed (a sample
 def check_fits(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids: Sequence[int]) -> None:
     """One sample's prompt against the target's context, with the job's max_new_tokens and largest draft length."""
     check_fits_context(target, f"task {job.name!r} item {item.item_id!r} turn {turn + 1}", len(prompt_ids),
-                       job.max_new_tokens, max((arm.k for arm in job.arms), default=0))
+                       job.max_new_tokens, job_k(job))
+
+
+def job_k(job: TaskJob) -> int:
+    return max((arm.k for arm in job.arms), default=0)
+
+
+def fit_prompt(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids: list[int]) -> list[int]:
+    """The prompt as it runs: unchanged when it fits the target's context; its last tokens when the task truncates
+    prompts (and some room is left); else refused (``check_fits``)."""
+    room = prompt_room(target, job.max_new_tokens, job_k(job))
+    if job.source.truncates_prompts and room is not None and 0 < room < len(prompt_ids):
+        return prompt_ids[-room:]
+    check_fits(job, target, item, turn, prompt_ids)
+    return prompt_ids
 
 
 def check_prompts_fit(plan: RunPlan, target: Any) -> None:
@@ -56,7 +70,7 @@ def check_prompts_fit(plan: RunPlan, target: Any) -> None:
         if job.source.likelihood_only:
             continue
         for item in job.items:
-            check_fits(job, target, item, 0, job.source.encode(target, item, 0, [], job.max_new_tokens))
+            fit_prompt(job, target, item, 0, job.source.encode(target, item, 0, [], job.max_new_tokens))
 
 
 class ProgressSink(Protocol):
@@ -180,6 +194,7 @@ class TaskRun:
         self.scorer: Scorer = job.source.scorer()
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
         self.decoders: dict[str, SpeculativeDecoder] = {}
+        self.truncation_noted = False
         keys = self.keys()
         self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
                                    for item, repeat, turn in keys) for arm in job.arms}
@@ -263,8 +278,13 @@ class TaskRun:
         """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message (the task
         source decides how)."""
         prompt_ids = self.job.source.encode(self.w.target, item, turn, history, self.job.max_new_tokens)
-        check_fits(self.job, self.w.target, item, turn, prompt_ids)
-        return prompt_ids
+        fitted = fit_prompt(self.job, self.w.target, item, turn, prompt_ids)
+        if len(fitted) < len(prompt_ids) and not self.truncation_noted:  # said once per task
+            self.truncation_noted = True
+            self.progress.note(f"{self.job.name}: prompts longer than the target's context allows are cut to their "
+                               f"last {len(fitted)} tokens (truncate_prompt; first: item {item.item_id!r}, "
+                               f"{len(prompt_ids)} tokens)")
+        return fitted
 
     def _stored(self, arm: Arm, key: tuple[str, int, int]) -> Output | None:
         row = self.w.store.sample(self.cells[arm.name], key)
