@@ -56,6 +56,8 @@ MODEL = "judge-model"
     ("[[11]]", 11.0),  # not clamped
     ("[[0]]", 0.0),
     ("[[07]]", 7.0),  # FastChat's literal_eval raises here; read as 7 (a documented deviation)
+    ("[[\u0967]]", 1.0),  # Devanagari one: FastChat's \d matches it and literal_eval raises; read by its value
+    ("Rating: [\u0667]", 7.0),  # Arabic-Indic seven, through the backup pattern
     ("", UNPARSEABLE),
 ])
 def test_the_rating_is_parsed_as_fastchat_does(text, rating):
