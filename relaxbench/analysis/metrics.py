@@ -344,8 +344,10 @@ def _first(group: list[SampleRow]) -> SampleRow:
 
 
 def is_greedy(cell: CellRecord) -> bool:
-    """Whether the cell decoded greedily (temperature 0): its repeats are one output, re-timed."""
-    return float((cell.decode.get("sampling") or {}).get("temperature", 0.0)) == 0.0
+    """Whether the cell decoded greedily (temperature 0, every item category too): its repeats are one output,
+    re-timed."""
+    samplings = [cell.decode.get("sampling") or {}, *(cell.decode.get("sampling_by_category") or {}).values()]
+    return all(float(s.get("temperature", 0.0)) == 0.0 for s in samplings)
 
 
 def detail_metrics(cell: CellRecord) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "i
                    "limits", "task_repeats", "executor", "executor_options", "device_map", "profiles")
 
 # fields added to the suite after runs were stored: part of the key only when set
-ADDED_KEY_FIELDS = ("chat_template_args",)
+ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling")
 
 
 def split_names(value: Any, what: str) -> tuple[str, ...]:
@@ -50,6 +50,9 @@ class SuiteSpec(Spec):
     top_k: Integer = 0
     top_p: Number = 1.0
     seed: Integer = 0
+    # the run's sampling for every task, over a task's own (an lm-eval task's generation kwargs, MT-Bench's
+    # temperature per category), which otherwise applies whenever the run leaves temperature, top_k, top_p unset
+    override_task_sampling: Flag = False
     device: Text = "auto"
     dtype: Text = "auto"
     draft_dtype: Text = "auto"

@@ -429,6 +429,30 @@ def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
                               "actually used (with --draft ngram, prompt lookup replaces a draft model).")
 
 
+def _sampling_text(sampling: Mapping[str, Any]) -> str:
+    temperature = sampling.get("temperature", 0.0)
+    if not temperature:
+        return "greedy"
+    cuts = [f"top-k={sampling.get('top_k')}" if sampling.get("top_k") else "",
+            f"top-p={sampling.get('top_p')}" if sampling.get("top_p", 1.0) != 1.0 else ""]
+    return ", ".join([f"T={temperature}", *filter(None, cuts)])
+
+
+def decoding_text(decode: Mapping[str, Any], overridden: bool) -> str:
+    """A task's decoding as run: the cell's sampling, the items' own per category where they differ, and whether
+    the suite overrode the task's own sampling."""
+    text = _sampling_text(decode.get("sampling") or {})
+    by_category = decode.get("sampling_by_category") or {}
+    if by_category:
+        text = (f"the task's own per category: {'; '.join(f'{c} {_sampling_text(v)}' for c, v in by_category.items())}"
+                f"; other categories {text}")
+    if any(v.get("temperature") for v in [decode.get("sampling") or {}, *by_category.values()]):
+        text += f", seed={decode.get('seed')}"
+    if overridden:
+        text += " (the suite's, over the task's own sampling)"
+    return text
+
+
 def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Table, Table]:
     latest = run.environment[-1] if run.environment else {}
     suite = run.suite
@@ -451,14 +475,14 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
     for summary in summaries:
         cell = next(c for c in run.cells_of(summary.task) if c.is_baseline)
         decode, task = cell.decode, cell.task_spec
-        sampling = decode.get("sampling") or {}
-        temperature = sampling.get("temperature", 0.0)
-        decoding = "greedy" if not temperature else (f"T={temperature}, top-k={sampling.get('top_k')}, "
-                                                     f"top-p={sampling.get('top_p')}, seed={decode.get('seed')}")
+        overrides = set(decode.get("overrides_task") or ())
+        tokens = str(decode.get("max_new_tokens", "-"))
+        if "max_new_tokens" in overrides:
+            tokens += f" (the suite's, over the task's own {task.get('max_new_tokens')})"
         rows.append(Row(summary.task, (
             Cell(summary.task, "task"), Cell(str(task.get("description") or "-"), "description"),
             Cell(measured_by(summary), "scorer"), num(str(summary.n_units), "n_units", summary.n_units),
-            num(str(decode.get("max_new_tokens", "-")), "max_new_tokens", None), Cell(decoding, "decoding"),
+            num(tokens, "max_new_tokens", None), Cell(decoding_text(decode, "sampling" in overrides), "decoding"),
             Cell(", ".join(repr(s) for s in decode.get("stop_strings") or ()) or "-", "stop"),
         )))
     tasks = Table("tasks-table", "Tasks and decoding settings",

@@ -60,6 +60,11 @@ class TaskSource(ABC):
         """Prompt ids of ``turn`` of ``item`` for ``target`` (a loaded model), after this arm's own answers to the
         earlier turns (``history``), leaving room for ``max_new_tokens`` where the source keeps prompts short."""
 
+    def item_sampling(self, item: TaskItem) -> SamplingParams | None:
+        """The task's own sampling for ``item`` when it varies by item (MT-Bench's temperature per category);
+        None: the task's ``generation().sampling`` or the run's applies."""
+        return None
+
     def judge_scorer(self) -> Scorer | None:
         """The judged scorer that grades the task's capability after generation when a judge is given (None: the
         task has no judge protocol)."""
