@@ -36,6 +36,7 @@ from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
 from relaxbench.profiles import Profile, Unpriced
+from relaxbench.scoring.repetition import ends_in_loop
 from relaxbench.scoring.llm_judge import RATING_POINTS as JUDGE_RATING_POINTS
 from relaxbench.tasks import stored_task_facts
 
@@ -80,6 +81,14 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
              "every arm of the task finished are used"),
     ("truncated", "samples whose generation stopped at max_new_tokens (cut at the budget) / samples"),
+    ("no answer", ("samples in which the task's scorer found no answer (nothing extracted, or the output ended inside "
+                   "its thinking) / samples; '-' where the scorer has no notion of an answer (agreement, a judge)")),
+    ("ends in a loop", ("samples whose output ends in at least 3 back-to-back copies of one unit of up to 256 tokens, "
+                        "spanning at least 15 tokens (a closing EOS left out) / samples")),
+    ("failure Δ vs AR", ("mean over units of (the arm's share of failing repeats − AR's), in percentage points, with "
+                         "its paired-bootstrap 95% CI; the output-length ratio's CI resamples units likewise")),
+    ("forced", ("samples whose thinking reached the thinking budget unclosed, so the forced closing text and "
+                "</think> were appended and the answer generated after it")),
 )
 
 
@@ -126,6 +135,32 @@ class GroupScore:
 
 
 @dataclass(frozen=True)
+class FailureRate:
+    """How often an arm's samples fail one way (no answer, cut at the budget, ending in a loop): the count over
+    the paired samples, the rate (mean over units of each unit's share of its repeats, as avg@n) and the paired
+    difference of those shares to AR, with its 95% CI (a fraction; the tables show percentage points)."""
+
+    count: int
+    samples: int
+    rate: float | None
+    delta: Estimate
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The failure measures of one arm, each paired against AR: no answer (the task's scorer found none; None
+    where the scorer has no notion of an answer), cut at the token budget, ending in a repetition loop
+    (``scoring.repetition``), the output-length ratio with its CI, and samples whose thinking was cut at a thinking
+    budget and closed by the forced text (``decoding.budget``)."""
+
+    no_answer: FailureRate | None
+    cut: FailureRate
+    loop: FailureRate
+    length_ratio: Estimate
+    forced: int = 0
+
+
+@dataclass(frozen=True)
 class CellSummary:
     task: str
     arm: str
@@ -164,6 +199,7 @@ class CellSummary:
     drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
     repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
     proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
+    failures: Failures | None = None  # None for a target-alone task (nothing generated)
 
     @property
     def truncated(self) -> int:
@@ -453,7 +489,58 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
         score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None),
         drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
         repeats=repeats,
-        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {})
+        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {},
+        failures=summarize_failures(cell, groups, base_groups, units))
+
+
+def sample_ends_in_loop(sample: SampleRow) -> bool:
+    """Whether the sample's output ends in a repetition loop (a closing EOS token is not part of the output's
+    text, so it is left out of the check)."""
+    ids = sample.output_ids[:-1] if sample.stop_reason == "eos" else sample.output_ids
+    return ends_in_loop(ids)
+
+
+def failure_rate(units: list[Unit], groups: Mapping[Unit, list[SampleRow]], base_groups: Mapping[Unit, list[SampleRow]],
+                 failed: Callable[[SampleRow], bool | None]) -> FailureRate | None:
+    """One failure measure of an arm paired against AR over ``units`` (None when ``failed`` is None throughout:
+    the measure does not apply to the task)."""
+    def shares(group: list[SampleRow]) -> float | None:
+        flags = [f for s in group if (f := failed(s)) is not None]
+        return statistics.fmean(flags) if flags else None
+
+    pairs = [(a, b) for u in units if (a := shares(groups[u])) is not None and (b := shares(base_groups[u])) is not None]
+    if not pairs and units:
+        return None
+    arm, base = np.array([a for a, _ in pairs], dtype=float), np.array([b for _, b in pairs], dtype=float)
+    flagged = [f for u in units for s in groups[u] if (f := failed(s)) is not None]
+    return FailureRate(int(sum(flagged)), len(flagged), float(arm.mean()) if len(arm) else None,
+                       mean_difference(arm, base))
+
+
+def summarize_failures(cell: CellRecord, groups: Mapping[Unit, list[SampleRow]],
+                       base_groups: Mapping[Unit, list[SampleRow]], units: list[Unit]) -> Failures:
+    answered = stored_task_facts(cell.task, cell.task_spec, cell.scorer).answered
+
+    def no_answer(sample: SampleRow) -> bool | None:
+        if answered is None:
+            return None
+        found = answered(sample.score_details)
+        return None if found is None else not found
+
+    loops = {id(s): sample_ends_in_loop(s) for u in units for group in (groups[u], base_groups[u]) for s in group}
+    tokens = np.array([statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units], dtype=float)
+    base_tokens = np.array([statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units], dtype=float)
+    if units and base_tokens.sum() > 0:
+        low, high = (None, None) if cell.is_baseline else bootstrap_interval((tokens, base_tokens), ratio_of_totals)
+        length = Estimate(float(tokens.sum() / base_tokens.sum()), low, high)
+    else:
+        length = Estimate(None)
+    cut = failure_rate(units, groups, base_groups, lambda s: s.stop_reason == "length")
+    loop = failure_rate(units, groups, base_groups, lambda s: loops[id(s)])
+    empty = FailureRate(0, 0, None, Estimate(None))
+    return Failures(no_answer=failure_rate(units, groups, base_groups, no_answer), cut=cut or empty,
+                    loop=loop or empty, length_ratio=length,
+                    forced=sum(1 for u in units for s in groups[u] if s.forced_tokens))
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:

@@ -131,6 +131,7 @@ class GenerationResult:
     rounds: RoundLog
     time_prefill: float
     time_total: float
+    forced_tokens: int = 0  # output tokens a thinking budget appended (decoding/budget.py); no round emitted them
 
     @property
     def n_rounds(self) -> int:
@@ -142,9 +143,9 @@ class GenerationResult:
 
     @property
     def counters(self) -> Counters:
-        """This generation's counters (tokens counted from the output ids)."""
+        """This generation's counters (tokens counted from the output ids, less those a thinking budget forced)."""
         r = self.rounds
-        return Counters.of_rounds(r.drafted, r.accepted, r.relaxed, self.n_emitted)
+        return Counters.of_rounds(r.drafted, r.accepted, r.relaxed, self.n_emitted - self.forced_tokens)
 
     @property
     def tokens_per_second(self) -> float:
@@ -159,4 +160,5 @@ class GenerationResult:
             "rounds": asdict(self.rounds),
             "time_prefill": self.time_prefill,
             "time_total": self.time_total,
+            **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),
         }

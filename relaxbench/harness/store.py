@@ -51,6 +51,8 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("samples", "round_extra", "TEXT"),  # tokens the policy appended to each verify forward
     ("samples", "round_draft_forwards", "TEXT"),  # per round: new tokens fed per draft-model forward
     ("samples", "round_lookups", "TEXT"),  # per round: n-gram lookups
+    # tokens appended to the output by thinking-budget forcing (decoding/budget.py), not emitted by any round
+    ("samples", "forced_tokens", "INTEGER"),
 )
 
 SCHEMA = """
@@ -287,6 +289,7 @@ class SampleRow:
     round_extra: tuple[int, ...] | None = None
     round_draft_forwards: tuple[tuple[int, ...], ...] | None = None
     round_lookups: tuple[int, ...] | None = None
+    forced_tokens: int | None = None  # the forced end-of-thinking text's tokens in output_ids (None: none)
     sample_id: int | None = None  # assigned by the store
 
     @classmethod
@@ -300,7 +303,7 @@ class SampleRow:
             cell_id=cell_id, session_id=session_id, item_id=item_id, item_index=item_index, turn=turn, repeat=repeat,
             category=category, created_at=now(), prompt_ids=tuple(result.prompt_ids),
             output_ids=tuple(result.output_ids), output_text=result.text, stop_reason=result.stop_reason,
-            n_prompt_tokens=len(result.prompt_ids), n_output_tokens=counters.emitted, n_rounds=counters.rounds,
+            n_prompt_tokens=len(result.prompt_ids), n_output_tokens=len(result.output_ids), n_rounds=counters.rounds,
             n_drafted=counters.drafted, n_accepted=counters.accepted, n_relaxed=counters.relaxed,
             time_total=result.time_total, time_prefill=result.time_prefill, time_draft=sum(rounds.t_draft, 0.0),
             time_verify=sum(rounds.t_verify, 0.0), time_policy=sum(rounds.t_policy, 0.0),
@@ -309,7 +312,8 @@ class SampleRow:
             round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
             round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
             matches_baseline=matches_baseline, divergence=divergence, seed=seed, round_extra=tuple(rounds.extra),
-            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups))
+            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups),
+            forced_tokens=result.forced_tokens or None)
 
     @classmethod
     def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
@@ -370,9 +374,10 @@ class SampleRow:
 
     @property
     def counters(self) -> Counters:
-        """This sample's counters: the stored totals, and per-position counts from the per-round columns."""
+        """This sample's counters: the stored totals (emitted: the output's tokens less any forced by a thinking
+        budget), and per-position counts from the per-round columns."""
         accepted_at, drafted_at = per_position(self.round_drafted, self.round_accepted)
-        return Counters(self.n_output_tokens, self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
+        return Counters(self.n_output_tokens - (self.forced_tokens or 0), self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
                         accepted_at, drafted_at)
 
 

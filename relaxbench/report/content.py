@@ -64,6 +64,7 @@ from relaxbench.report.tables import (
     Row,
     Table,
     est,
+    failures_brief,
     fmt,
     knobs_text,
     measured_by,
@@ -226,9 +227,11 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
             Cell("-" if top is None else f"{top.arm}: {speed_ci(ranking.speed(top))}, {delta} "
                                          f"{pts_ci(top.score_delta)}", "fastest"),
             Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ranking.speed(ref))}", "lossless"),
+            Cell(failures_brief(chosen) if ranked else "-", "failures"),
         )))
     columns = with_proxy_columns(("task", "n", "measured by", "AR score", "best within budget", "speed-up [95% CI]",
-                                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference"),
+                                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference",
+                                  "failures of the pick, Δ vs AR"),
                                  "speed-up [95% CI]", profiles)
     basis = ("the measured speed-up (Σ AR time / Σ method time)" if ranking.profile is None else
              f"the proxy speed-up on {ranking.profile} (Σ AR proxy time / Σ method proxy time)")
@@ -237,6 +240,8 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
                  f"Best = the highest {basis} among arms whose mean score difference to AR is at least −{budget:g} "
                  "point(s); AR when none of them is faster than AR. Speed-up = measured on this machine; proxy "
                  "NAME = priced on cost profile NAME. Fastest overall and lossless reference by the same speed-up. "
+                 "Failures of the pick: its no-answer, cut-at-budget and loop shares minus AR's, in percentage "
+                 "points (the task's failure table has their CIs). "
                  "Scores in points (pass rate in %, an LLM judge's rating × 10, agreement × 100). A task scored only "
                  "for fidelity to AR (agreement with AR's output, no judge) is not ranked: its capability was not "
                  "measured.")

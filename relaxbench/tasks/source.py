@@ -13,7 +13,7 @@ relaxbench's own YAML tasks (``yaml_tasks``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -103,12 +103,14 @@ class LoadRequest:
 @dataclass(frozen=True)
 class TaskFacts:
     """What the analysis needs to know of a stored task, read back from its record: whether it was scored by the
-    target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), and what
-    its own scorer measures ("capability", or "fidelity" to the AR output)."""
+    target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), what
+    its own scorer measures ("capability", or "fidelity" to the AR output), and whether a sample's stored details
+    say the scorer found an answer (``Scorer.answered``; None: the task has no notion of one)."""
 
     likelihood_only: bool = False
     detail_metrics: tuple[str, ...] = ()
     measure: str = "capability"
+    answered: Callable[[Mapping[str, Any]], bool | None] | None = None
 
 
 class TaskLoader(Protocol):

@@ -220,7 +220,11 @@ class YamlTaskLoader:
         if scorer not in SCORERS:
             return TaskFacts()
         cls = SCORERS.get(scorer)
-        return TaskFacts(False, cls.detail_metrics, cls.measure)
+        try:
+            answered = cls(record.get("scorer_args") or {}).answered
+        except RelaxbenchError:  # arguments an earlier version accepted: no answer check rather than no report
+            answered = None
+        return TaskFacts(False, cls.detail_metrics, cls.measure, answered)
 
     def names(self, given: Sequence[str]) -> dict[str, list[str]]:
         """The task names each given name stands for (validation before any data is read)."""
