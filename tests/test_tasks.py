@@ -202,13 +202,14 @@ def test_a_lossless_arm_that_differs_from_ar_is_diagnosed(tmp_path: Path, tiny_t
         ar = tiny_target.model.generate(torch_tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):]
         reference = ar.tolist()
         other = reference[:2] + [(reference[2] + 1) % 256] + reference[3:]
-        matches, divergence = task_run._against_baseline(exact_arm, Output(prompt, other, ""),
+        item = plan.jobs[0].items[0]
+        matches, divergence = task_run._against_baseline(exact_arm, item, Output(prompt, other, ""),
                                                          Output(prompt, reference, ""))
         assert matches == 0 and divergence["position"] == 2 and divergence["near_tie"] is False
         assert divergence["top2_gap"] > divergence["tolerance"]
-        assert task_run._against_baseline(exact_arm, Output(prompt, reference, ""),
+        assert task_run._against_baseline(exact_arm, item, Output(prompt, reference, ""),
                                           Output(prompt, reference, "")) == (1, None)
-        assert task_run._against_baseline(ar_arm, Output(prompt, reference, ""), None) == (None, None)
+        assert task_run._against_baseline(ar_arm, item, Output(prompt, reference, ""), None) == (None, None)
 
 
 def torch_tensor(rows):
