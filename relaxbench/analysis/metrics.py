@@ -50,7 +50,8 @@ Unit = tuple[str, int]
 METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("MAL", "emitted tokens / verification rounds (bonus included; AR = 1.0)"),
     ("acceptance rate", "accepted draft tokens / drafted tokens"),
-    ("acceptance at position i", "rounds that accepted draft position i / rounds that drafted position i"),
+    ("acceptance at position i", ("rounds that accepted draft position i / rounds with a draft (vLLM's "
+                                  "num_accepted_tokens_per_pos / num_drafts)")),
     ("relaxed fraction", "relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)"),
     ("output-length ratio", "method output tokens / AR output tokens, summed over units"),
     ("speed-up (total)", "sum of AR times / sum of method times over units"),

@@ -80,9 +80,17 @@ class Counters:
         return _ratio(self.relaxed, self.emitted)
 
     @property
+    def drafts(self) -> int:
+        """Rounds that drafted at least one token (vLLM's ``num_drafts``)."""
+        return self.drafted_per_position[0] if self.drafted_per_position else 0
+
+    @property
     def acceptance_by_position(self) -> tuple[float, ...]:
-        """Rounds that accepted draft position i / rounds that drafted it, per position."""
-        return tuple(a / d for a, d in zip(self.accepted_per_position, self.drafted_per_position) if d)
+        """vLLM's per-position acceptance rate (``vllm/v1/spec_decode/metrics.py``: ``num_accepted_tokens_per_pos /
+        num_drafts``): rounds that accepted draft position i / rounds with a draft, i.e. P(accepted length > i).
+        A round whose draft was shorter than i + 1 (the budget's last rounds, a short n-gram match) counts as not
+        accepting position i, as in vLLM."""
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
 
 
 @dataclass
