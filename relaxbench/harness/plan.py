@@ -15,6 +15,7 @@ from typing import Any
 
 from relaxbench.arms import effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
+from relaxbench.decoding.budget import ThinkingBudget
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
@@ -62,6 +63,7 @@ class TaskJob:
     item_sampling: Mapping[str, SamplingParams] = field(default_factory=dict)
     # the task's own decoding the suite overrode ("max_new_tokens", "sampling"), for the report to say so
     overridden: tuple[str, ...] = ()
+    thinking_budget: ThinkingBudget | None = None  # Xia et al.'s forcing (decoding/budget.py); None: off
 
     @property
     def name(self) -> str:
@@ -95,6 +97,8 @@ class TaskJob:
             record["sampling_by_category"] = dict(sorted(by_category.items()))
         if self.overridden:
             record["overrides_task"] = list(self.overridden)
+        if self.thinking_budget is not None:
+            record["thinking_budget"] = self.thinking_budget.record()
         return record
 
     def sample_seed(self, item_id: str, turn: int, repeat: int) -> int:
@@ -215,10 +219,26 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
         item_sampling = {i: s for i, s in per_item.items() if s != sampling} if runs_own else {}
         job = TaskJob(source, arms, suite.repeats_for(source.name, name),
                       suite.max_new_tokens or generation.max_new_tokens, sampling, suite.seed, item_sampling,
-                      tuple(overridden))
+                      tuple(overridden), thinking_budget(suite))
+        if job.thinking_budget is not None:
+            try:
+                job.thinking_budget.check(job.max_new_tokens)
+            except ConfigError as exc:
+                raise ConfigError(f"task {job.name!r}: {exc}") from None
         check_modes(job)
         jobs.append(job)
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
+
+
+def thinking_budget(suite: SuiteSpec) -> ThinkingBudget | None:
+    """The suite's thinking budget (None when off)."""
+    if suite.thinking_budget < 0:
+        raise ConfigError(f"--thinking-budget must be >= 0 (0: off), got {suite.thinking_budget}")
+    if not suite.thinking_budget:
+        return None
+    if suite.thinking_budget_text is not None:
+        return ThinkingBudget(suite.thinking_budget, suite.thinking_budget_text)
+    return ThinkingBudget(suite.thinking_budget)
 
 
 def check_modes(job: TaskJob) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.data import TaskItem
+from relaxbench.decoding.budget import generate_with_budget
 from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
@@ -266,7 +267,10 @@ class TaskRun:
                 self.w.store.mark_started(self.w.session_id)
                 prompt_ids = self._encode(item, turn, history)
                 decoder = self.decoders[arm.name, self.job.sampling_for(item.item_id)]
-                result = decoder.generate(prompt_ids, seed=self.job.sample_seed(*key))
+                seed = self.job.sample_seed(*key)
+                budget = self.job.thinking_budget
+                result = (decoder.generate(prompt_ids, seed=seed) if budget is None else
+                          generate_with_budget(decoder, prompt_ids, budget, seed))
                 out = self._finish(arm, item, repeat, turn, result, baseline)
                 self.progress.advance(self.job.name, arm.name)
             if arm.is_baseline:

@@ -455,6 +455,10 @@ def decoding_text(decode: Mapping[str, Any], overridden: bool) -> str:
         text += f", seed={decode.get('seed')}"
     if overridden:
         text += " (the suite's, over the task's own sampling)"
+    budget = decode.get("thinking_budget")
+    if budget:
+        text += (f"; thinking budget {budget.get('tokens')} tokens (a sample still thinking there gets the closing "
+                 "text and its answer is generated after it: Xia et al.'s forcing)")
     return text
 
 
