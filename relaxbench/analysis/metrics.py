@@ -88,6 +88,8 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
                         "spanning at least 15 tokens (a closing EOS left out) / samples")),
     ("failure Δ vs AR", ("mean over units of (the arm's share of failing repeats − AR's), in percentage points, with "
                          "its paired-bootstrap 95% CI; the output-length ratio's CI resamples units likewise")),
+    ("relaxed in / outside the span", ("a rule gated by relax_in: relaxed acceptances / emitted tokens inside the "
+                                       "thinking span (<think> .. </think>) and outside it")),
     ("forced", ("samples whose thinking reached the thinking budget unclosed, so the forced closing text and "
                 "</think> were appended and the answer generated after it")),
 )
@@ -201,6 +203,9 @@ class CellSummary:
     repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
     proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
     failures: Failures | None = None  # None for a target-alone task (nothing generated)
+    # a span-gated rule (relax_in): relaxed acceptances / emitted tokens inside the thinking span and outside it
+    relaxed_in_span: float | None = None
+    relaxed_outside_span: float | None = None
 
     @property
     def truncated(self) -> int:
@@ -491,7 +496,8 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
         drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
         repeats=repeats,
         proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {},
-        failures=summarize_failures(cell, groups, base_groups, units))
+        failures=summarize_failures(cell, groups, base_groups, units),
+        relaxed_in_span=span_fractions(samples)[0], relaxed_outside_span=span_fractions(samples)[1])
 
 
 def sample_ends_in_loop(sample: SampleRow) -> bool:
@@ -542,6 +548,22 @@ def summarize_failures(cell: CellRecord, groups: Mapping[Unit, list[SampleRow]],
     return Failures(no_answer=failure_rate(units, groups, base_groups, no_answer), cut=cut or empty,
                     loop=loop or empty, length_ratio=length,
                     forced=sum(1 for u in units for s in groups[u] if s.forced_tokens))
+
+
+def span_fractions(samples: Sequence[SampleRow]) -> tuple[float | None, float | None]:
+    """(relaxed / emitted inside the thinking span, the same outside it) over the rounds a span-gated rule
+    recorded; (None, None) for an ungated rule."""
+    inside_emitted = inside_relaxed = outside_emitted = outside_relaxed = 0
+    for s in samples:
+        if s.round_emitted_in_span is None or s.round_relaxed_in_span is None:
+            continue
+        for emitted, relaxed, e_in, r_in in zip(s.round_emitted, s.round_relaxed, s.round_emitted_in_span,
+                                                s.round_relaxed_in_span):
+            if e_in is None or r_in is None:
+                continue
+            inside_emitted, inside_relaxed = inside_emitted + e_in, inside_relaxed + r_in
+            outside_emitted, outside_relaxed = outside_emitted + emitted - e_in, outside_relaxed + relaxed - r_in
+    return _ratio(inside_relaxed, inside_emitted), _ratio(outside_relaxed, outside_emitted)
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:

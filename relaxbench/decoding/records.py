@@ -111,10 +111,16 @@ class RoundLog:
     extra: list[int] = field(default_factory=list)
     draft_forwards: list[tuple[int, ...]] = field(default_factory=list)
     lookups: list[int] = field(default_factory=list)
+    # a span-gated rule's counts inside the thinking span (None in rounds of an ungated rule)
+    emitted_in_span: list[int | None] = field(default_factory=list)
+    relaxed_in_span: list[int | None] = field(default_factory=list)
 
     def add(self, drafted: int, accepted: int, relaxed: int, emitted: int,
             t_draft: float, t_verify: float, t_policy: float, extra: int = 0,
-            draft_forwards: tuple[int, ...] = (), lookups: int = 0) -> None:
+            draft_forwards: tuple[int, ...] = (), lookups: int = 0, emitted_in_span: int | None = None,
+            relaxed_in_span: int | None = None) -> None:
+        self.emitted_in_span.append(emitted_in_span)
+        self.relaxed_in_span.append(relaxed_in_span)
         self.drafted.append(drafted)
         self.accepted.append(accepted)
         self.relaxed.append(relaxed)

@@ -156,7 +156,11 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
             if drafter is not None and drafter.kind == "model" and suite.draft is None:
                 raise ConfigError(f"method {point.name!r} drafts with a draft model: pass --draft NAME "
                                   "(or --draft ngram for prompt lookup)")
-            provenance = dict(make_policy(point.policy, point.knobs).provenance())  # knobs checked here, early
+            policy = make_policy(point.policy, point.knobs)  # knobs checked here, early
+            if point.relax_in is not None and policy.modes.lossless:
+                raise ConfigError(f"method {point.name!r}: relax_in applies to relaxed rules; {point.policy!r} is "
+                                  "lossless")
+            provenance = dict(policy.provenance())
             arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k), provenance))
     return tuple(arms)
 

@@ -345,7 +345,8 @@ def category_table(summary: TaskSummary) -> Table | None:
 
 
 FAILURE_COLUMNS = ("method", "no answer", "Δ no answer, pp [95% CI]", "cut at budget", "Δ cut, pp [95% CI]",
-                   "ends in a loop", "Δ loop, pp [95% CI]", "length ratio [95% CI]", "forced")
+                   "ends in a loop", "Δ loop, pp [95% CI]", "length ratio [95% CI]", "forced",
+                   "relaxed frac. in / out of thinking")
 
 
 def rate_text(rate: FailureRate | None) -> str:
@@ -371,6 +372,9 @@ def failure_cells(cell: CellSummary) -> tuple[Cell, ...]:
         out.append(est(rate_delta_text(rate, cell.is_baseline), f"failures.{name}.delta", delta))
     out.append(est(fmt_ci(f.length_ratio, ".3f"), "failures.length_ratio", f.length_ratio))
     out.append(num(str(f.forced), "failures.forced", f.forced))
+    span = ("-" if cell.relaxed_in_span is None and cell.relaxed_outside_span is None else
+            f"{fmt(cell.relaxed_in_span, '.1%')} / {fmt(cell.relaxed_outside_span, '.1%')}")
+    out.append(Cell(span, "relaxed_in_span", cell.relaxed_in_span, numeric=True))
     return tuple(out)
 
 
@@ -386,7 +390,8 @@ def failure_table(summary: TaskSummary) -> Table:
                  "256 tokens, spanning ≥ 15 tokens; Δ = mean over units of the arm's failing share minus AR's, in "
                  "percentage points, with a 95% paired-bootstrap CI; length ratio = output tokens / AR output "
                  "tokens (CI over units); forced = samples whose thinking hit the thinking budget and was closed by "
-                 "the forced text.")
+                 "the forced text; relaxed frac. in / out of thinking = a span-gated rule's (relax_in) relaxed "
+                 "acceptances / emitted tokens inside <think> .. </think> and outside it.")
 
 
 def failures_brief(cell: CellSummary) -> str:
