@@ -1,6 +1,6 @@
 """``relaxbench compare``: run a (target, draft) pair × methods × tasks (+ the AR baseline per task), store every
-sample in ``DIR/results.sqlite`` (resuming what is there), with ``--judge``/``--judge-endpoint`` grade the answers of
-tasks that have a judge protocol (MT-Bench) afterwards, print a table per task and write the HTML/PDF report.
+sample in ``DIR/results.sqlite`` (resuming what is there), with ``--grader``/``--grader-endpoint`` grade the answers of
+tasks that have a grading protocol (MT-Bench) afterwards, print a table per task and write the HTML/PDF report.
 
 Also ``relaxbench summary DIR``: the same tables from a stored run, without running anything.
 """
@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args
-from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
+from relaxbench.commands.args import add_runtime_args, add_wide_arg
+from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
@@ -82,13 +82,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_report_args(c, prefix="report-")
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
-    add_judge_args(c)
+    add_grader_args(c)
+    add_wide_arg(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     add_profile_arg(s)
+    add_wide_arg(s)
     s.set_defaults(handler=run_summary)
 
 
@@ -180,9 +182,48 @@ class RichProgress:
         self.progress.console.print(message)
 
 
+class LogProgress:
+    """For a log (stderr not a terminal, where bars cannot redraw): a line per finished sample with its cell's
+    count, the run's count, the elapsed time and the run's ETA."""
+
+    def __init__(self) -> None:
+        from relaxbench.ui import Eta, console
+
+        self.console = console(stderr=True)
+        self.run = Eta()
+        self.cells: dict[tuple[str, str], list[int]] = {}
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def cell(self, task: str, arm: str, total: int, done: int) -> None:
+        self.cells[(task, arm)] = [done, total]
+        self.run.add(total, done)
+
+    def advance(self, task: str, arm: str) -> None:
+        counts = self.cells[(task, arm)]
+        counts[0] += 1
+        self.run.step()
+        self.note(f"{task} / {arm}: {counts[0]}/{counts[1]}; all cells {self.run.done}/{self.run.total}, "
+                  f"{self.run.text()}")
+
+    def note(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_progress() -> RichProgress | LogProgress:
+    """The progress of a run: bars in a terminal, a line per finished sample in a log."""
+    from relaxbench.ui import stderr_is_terminal
+
+    return RichProgress() if stderr_is_terminal() else LogProgress()
+
+
 def run(args: argparse.Namespace) -> int:
     from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
-    from relaxbench.harness.judging import JudgedTask
+    from relaxbench.harness.grading import GradedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
     from relaxbench.harness.runner import register_job
     from relaxbench.harness.store import open_store
@@ -195,19 +236,19 @@ def run(args: argparse.Namespace) -> int:
     check_profile_args(list(suite.profiles), args.x_axis)
     executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
     options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
-    judge = judge_from_args(args)
+    grader = grader_from_args(args)
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
-    judged = [JudgedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
-              if (scorer := job.source.judge_scorer()) is not None]
-    judge_device = None
-    if judge is not None:
-        if not judged:
-            raise ConfigError(f"a judge grades tasks with a judge protocol (MT-Bench), and none of this run's tasks "
-                              f"has one ({', '.join(job.name for job in plan.jobs)})")
-        judge_device = configure_runtime(suite.device, args.threads)  # the judge runs here, in the driver
-        check_judging(judge, judged, judge_device)
+    graded = [GradedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
+              if (scorer := job.source.grader_scorer()) is not None]
+    grader_device = None
+    if grader is not None:
+        if not graded:
+            raise ConfigError(f"an LLM grader grades tasks with a grading protocol (MT-Bench), and none of this run's "
+                              f"tasks has one ({', '.join(job.name for job in plan.jobs)})")
+        grader_device = configure_runtime(suite.device, args.threads)  # the grader runs here, in the driver
+        check_grading(grader, graded, grader_device)
     setup = ModelSetup(suite.target, suite.draft, plan.needs_draft_model(), suite.device, suite.dtype,
                        suite.draft_dtype, suite.device_map, args.threads, suite.warmup,
                        tuple(args.argv) if getattr(args, "argv", None) is not None else None)
@@ -220,20 +261,20 @@ def run(args: argparse.Namespace) -> int:
                       f"tasks ({executor.name})")
             for note in plan.notes():
                 err.print(note, markup=False, highlight=False)
-            if judge is None and judged:
-                err.print(f"{', '.join(t.name for t in judged)}: scored for fidelity to AR only (agreement with AR's "
-                          "output), not capability, since no judge was given (--judge MODEL, or --judge-endpoint URL "
-                          "--judge-model NAME; or later: relaxbench rescore DIR --judge MODEL)", markup=False,
+            if grader is None and graded:
+                err.print(f"{', '.join(t.name for t in graded)}: scored for fidelity to AR only (agreement with AR's "
+                          "output), not capability, since no grader was given (--grader MODEL, or --grader-endpoint "
+                          "URL --grader-model NAME; or later: relaxbench rescore DIR --grader MODEL)", markup=False,
                           highlight=False)
-            with RichProgress() as progress:
+            with run_progress() as progress:
                 cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
                 executor.run(RunContext(store, run_id, plan, cells), progress)
         finally:
             store.close()
-    if judge is not None:  # generation is over and the executor has let go of the models: the judge gets the memory
+    if grader is not None:  # generation is over and the executor has let go of the models: the grader gets the memory
         with open_store(out_dir) as store:
-            judge_and_announce(store, run_id, judged, judge, judge_device, RichProgress())
-    print_tables(out_dir, run_id)
+            grade_and_announce(store, run_id, graded, grader, grader_device, run_progress())
+    print_tables(out_dir, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
@@ -255,15 +296,17 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     return formats
 
 
-def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = ()) -> None:
-    """Every task's tables, as the report shows them (a proxy column per cost profile)."""
+def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
+                 wide: bool = False) -> None:
+    """Every task's tables, as the report shows them (a proxy column per cost profile; the essential columns unless
+    ``wide``)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id, profiles)
+    print_run(out, console(), run_id, profiles, wide)
 
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
-    print_tables(args.out, args.run_id, args.profiles)
+    print_tables(args.out, args.run_id, args.profiles, args.wide)
     return 0

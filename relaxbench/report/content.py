@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
-from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Divergences
+from relaxbench.analysis.metrics import CellSummary, Divergences, report_definitions
 from relaxbench.analysis.notices import (
     MODEL_GAP,
     WIDE_DELTA,
@@ -25,7 +25,7 @@ from relaxbench.analysis.notices import (
     FewUnits,
     FidelityOnly,
     Finding,
-    JudgeQuality,
+    GraderQuality,
     LosslessCheck,
     ModelGaps,
     NoEnvironment,
@@ -124,9 +124,6 @@ class Report:
         ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
         ("definitions", "Metric definitions")))
 
-    def all_figures(self) -> list[FigureArt]:
-        return [f for t in self.tasks for f in t.figures]
-
 
 # ------------------------------------------------------------------------------------------------ the summary
 
@@ -157,10 +154,10 @@ def headline(summary: TaskSummary, budget: float, ranking: Ranking = MEASURED) -
         return text + (f" Lossless reference ({ref.arm}): {_speed(ref, ranking)}." if ref is not None else "")
     unit, suffix = ("pass@1", "%") if summary.binary else ("score", " pts")
     ar_score = "-" if ar.score is None else pts(ar.score) + suffix
-    judged = "" if summary.judge is None else f", judged by {summary.judge.label}"
-    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}{judged}): "
+    graded = "" if summary.grader is None else f", graded by {summary.grader.label}"
+    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}{graded}): "
     if ar.score is None and summary.n_units:
-        why = "no verdict of the judge has a rating" if summary.judge is not None else "no unit has a score"
+        why = "no verdict of the grader has a rating" if summary.grader is not None else "no unit has a score"
         return text + f"{why}, so no rule is ranked."
     best = best_within_budget(summary, budget, ranking)
     if best is None:
@@ -242,8 +239,8 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
                  "NAME = priced on cost profile NAME. Fastest overall and lossless reference by the same speed-up. "
                  "Failures of the pick: its no-answer, cut-at-budget and loop shares minus AR's, in percentage "
                  "points (the task's failure table has their CIs). "
-                 "Scores in points (pass rate in %, an LLM judge's rating × 10, agreement × 100). A task scored only "
-                 "for fidelity to AR (agreement with AR's output, no judge) is not ranked: its capability was not "
+                 "Scores in points (pass rate in %, an LLM grader's rating × 10, agreement × 100). A task scored only "
+                 "for fidelity to AR (agreement with AR's output, no grader) is not ranked: its capability was not "
                  "measured.")
 
 
@@ -307,15 +304,15 @@ def word(finding: Finding) -> str:
         case FidelityOnly(scorer=scorer):
             return (f"Capability was not measured for this task: its score ({scorer}) is fidelity to AR's output "
                     "(exact match, ROUGE-L, the target's log-likelihood), which any rewording of a good answer lowers, "
-                    "so the summary does not rank rules by it. A task with a judge protocol (MT-Bench) is graded for "
-                    "capability with --judge MODEL or --judge-endpoint URL --judge-model NAME, or afterwards with "
-                    "relaxbench rescore RUN --judge ....")
-        case JudgeQuality(judge=j):
+                    "so the summary does not rank rules by it. A task with a grading protocol (MT-Bench) is graded for "
+                    "capability with --grader MODEL or --grader-endpoint URL --grader-model NAME, or afterwards with "
+                    "relaxbench rescore RUN --grader ....")
+        case GraderQuality(grader=j):
             text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
                     f"without a rating ({fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
                     "does)")
-            if j.not_judged:
-                text += (f"; {j.not_judged} samples have no verdict (the judge call failed; relaxbench rescore asks "
+            if j.not_graded:
+                text += (f"; {j.not_graded} samples have no verdict (the grader call failed; relaxbench rescore asks "
                          "again)")
             if j.self_check:
                 text += (f". Agreement with itself ({j.self_check_how}): {self_agreement_text(j)}, mean rating "
@@ -372,9 +369,15 @@ def word(finding: Finding) -> str:
             return "No environment was recorded with this run."
         case UnfinishedSession(session_id=sid, started_at=started, status=status):
             return f"Session {sid} (started {started}) ended '{status}'; its finished samples are kept and used."
+        case BusyMachine(session_id=sid, load=load, cpus=cpus, others=True, window_s=window):
+            over = f"the {window:g} s" if window else "the moment"
+            return (f"Session {sid} started on a busy machine (other processes kept {load:g} of {cpus} CPUs busy in "
+                    f"{over} before it started; relaxbench's own processes left out): wall-clock speed-ups are "
+                    "noisy; proxy speed-ups are steadier.")
         case BusyMachine(session_id=sid, load=load, cpus=cpus):
-            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs): "
-                    "wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
+            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs, which "
+                    "counts relaxbench's own preparation too: this session predates the measure of other processes' "
+                    "use): wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
         case SessionsDiffer(key=key, values=values, sessions=holders):
             listed = [f"{value}: {_sessions_text(ids)}" for value, ids in zip(values, holders)] if holders else values
             return (f"Sessions of this run differ in {key} ({'; '.join(listed)}): samples timed in different "
@@ -504,6 +507,7 @@ ENVIRONMENT_FIELDS = (
     ("date", "date"), ("device", "device"), ("gpu", "GPU"), ("gpu_driver", "GPU driver"), ("cuda", "CUDA"),
     ("cpu_model", "CPU"), ("cpu_count", "CPUs"), ("executor", "executor"),
     ("threads", "torch threads"), ("load_average", "load average at start (1/5/15 min)"),
+    ("others_busy_cpus", "CPUs busy with other processes at start"),
     ("target_dtype", "target dtype"), ("draft_dtype", "draft dtype"), ("python", "Python"), ("torch", "torch"),
     ("transformers", "transformers"), ("relaxbench", "relaxbench"), ("numpy", "numpy"), ("scipy", "scipy"),
     ("datasets", "datasets"), ("platform", "platform"), ("hostname", "host"), ("git_revision", "git revision"),
@@ -582,7 +586,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
         summary_lines=tuple(lines), summary_table=summary_table(summaries, budget, ranking), tasks=tasks,
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
         environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
-        figure_methods=tuple(methods), definitions=METRIC_DEFINITIONS,
+        figure_methods=tuple(methods), definitions=report_definitions(),
         profiles_table=profiles_table(choice.profiles), ranking=ranking)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, JudgeSummary, TaskSummary
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Cell:
     low: float | None = None
     high: float | None = None
     numeric: bool = False
+    alert: bool = False  # a missed target (a benchmark's "NO"): the terminal shows it in red
 
     def attributes(self) -> dict[str, str]:
         """HTML attributes: the metric and its exact values (``repr``), so a reader or a test can check the text
@@ -53,6 +54,24 @@ class Table:
     columns: tuple[str, ...]
     rows: tuple[Row, ...]
     note: str = ""
+    # the columns a narrow display keeps (the terminal by default, so a table fits 120 columns); () keeps them all
+    essential: tuple[str, ...] = ()
+
+    def hidden(self) -> tuple[str, ...]:
+        """The columns a narrow display leaves out, in table order."""
+        keep = set(self.essential)
+        return tuple(c for c in self.columns if keep and c not in keep)
+
+    def narrow(self) -> Table:
+        """This table with its essential columns only (the same cells, the same note)."""
+        if not self.hidden():
+            return self
+        unknown = set(self.essential) - set(self.columns)
+        if unknown:
+            raise ValueError(f"table {self.key}: essential columns {sorted(unknown)} are not among its columns")
+        keep = [i for i, c in enumerate(self.columns) if c in set(self.essential)]
+        rows = tuple(Row(r.key, tuple(r.cells[i] for i in keep if i < len(r.cells)), r.emphasis) for r in self.rows)
+        return Table(self.key, self.title, tuple(self.columns[i] for i in keep), rows, self.note)
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -127,6 +146,8 @@ def truncated_text(cell: CellSummary) -> str:
 
 MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
                 "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio", "cut at budget")
+# what the terminal shows by default: the arm, why it is fast, how fast (measured and priced), what it costs
+MAIN_ESSENTIAL = ("method", "MAL", "speed-up [95% CI]", "score", "Δ vs AR, pts [95% CI]")
 PROXY_NOTE = (" Proxy NAME = the speed-up with every sample priced on cost profile NAME's device (prefill + each "
               "round's verify forward and drafter work; this-machine = the table this run measured); same units, "
               "same paired bootstrap.")
@@ -182,7 +203,7 @@ def _agreement_note(summary: TaskSummary) -> str:
     """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
     from relaxbench.scoring import SCORERS
 
-    if summary.judge is None and summary.scorer in SCORERS and SCORERS.get(summary.scorer).needs_baseline:
+    if summary.grader is None and summary.scorer in SCORERS and SCORERS.get(summary.scorer).needs_baseline:
         return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
                 "100 there by definition and Δ measures how far an arm's text drifts from AR's: fidelity to AR, not "
                 "capability.")
@@ -190,9 +211,9 @@ def _agreement_note(summary: TaskSummary) -> str:
 
 
 def measured_by(summary: TaskSummary) -> str:
-    """What a task's score is, in a few words: its scorer, the judge, or fidelity only."""
-    if summary.judge is not None:
-        return f"capability: llm judge {summary.judge.label}"
+    """What a task's score is, in a few words: its scorer, the grader, or fidelity only."""
+    if summary.grader is not None:
+        return f"capability: llm grader {summary.grader.label}"
     if summary.measure == "fidelity":
         return f"fidelity to AR only: {summary.scorer} (capability not measured)"
     return f"capability: {summary.scorer}"
@@ -201,16 +222,16 @@ def measured_by(summary: TaskSummary) -> str:
 def score_unit(summary: TaskSummary) -> str:
     if summary.binary:
         return "pass rate, %"
-    if summary.judge is not None:
-        return "the judge's rating 1-10 × 10"
+    if summary.grader is not None:
+        return "the grader's rating 1-10 × 10"
     return summary.scorer + " × 100"
 
 
 def main_table(summary: TaskSummary) -> Table:
     what = "capability" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
     profiles = summary.profiles
-    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm",
-                 with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles),
+    columns = with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles)
+    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm", columns,
                  tuple(main_row(c, summary.binary, profiles) for c in summary.cells),
                  f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
                  f"seconds per unit; score in points ({score_unit(summary)}; {measured_by(summary)});"
@@ -219,43 +240,47 @@ def main_table(summary: TaskSummary) -> Table:
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
                  "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
                  "cut there has no answer). Brackets: 95% paired-bootstrap CI." + (PROXY_NOTE if profiles else "")
-                 + _repeats_note(summary) + _agreement_note(summary))
+                 + _repeats_note(summary) + _agreement_note(summary),
+                 essential=with_proxy_columns(MAIN_ESSENTIAL, "speed-up [95% CI]", profiles))
 
 
-JUDGE_COLUMNS = ("judge", "verdicts", "unparseable", "not judged", "self-agreement", "mean |Δ rating|, pts")
+GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agreement", "mean |Δ rating|, pts")
 
 
-def self_agreement_text(judge: JudgeSummary) -> str:
-    if not judge.self_check:
+def self_agreement_text(grader: GraderSummary) -> str:
+    if not grader.self_check:
         return "not measured (see the note)"
-    if judge.agreement_exact is None:
-        return "AR judged twice, no pair with two ratings"
-    return f"{judge.agreement_exact:.0%} same rating ({judge.agreement_pairs} AR samples)"
+    if grader.agreement_exact is None:
+        return "AR graded twice, no pair with two ratings"
+    return f"{grader.agreement_exact:.0%} same rating ({grader.agreement_pairs} AR samples)"
 
 
-def judge_table(summary: TaskSummary) -> Table | None:
-    """The judge behind the capability scores and how far to trust it (None when no judge graded the task)."""
-    judge = summary.judge
-    if judge is None:
+def grader_table(summary: TaskSummary) -> Table | None:
+    """The grader behind the capability scores and how far to trust it (None when no grader graded the task)."""
+    grader = summary.grader
+    if grader is None:
         return None
-    share = judge.unparseable_share
-    row = Row(judge.label, (
-        Cell(judge.label, "judge"), num(str(judge.verdicts), "verdicts", judge.verdicts),
-        num(f"{judge.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
-        num(str(judge.not_judged), "not_judged", judge.not_judged),
-        Cell(self_agreement_text(judge), "agreement_exact", judge.agreement_exact, numeric=judge.self_check),
-        num(fmt(judge.agreement_mean_abs, ".1f"), "agreement_mean_abs", judge.agreement_mean_abs),
+    share = grader.unparseable_share
+    row = Row(grader.label, (
+        Cell(grader.label, "grader"), num(str(grader.verdicts), "verdicts", grader.verdicts),
+        num(f"{grader.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
+        num(str(grader.not_graded), "not_graded", grader.not_graded),
+        Cell(self_agreement_text(grader), "agreement_exact", grader.agreement_exact, numeric=grader.self_check),
+        num(fmt(grader.agreement_mean_abs, ".1f"), "agreement_mean_abs", grader.agreement_mean_abs),
     ))
-    return Table(f"{summary.task}-judge", f"{summary.task}: the judge behind the capability scores", JUDGE_COLUMNS,
+    return Table(f"{summary.task}-grader", f"{summary.task}: the grader behind the capability scores", GRADER_COLUMNS,
                  (row,), "Verdicts on this task's samples (both passes); unparseable = no [[rating]] or [rating] in "
-                         "the verdict (FastChat's -1), left out of every average; not judged = samples whose judge "
-                         "call failed (relaxbench rescore asks again); self-agreement = AR samples judged twice "
-                         f"({judge.self_check_how}).")
+                         "the verdict (FastChat's -1), left out of every average; not graded = samples whose grader "
+                         "call failed (relaxbench rescore asks again); self-agreement = AR samples graded twice "
+                         f"({grader.self_check_how}).")
 
 
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]",
                       "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
                       "reproduced AR", "stop reasons")
+
+# the rule, the other speed-up, the lossless check (the proxy geomean is in --wide, its total in the main table)
+DIAGNOSTIC_ESSENTIAL = ("method", "policy", "geomean speed-up [95% CI]", "tokens/s", "reproduced AR")
 
 
 def reproduced_text(cell: CellSummary) -> str:
@@ -302,7 +327,8 @@ def diagnostics_table(summary: TaskSummary) -> Table:
                  "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
                  "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
                  "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
-                 "max_new_tokens).")
+                 "max_new_tokens).",
+                 essential=DIAGNOSTIC_ESSENTIAL)
 
 
 def target_alone_table(summary: TaskSummary) -> Table:
@@ -317,6 +343,9 @@ def target_alone_table(summary: TaskSummary) -> Table:
                                           "so no speed figures)", ("method", "score", "Δ vs AR, pts", "why"), rows,
                  f"n = {summary.n_units} units, scored once by the target alone; score in points "
                  f"({'pass rate, %' if summary.binary else summary.scorer + ' × 100'}).")
+
+
+CATEGORY_ESSENTIAL = ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]")  # then the scorer's details
 
 
 def category_table(summary: TaskSummary) -> Table | None:
@@ -337,11 +366,11 @@ def category_table(summary: TaskSummary) -> Table | None:
                 *(num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
             ), emphasis=name == "all"))
     fidelity = (" (fidelity to AR: exact match, ROUGE-L, log-likelihood)" if summary.measure == "fidelity"
-                or summary.judge is not None and keys else "")
+                or summary.grader is not None and keys else "")
     return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
-                 ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
+                 (*CATEGORY_ESSENTIAL, *keys), tuple(rows),
                  f"Scores in points ({measured_by(summary)}); the detail columns are the task scorer's own metrics"
-                 f"{fidelity} averaged over units (first repeat).")
+                 f"{fidelity} averaged over units (first repeat).", essential=CATEGORY_ESSENTIAL)
 
 
 FAILURE_COLUMNS = ("method", "no answer", "Δ no answer, pp [95% CI]", "cut at budget", "Δ cut, pp [95% CI]",
@@ -410,9 +439,9 @@ def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
                                                                           failure_table(summary),
                                                                           diagnostics_table(summary)]
-    judge = judge_table(summary)
-    if judge is not None:
-        tables.insert(1, judge)
+    grader = grader_table(summary)
+    if grader is not None:
+        tables.insert(1, grader)
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)

@@ -65,9 +65,9 @@ class TaskSource(ABC):
         None: the task's ``generation().sampling`` or the run's applies."""
         return None
 
-    def judge_scorer(self) -> Scorer | None:
-        """The judged scorer that grades the task's capability after generation when a judge is given (None: the
-        task has no judge protocol)."""
+    def grader_scorer(self) -> Scorer | None:
+        """The graded scorer that grades the task's capability after generation when a grader is given (None: the
+        task has no grading protocol)."""
         return None
 
     def score_likelihoods(self, target: Any, item: TaskItem) -> Score:

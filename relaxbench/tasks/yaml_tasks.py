@@ -182,8 +182,8 @@ class YamlTask(TaskSource):
             return None
         return SamplingParams(0.0 if temperature < GREEDY_BELOW else temperature)
 
-    def judge_scorer(self) -> Scorer | None:
-        return None if self.spec.judge is None else make_scorer(self.spec.judge, self.spec.judge_args)
+    def grader_scorer(self) -> Scorer | None:
+        return None if self.spec.grader is None else make_scorer(self.spec.grader, self.spec.grader_args)
 
     def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str], max_new_tokens: int) -> list[int]:
         messages = fewshot_messages(self.spec)
