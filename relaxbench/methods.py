@@ -22,6 +22,9 @@ from relaxbench.validation import PositiveInteger, Spec, Text, load_yaml, valida
 
 # ``--draft`` values that name a model-free drafter instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip")
+# former method names -> the file they resolve to; a method loaded by its former name keeps that name (its arms,
+# and so the stored runs that name it, are unchanged)
+METHOD_ALIASES = {"judge": "reflective", "judge-sweep": "reflective-sweep"}
 DRAFTER_PREFIX = "drafter."  # a sweep key that sets a drafter knob
 
 
@@ -141,8 +144,9 @@ def _load(name: str, extra_dirs: tuple[Path, ...], seen: tuple[str, ...]) -> Met
     if path.suffix in (".yaml", ".yml"):
         return method_from_dict(load_yaml(path), str(path), path.stem, seen)
     files = method_files(extra_dirs)
-    if name in files:
-        return method_from_dict(load_yaml(files[name]), str(files[name]), name, seen)
+    file_name = name if name in files else METHOD_ALIASES.get(name, name)
+    if file_name in files:
+        return method_from_dict(load_yaml(files[file_name]), str(files[file_name]), name, seen)
     from relaxbench.policies import POLICIES
 
     if name in POLICIES:

@@ -122,7 +122,7 @@ def test_a_block_is_freed_as_soon_as_the_round_is_over():
     target, draft, extra, drafts = sampling_case(7)
     gc.disable()
     try:
-        for name in ("speculative-sampling", "casc-opt", "fuzzy", "judge", "typical", "margin", "fly"):
+        for name in ("speculative-sampling", "casc-opt", "fuzzy", "reflective", "typical", "margin", "fly"):
             policy = make_policy(name)
             policy.bind(PolicyEnv(CountingTokenizer(), VS, torch.device("cpu")))
             b = block(target, drafts, T1, draft, extras={"extra_logits": torch.as_tensor(extra, dtype=torch.float32)})
@@ -602,11 +602,11 @@ def slow_family(name, knobs, target, draft, drafts, sampling, extra=None) -> np.
             beta, t = knobs["beta"], sampling.temperature
             scores = ((1 + beta) * target[i] - beta * draft[i]) / t
             pis.append(np_softmax(np.where(p[i] > 0, scores, -np.inf)))
-        elif name == "judge":
+        elif name == "reflective":
             alpha = knobs["alpha"]
             fused = (1 - alpha) * target[i] + alpha * extra[2 + i]  # the row read after R (3 tokens), d_1..d_{i−1}
             pis.append(np.maximum(p[i], np_softmax(np_process(fused, sampling))))
-    if name == "judge":
+    if name == "reflective":
         return rejection_np(p, q, x, [pis[i][x[i]] for i in range(k)], p, p[k])
     return rejection_np(p, q, x, [pis[i][x[i]] for i in range(k)], pis, p[k])
 
@@ -724,7 +724,7 @@ FAMILY_CASES = [
     ("fuzzy", {"threshold": 0.3}),
     ("ensemble", {"w": 0.8}),
     ("contrastive", {"beta": 0.5}),
-    ("judge", {"alpha": 0.5}),
+    ("reflective", {"alpha": 0.5}),
 ]
 STAT_SAMPLINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=4, top_p=0.9)]
 TRIALS = 2500
@@ -735,7 +735,7 @@ TRIALS = 2500
 def test_q_based_rules_follow_their_formula_in_distribution(name, knobs, sampling):
     target, draft, extra, drafts = sampling_case(7)
     assert all(np_softmax(np_process(draft[i], sampling))[d] > 0 for i, d in enumerate(drafts))  # drafts q can draw
-    extras = {"extra_logits": torch.as_tensor(extra, dtype=torch.float32)} if name == "judge" else None
+    extras = {"extra_logits": torch.as_tensor(extra, dtype=torch.float32)} if name == "reflective" else None
     expected = slow_family(name, knobs, target, draft, drafts, sampling, extra)
     assert_same_distribution(outcome_counts(name, knobs, target, draft, drafts, sampling, TRIALS, extras), expected)
 
