@@ -1,4 +1,5 @@
-"""Conformance: every rule against the semantics of the reference its module docstring names.
+"""Conformance: every rule against the semantics of the reference its ``origin`` names. docs/conformance.md maps
+each branch of each reference to the cases here.
 
 Two kinds of checks, all written here from the references' semantics (our own cases; no reference code copied):
 
@@ -846,5 +847,5 @@ def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():
     typical, exact = (plan_module._arm_identity(arm) for arm in built.arms if arm.method.policy in ("typical", "exact"))
     assert typical["policy_revision"] == POLICIES.get("typical").origin.revision >= 1
     assert "policy_revision" not in exact
-    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules issue 13 changed
+    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules whose verdicts changed since they were first stored
         assert POLICIES.get(name).origin.revision >= 1, name
