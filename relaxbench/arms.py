@@ -12,7 +12,8 @@ from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
-from relaxbench.policies import make_policy
+from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies import POLICIES, check_arm, make_policy
 
 DEFAULT_K = 5
 
@@ -30,6 +31,13 @@ def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec
     if draft_name in MODEL_FREE_DRAFTS and method.drafter.kind == "model":
         return DrafterSpec(kind=draft_name)
     return method.drafter
+
+
+def check_method(method: MethodSpec, draft_name: str | None, sampling: SamplingParams) -> None:
+    """Refuse a method whose policy cannot run with its drafter (after ``--draft`` substitution) in the run's
+    decoding mode: one ``ConfigError`` line, from the registered classes alone (no model is loaded)."""
+    drafter = effective_drafter(method, draft_name)
+    check_arm(POLICIES.get(method.policy), sampling, None if drafter is None else DRAFTERS.get(drafter.kind))
 
 
 def resolve_k(method: MethodSpec, requested: int | None) -> int:
@@ -66,6 +74,7 @@ def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str 
 def build_decoder(method: MethodSpec, target: Any, draft: Any | None, decode: DecodeConfig,
                   draft_name: str | None = None) -> SpeculativeDecoder:
     """A decoder for ``method`` with the decoding settings ``decode`` (its ``k`` from ``resolve_k``)."""
+    check_method(method, draft_name, decode.sampling)
     policy = make_policy(method.policy, method.knobs)
     drafter_spec = effective_drafter(method, draft_name)
     if drafter_spec is not None and DRAFTERS.get(drafter_spec.kind).needs_draft_model and draft is None:

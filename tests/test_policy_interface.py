@@ -213,3 +213,14 @@ def test_sub_block_keeps_the_reflective_rows_aligned():
 
 def test_verdict_is_the_public_result_type():
     assert Verdict(1, 2) == Verdict(1, 2, 0)
+
+
+def test_a_method_is_checked_before_any_model_loads():
+    from relaxbench.arms import check_method
+    from relaxbench.methods import load_method
+
+    check_method(load_method("cactus"), "some-draft-model", T1)
+    with pytest.raises(ConfigError, match="'cactus' needs draft-model probabilities.*'ngram'"):
+        check_method(load_method("cactus"), "ngram", T1)  # --draft ngram stands in for the draft model
+    with pytest.raises(ConfigError, match="'margin-greedy' does not support sampling"):
+        check_method(load_method("margin-greedy"), "some-draft-model", T1)

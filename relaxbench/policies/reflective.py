@@ -48,7 +48,17 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
 from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.ops.sampling import logits_to_probs
-from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, PolicyEnv, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import (
+    Block,
+    Fidelity,
+    Modes,
+    Need,
+    Origin,
+    PolicyEnv,
+    Verdict,
+    VerificationPolicy,
+    register_policy,
+)
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
 
