@@ -49,3 +49,10 @@ def test_the_run_key_does_not_depend_on_how_the_rule_is_spelled():
                             method.drafter, 5) for spelling in ("judge", "reflective")]
     old, new = (plan_module._arm_identity(arm) for arm in arms)
     assert old == new and old["method"]["policy"] == "judge"
+
+
+def test_a_user_method_extending_judge_still_inherits_the_method_file(tmp_path):
+    mine = tmp_path / "my-judge.yaml"
+    mine.write_text("extends: judge\nknobs:\n  alpha: 0.5\n")
+    spec = load_method(str(mine))
+    assert (spec.policy, dict(spec.knobs), spec.drafter.kind) == ("reflective", {"alpha": 0.5}, "model")

@@ -1,16 +1,17 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, judges, suites."""
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites."""
 
 from __future__ import annotations
 
 import argparse
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "judges", "suites")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites")
+ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, judges or "
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders or "
                                     "suites")
-    p.add_argument("kind", choices=LISTERS)
+    p.add_argument("kind", choices=(*LISTERS, *ALIASES))
     p.set_defaults(handler=run)
 
 
@@ -71,12 +72,12 @@ def rows(kind: str) -> list[tuple[str, str]]:
     if kind == "scorers":
         from relaxbench.scoring import SCORERS
 
-        return [(name, f"{cls.summary} [{cls.measure}{'; graded by a judge after generation' if cls.judged else ''}]")
-                for name, cls in SCORERS.items()]
-    if kind == "judges":
-        from relaxbench.scoring.judges import JUDGES
+        after = "; graded by an LLM grader after generation"
+        return [(name, f"{cls.summary} [{cls.measure}{after if cls.graded else ''}]") for name, cls in SCORERS.items()]
+    if kind == "graders":
+        from relaxbench.scoring.graders import GRADERS
 
-        return [(name, cls.summary) for name, cls in JUDGES.items()]
+        return [(name, cls.summary) for name, cls in GRADERS.items()]
     from relaxbench.tasks import load_task, task_files
 
     out = []
@@ -87,8 +88,8 @@ def rows(kind: str) -> list[tuple[str, str]]:
                  + (" (gated)" if source.access else ""),
                  "package": f"wheel {source.requirement}", "generated": f"generated ({source.generator})",
                  "file": "--data-file"}[source.kind]
-        judge = f"; judge {spec.judge}" if spec.judge else ""
-        out.append((name, (f"[{where}; scorer {spec.scorer}{judge}; max_new_tokens {spec.max_new_tokens}] "
+        grader = f"; grader {spec.grader}" if spec.grader else ""
+        out.append((name, (f"[{where}; scorer {spec.scorer}{grader}; max_new_tokens {spec.max_new_tokens}] "
                            f"{spec.description}")))
     return out
 
@@ -99,10 +100,11 @@ def run(args: argparse.Namespace) -> int:
 
     from relaxbench.ui import console
 
-    table = Table(title=args.kind)
+    kind = ALIASES.get(args.kind, args.kind)
+    table = Table(title=kind)
     table.add_column("name", no_wrap=True)
     table.add_column("description")
-    for name, description in rows(args.kind):
+    for name, description in rows(kind):
         table.add_row(escape(name), escape(description))  # "[wheel ...]" is text, not rich markup
     console().print(table)
     return 0
