@@ -16,10 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def policy_description(cls) -> str:
-    """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"..."""
+    """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"...;
+    then the other names it answers to, if any."""
+    from relaxbench.policies import POLICIES
+
     origin, exact = cls.origin, cls.modes.greedy_is_exact and "greedy" in cls.modes
     modes = ", ".join(sorted(cls.modes.supported)) + ("; greedy: exact match" if exact else "")
-    return f"{origin.fidelity.value} — {origin.summary} [{modes}]; {origin.reference}"
+    aliases = POLICIES.aliases_of(cls.name)
+    also = f"; also named {', '.join(aliases)}" if aliases else ""
+    return f"{origin.fidelity.value} — {origin.summary} [{modes}]; {origin.reference}{also}"
 
 
 def rows(kind: str) -> list[tuple[str, str]]:
