@@ -51,6 +51,11 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("samples", "round_extra", "TEXT"),  # tokens the policy appended to each verify forward
     ("samples", "round_draft_forwards", "TEXT"),  # per round: new tokens fed per draft-model forward
     ("samples", "round_lookups", "TEXT"),  # per round: n-gram lookups
+    # the vLLM engine's per-request latency and batch (NULL for relaxbench's own loop, which runs one request)
+    ("samples", "time_to_first_token", "REAL"),  # arrival to the first output token, seconds
+    ("samples", "time_per_output_token", "REAL"),  # after the first token, seconds per output token
+    ("samples", "concurrency", "INTEGER"),  # the requests the engine kept in flight (vLLM's max_num_seqs)
+    ("samples", "engine_metrics", "TEXT"),  # the engine's own per-request metrics (vLLM's spec-decode counts)
 )
 
 SCHEMA = """
@@ -235,7 +240,7 @@ _LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_a
                            "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy", "round_extra",
                            "round_lookups"})
 _NESTED_LIST_COLUMNS = frozenset({"round_draft_forwards"})
-_OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
+_OBJECT_COLUMNS = frozenset({"score_details", "divergence", "engine_metrics"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
 _ADDED_SAMPLE_COLUMNS = frozenset(column for table, column, _ in ADDED_COLUMNS if table == "samples")
 
@@ -287,6 +292,12 @@ class SampleRow:
     round_extra: tuple[int, ...] | None = None
     round_draft_forwards: tuple[tuple[int, ...], ...] | None = None
     round_lookups: tuple[int, ...] | None = None
+    # the vLLM engine's (None for relaxbench's own loop): latency beyond time_total (arrival to finish) and
+    # time_prefill, the batch it ran in, and vLLM's own per-request spec-decode metrics
+    time_to_first_token: float | None = None
+    time_per_output_token: float | None = None
+    concurrency: int | None = None
+    engine_metrics: Mapping[str, Any] | None = None
     sample_id: int | None = None  # assigned by the store
 
     @classmethod
