@@ -6,8 +6,9 @@ AR first (no speculation), then one engine per drafter and draft length, which s
 vLLM batches them up to the run's concurrency (``max_num_seqs``); arms stay apart, so a batch holds one rule.
 
 What this engine does not do, refused before anything loads: rules that need hidden states or extra verify
-tokens, drafters without a vLLM counterpart (layerskip, ngram+lm), tasks scored by likelihoods or by the
-target's log-probabilities (they need the target in this process), and Ray. A lossless arm that differs from AR
+tokens, drafters without a vLLM counterpart (layerskip, ngram+lm), tasks scored by likelihoods (they need
+the target in this process), and Ray. Scorers that read the target's mean log-likelihood of an output as a detail
+(agreement) score without it. A lossless arm that differs from AR
 is stored as not diagnosed (the diagnosis re-runs the target in transformers).
 """
 
@@ -75,7 +76,7 @@ def check_plan(plan: RunPlan) -> None:
         if arm.drafter is not None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
     for job in plan.jobs:
-        if job.source.likelihood_only or job.source.scorer().needs_logprob:
+        if job.source.likelihood_only:
             raise ConfigError(f"task {job.name!r} is scored by the target's likelihoods, which the {ENGINE} engine "
                               "does not return; run it on the transformers engine")
 
