@@ -33,9 +33,10 @@ import torch
 from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
 
+from relaxbench.integrations.vllm_batch import output_row, request_block
 from relaxbench.integrations.vllm_rules import EXTRA_KEY, NATIVE, RuleRequest, check_rule
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import Block, VerificationPolicy, make_policy
+from relaxbench.policies import VerificationPolicy, make_policy
 
 
 def constructing_runner(depth: int = 2) -> Any:
@@ -107,32 +108,25 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                 self._flush(set(req_ids))
                 return native
         width = metadata.max_spec_len + 1
-        out = torch.full((len(counts), width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=logits.device)
-        starts = [0]
-        for n in counts:
-            starts.append(starts[-1] + n)
-        q_rows = None if draft_probs is None else draft_probs.float()
+        out = torch.full((len(counts), width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32)
         for i, (state, n) in enumerate(zip(states, counts)):
             if state.policy is None:
                 assert native is not None
-                out[i] = native.sampled_token_ids[i]
+                out[i] = native.sampled_token_ids[i].cpu()
                 self._record_native([state], [n], native.sampled_token_ids[i: i + 1])
                 continue
-            lo, hi = starts[i], starts[i + 1]
-            sampling = self._sampling(sampling_metadata, i)
-            rows = torch.cat([logits[metadata.target_logits_indices[lo:hi].long()],
-                              logits[metadata.bonus_logits_indices[i: i + 1].long()]]).float()
-            draft_logits = None if q_rows is None or n == 0 else _probs_to_logits(q_rows[lo:hi], sampling)
-            block = Block(metadata.draft_token_ids[lo:hi].long(), rows, draft_logits, sampling,
-                          sampling_metadata.generators.get(i, self.fallback_generator))
+            block = request_block(i, counts, metadata.draft_token_ids, metadata.target_logits_indices,
+                                  metadata.bonus_logits_indices, logits, draft_probs,
+                                  self._sampling(sampling_metadata, i, int(logits.shape[-1])),
+                                  sampling_metadata.generators.get(i, self.fallback_generator))
             t0 = time.perf_counter()
             verdict = state.policy.verify(block)
             t_policy = time.perf_counter() - t0
-            accepted = block.draft_tokens[: verdict.n_accepted].tolist()
-            out[i, : verdict.n_accepted + 1] = torch.tensor(accepted + [verdict.next_token], dtype=torch.int32)
+            out[i] = output_row(block, verdict, width, PLACEHOLDER_TOKEN_ID)
             state.pending.append({"tag": state.rule.tag, "drafted": n, "accepted": verdict.n_accepted,
                                   "relaxed": verdict.n_relaxed, "emitted": verdict.n_accepted + 1,
                                   "t_policy": t_policy})
+        out = out.to(logits.device)
         self._flush(set(req_ids))
         return SamplerOutput(sampled_token_ids=out, logprobs_tensors=None)
 
@@ -144,22 +138,14 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                                   "emitted": emitted, "t_policy": 0.0})
 
     @staticmethod
-    def _sampling(meta: Any, i: int) -> SamplingParams:
+    def _sampling(meta: Any, i: int, vocab: int) -> SamplingParams:
         """Request ``i``'s sampling settings as relaxbench's ``SamplingParams`` (vLLM keeps 0 for greedy, the
         vocabulary size for no top-k)."""
         if meta.all_greedy or meta.temperature is None or float(meta.temperature[i]) <= 0:
             return SamplingParams()
         top_k = 0 if meta.top_k is None else int(meta.top_k[i])
-        return SamplingParams(float(meta.temperature[i]), 0 if top_k <= 0 or top_k >= 2 ** 30 else top_k,
+        return SamplingParams(float(meta.temperature[i]), 0 if top_k <= 0 or top_k >= vocab else top_k,
                               1.0 if meta.top_p is None else float(meta.top_p[i]))
-
-
-def _probs_to_logits(q: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """Logits whose processing under ``sampling`` gives back ``q`` (vLLM hands over the drafter's processed
-    probabilities; a ``Block`` processes its draft logits itself): T·log q, which the temperature divides back to
-    log q, and truncation of an already truncated distribution keeps it."""
-    scale = sampling.temperature if sampling.temperature > 0 else 1.0
-    return torch.log(q) * scale
 
 
 def rule_extra_args(rule: RuleRequest, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

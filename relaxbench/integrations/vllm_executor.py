@@ -14,6 +14,7 @@ is stored as not diagnosed (the diagnosis re-runs the target in transformers).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,11 +26,14 @@ from relaxbench.harness.executor import Executor, ModelSetup, RunContext
 from relaxbench.harness.plan import Arm, RunPlan, TaskJob
 from relaxbench.harness.runner import ProgressSink
 from relaxbench.harness.store import SampleRow, Store
+from relaxbench.integrations import vllm_native  # noqa: F401  (registers the native arm's policy)
 from relaxbench.integrations.vllm_client import EngineConfig, VllmClient
 from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_rule, speculative_config
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.scoring import Score, ScoringContext
 
+WARMUP_TOKENS = 3  # as the transformers runner's warm-up: a draft round and a verify
+WARMUP_PROMPT_TOKENS = 8
 NOT_DIAGNOSED = {"identical": False, "why": f"not diagnosed on the {ENGINE} engine"}
 
 
@@ -155,9 +159,18 @@ class EngineTaskRun:
             if not todo:
                 continue
             self.x.client.start(self.x.engine(key, todo[0], self.job))
+            self._warm_up(todo)
             for turn in range(turns):
                 for arm in todo:
                     self._run_turn(arm, turn)
+
+    def _warm_up(self, arms: Sequence[Arm]) -> None:
+        """A few untimed tokens per arm on the engine just started (its first steps build caches and kernels)."""
+        prompt = self.job.source.encode(self.x.target, self.job.items[0], 0, [], self.job.max_new_tokens)
+        for arm in arms:
+            for _ in range(self.x.setup.warmup):
+                self.x.client.generate([{"prompt_ids": prompt[:WARMUP_PROMPT_TOKENS], "max_tokens": WARMUP_TOKENS,
+                                         "rule": rule_of(arm)}])
 
     def _missing(self, arm: Arm, turns: int) -> bool:
         done = self.store.done_keys(self.cells[arm.name])
@@ -171,7 +184,7 @@ class EngineTaskRun:
         if not units:
             return
         sampling = self.job.sampling
-        rule = None if arm.is_baseline else {"policy": arm.method.policy, "knobs": dict(arm.method.knobs)}
+        rule = rule_of(arm)
         requests, prompts = [], []
         for item, repeat in units:
             history = [self._stored(arm, (item.item_id, t, repeat)).output_text for t in range(turn)]
@@ -183,8 +196,9 @@ class EngineTaskRun:
                              "stop": list(self.job.source.generation().stop), "rule": rule})
         self.store.mark_started(self.session_id)
         answer = self.x.client.generate(requests)
+        batch = {"id": uuid.uuid4().hex[:12], "wall": answer["wall"], "requests": len(requests)}
         for (item, repeat), prompt_ids, result in zip(units, prompts, answer["results"]):
-            self._finish(arm, item, repeat, turn, prompt_ids, result)
+            self._finish(arm, item, repeat, turn, prompt_ids, {**result, "batch": batch})
             self.progress.advance(self.job.name, arm.name)
 
     def _stored(self, arm: Arm, key: tuple[str, int, int]) -> SampleRow:
@@ -213,7 +227,20 @@ class EngineTaskRun:
             divergence=divergence, seed=self.job.sample_seed(item.item_id, turn, repeat))
         self.store.add_sample(replace(row, time_to_first_token=latency.get("ttft"),
                                       time_per_output_token=latency.get("tpot"), concurrency=self.x.concurrency,
-                                      engine_metrics=result.get("spec_metrics")))
+                                      engine_metrics=engine_metrics(result)))
+
+
+def rule_of(arm: Arm) -> dict[str, Any] | None:
+    """The rule an arm's requests carry to the adapter (None for AR, which runs without speculation)."""
+    return None if arm.is_baseline else {"policy": arm.method.policy, "knobs": dict(arm.method.knobs)}
+
+
+def engine_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What a sample stores of the engine's own view: vLLM's per-request spec-decode metrics, the adapter's
+    per-step counts as it decided them, and the batch the request ran in (its wall time and size: the arm's
+    throughput at this concurrency is its batches' output tokens over their wall time)."""
+    return {"spec_decode": result.get("spec_metrics"), "adapter_steps": result.get("verify_steps"),
+            "batch": result.get("batch")}
 
 
 def to_generation(tokenizer: Any, prompt_ids: list[int], result: Mapping[str, Any], stops: Sequence[str],
@@ -245,3 +272,30 @@ def to_generation(tokenizer: Any, prompt_ids: list[int], result: Mapping[str, An
     total = latency.get("e2e")
     return GenerationResult(list(prompt_ids), ids, text, stop_reason, rounds,
                             float(latency.get("ttft") or 0.0), float(total if total is not None else 0.0))
+
+
+def generate_once(target: str, draft: str | None, method: Any, k: int, sampling: Any, max_new_tokens: int,
+                  stops: Sequence[str], encode: Any, dtype: str = "auto", seed: int = 0) -> GenerationResult:
+    """``relaxbench generate --engine vllm``: one completion of one method on a fresh vLLM engine. ``encode``
+    turns the tokenizer into the prompt ids."""
+    from relaxbench.arms import effective_drafter
+    from relaxbench.models.load import load_tokenizer
+
+    drafter = effective_drafter(method, draft)
+    if method.policy != "none":
+        if method.policy != NATIVE:
+            check_rule(make_policy(method.policy, method.knobs))
+        assert drafter is not None
+        draft_ref = locate(draft)[1] if drafter.kind not in ("ngram",) and draft is not None else None
+        spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref)
+    else:
+        spec = None
+    tokenizer = load_tokenizer(target, quiet=True)
+    prompt_ids = encode(tokenizer)
+    with VllmClient() as client:
+        client.start(EngineConfig(locate(target)[1], dtype, spec, 1, seed=seed))
+        rule = None if spec is None else {"policy": method.policy, "knobs": dict(method.knobs)}
+        answer = client.generate([{"prompt_ids": prompt_ids, "max_tokens": max_new_tokens,
+                                   "temperature": sampling.temperature, "top_k": sampling.top_k,
+                                   "top_p": sampling.top_p, "seed": seed, "stop": list(stops), "rule": rule}])
+    return to_generation(tokenizer, prompt_ids, answer["results"][0], stops, None if drafter is None else drafter.kind)
