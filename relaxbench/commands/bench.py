@@ -122,6 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.set_defaults(handler=run_policies)
 
+    from relaxbench.commands.bench_engines import register_engines
+
+    register_engines(bsub)  # `bench engines` (relaxbench's loop vs vLLM), registered by its own module
+
 
 def run_engine(args: argparse.Namespace) -> int:
     from rich.table import Table

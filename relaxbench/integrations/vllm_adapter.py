@@ -33,6 +33,7 @@ import torch
 from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
 
+from relaxbench.integrations import vllm_native  # noqa: F401  (registers relaxbench's version of the native rule)
 from relaxbench.integrations.vllm_batch import output_row, request_block
 from relaxbench.integrations.vllm_rules import EXTRA_KEY, NATIVE, RuleRequest, check_rule
 from relaxbench.ops.sampling import SamplingParams
@@ -76,7 +77,7 @@ class RelaxbenchRejectionSampler(RejectionSampler):
             extra = (getattr(params, "extra_args", None) or {}).get(EXTRA_KEY)
             rule = RuleRequest.model_validate(extra) if extra is not None else RuleRequest(tag=req_id)
             policy = None
-            if rule.policy != NATIVE:
+            if rule.policy != NATIVE or rule.adapter:
                 policy = make_policy(rule.policy, rule.knobs)
                 check_rule(policy)
                 policy.reset()

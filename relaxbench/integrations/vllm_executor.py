@@ -194,7 +194,8 @@ class EngineTaskRun:
                              "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                              "seed": self.job.sample_seed(item.item_id, turn, repeat),
                              "stop": list(self.job.source.generation().stop), "rule": rule})
-        self.store.mark_started(self.session_id)
+        for _ in requests:  # every request of the batch starts now
+            self.store.mark_started(self.session_id)
         answer = self.x.client.generate(requests)
         batch = {"id": uuid.uuid4().hex[:12], "wall": answer["wall"], "requests": len(requests)}
         for (item, repeat), prompt_ids, result in zip(units, prompts, answer["results"]):

@@ -28,11 +28,14 @@ DRAFTER_METHODS = {"model": "draft_model", "ngram": "ngram", "eagle": "eagle", "
 
 class RuleRequest(Spec):
     """One request's verification rule, carried in ``SamplingParams.extra_args``: a relaxbench policy and its knobs,
-    or ``native`` (vLLM's own sampler); ``tag`` names the request in the step log ``log`` (a JSON-lines file)."""
+    or ``native`` (vLLM's own sampler; with ``adapter`` relaxbench's implementation of that rule through the
+    adapter, which is how the tests hold the two against each other); ``tag`` names the request in the step log
+    ``log`` (a JSON-lines file)."""
 
     tag: str
     policy: str = NATIVE
     knobs: dict[str, Any] = {}
+    adapter: bool = False
     log: str | None = None
 
 
