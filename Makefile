@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 BENCH_SUITE ?= default
+# the decoding engine of `make bench`: transformers (relaxbench's loop, the default) or vllm (docs/engines.md);
+# ENGINE=vllm runs the suite's vLLM version, suites/$(BENCH_SUITE)-vllm.yaml (the rules and drafters vLLM runs)
+ENGINE ?= transformers
+RUN_SUITE := $(BENCH_SUITE)$(if $(filter vllm,$(ENGINE)),-vllm,)
 # Debian packages: headless Chromium renders the HTML report and poppler renders and reads the PDF (report tests)
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
@@ -77,12 +81,13 @@ test-fast: install system-deps
 	$(PY) -m pytest -q -m "not slow"
 
 # The default suite (suites/default.yaml; BENCH_SUITE=full for bench-full): runs into runs/$(BENCH_SUITE), resumes
-# what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf.
+# what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf. ENGINE=vllm runs
+# suites/$(BENCH_SUITE)-vllm.yaml on the vLLM engine (runs/ and reports/$(BENCH_SUITE)-vllm).
 bench: install
 	@start=$$(date +%s); \
-	$(VENV)/bin/relaxbench compare --suite $(BENCH_SUITE) --out runs/$(BENCH_SUITE) \
-	  --report-out reports/$(BENCH_SUITE) && \
-	echo "make bench ($(BENCH_SUITE)): compare and report took $$(( $$(date +%s) - start )) s"
+	$(VENV)/bin/relaxbench compare --suite $(RUN_SUITE) --engine $(ENGINE) --out runs/$(RUN_SUITE) \
+	  --report-out reports/$(RUN_SUITE) && \
+	echo "make bench ($(RUN_SUITE), $(ENGINE)): compare and report took $$(( $$(date +%s) - start )) s"
 
 bench-full:
 	$(MAKE) bench BENCH_SUITE=full

@@ -202,3 +202,19 @@ def test_concurrency_needs_the_vllm_engine(tmp_path):
                      "--tasks", "jsonl", "--data-file", f"jsonl={DATA}", "--concurrency", "4", "--out",
                      str(tmp_path))
     assert_one_line_error(result, "--concurrency", "--engine vllm")
+
+
+def test_the_vllm_bench_suite_plans_and_passes_the_engines_checks():
+    """``make bench ENGINE=vllm`` runs suites/default-vllm.yaml: the default suite's pair and tasks, every arm one
+    the vLLM engine runs (checked before anything starts)."""
+    import relaxbench.integrations.vllm_native  # noqa: F401  (registers 'native', as compare --engine vllm does)
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.compare import suite_from_args
+    from relaxbench.harness.plan import build_plan
+    from relaxbench.integrations.vllm_executor import check_plan
+
+    plan = build_plan(suite_from_args(build_parser().parse_args(["compare", "--suite", "default-vllm"])))
+    assert (plan.suite.engine, plan.suite.concurrency) == ("vllm", (1, 4))
+    assert [arm.method.policy for arm in plan.arms] == ["none", "exact", "native", "fly", "margin-greedy",
+                                                         "typical-greedy"]
+    check_plan(plan)

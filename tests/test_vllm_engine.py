@@ -5,7 +5,7 @@ batch it needs on each: AR (no speculation), then n-gram speculation with k = 4 
 rule travels with each request). Against them:
 
 * greedy exact through the adapter reproduces vLLM's AR token for token, and so does vLLM's native sampler;
-* greedy outputs are the same in a batch of 4 and one request at a time (concurrency 4 and 1);
+* greedy outputs are the same in a batch of 4 and one request at a time (4 in flight and 1);
 * the adapter's per-step counts equal vLLM's own per-request spec-decode metrics, for the adapter's rules and
   for the native sampler;
 * speculative sampling through the adapter (relaxbench's rule, point-mass n-gram drafts) passes a two-sample
@@ -40,8 +40,9 @@ PROMPTS = ["Repeat this list three times: apple, banana, cherry, date, elderberr
            "Say 'the quick brown fox jumps over the lazy dog' twice.",
            "List the days of the week, then list them again in the same order."]
 MAX_TOKENS = 40
-SAMPLES = 240  # per arm of the distribution test
+SAMPLES = 160  # per arm of the distribution test
 SAMPLE_TOKENS = 4
+CONCURRENCY = 8  # the engines' max_num_seqs: the 4 greedy prompts run as one batch, the samples 8 at a time
 
 
 def _python():
@@ -84,11 +85,11 @@ def runs():
     repetitive = _prompt_ids(SMOLLM, ["Count: one two three one two three one two three one two"])[0]
     out = {}
     with VllmClient(python, stderr=subprocess.DEVNULL) as client:
-        client.start(EngineConfig(target, "float32", None, 4, max_model_len=1024))
+        client.start(EngineConfig(target, "float32", None, CONCURRENCY, max_model_len=1024))
         out["ar"] = client.generate(_greedy(prompts))["results"]
         out["ar-alone"] = [client.generate(_greedy([p]))["results"][0] for p in prompts]
         out["ar-sampled"] = client.generate(_sampled(repetitive))["results"]
-        client.start(EngineConfig(target, "float32", NGRAM, 4, max_model_len=1024))
+        client.start(EngineConfig(target, "float32", NGRAM, CONCURRENCY, max_model_len=1024))
         out["exact"] = client.generate(_greedy(prompts, {"policy": "exact"}))["results"]
         out["exact-alone"] = [client.generate(_greedy([p], {"policy": "exact"}))["results"][0] for p in prompts]
         out["native"] = client.generate(_greedy(prompts, {"policy": "native"}))["results"]
@@ -105,7 +106,7 @@ def ids(results):
 
 
 def test_exact_through_the_adapter_reproduces_vllm_ar(runs):
-    assert all(len(r["output_ids"]) > 10 for r in runs["ar"])
+    assert sum(len(r["output_ids"]) for r in runs["ar"]) > 2 * MAX_TOKENS
     assert ids(runs["exact"]) == ids(runs["ar"])
     assert ids(runs["native"]) == ids(runs["ar"])  # and vLLM's own sampler agrees with the adapter
     drafted = sum(sum(r["rounds"]["drafted"]) for r in runs["exact"])
@@ -113,7 +114,7 @@ def test_exact_through_the_adapter_reproduces_vllm_ar(runs):
     assert drafted > 0 and accepted > 0  # speculation happened: the equality is not AR against AR
 
 
-def test_greedy_outputs_are_the_same_at_concurrency_1_and_4(runs):
+def test_greedy_outputs_are_the_same_with_4_and_1_in_flight(runs):
     assert ids(runs["ar-alone"]) == ids(runs["ar"])
     assert ids(runs["exact-alone"]) == ids(runs["exact"])
 
