@@ -16,10 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def policy_description(cls) -> str:
     """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"..."""
-    exact = cls.greedy_is_exact and "greedy" in cls.modes
-    modes = ", ".join(sorted(cls.modes)) + ("; greedy: exact match" if exact else "")
-    fidelity = cls.fidelity.value if cls.fidelity is not None else "unstated"
-    return f"{fidelity} — {cls.summary} [{modes}]; {cls.reference}"
+    origin, exact = cls.origin, cls.modes.greedy_is_exact and "greedy" in cls.modes
+    modes = ", ".join(sorted(cls.modes.supported)) + ("; greedy: exact match" if exact else "")
+    return f"{origin.fidelity.value} — {origin.summary} [{modes}]; {origin.reference}"
 
 
 def rows(kind: str) -> list[tuple[str, str]]:
