@@ -24,7 +24,7 @@ from relaxbench.integrations.vllm_rules import RuleRequest, check_rule, speculat
 from relaxbench.integrations.vllm_worker import trim_rounds, verify_steps
 from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import make_policy
+from relaxbench.policies import POLICIES, make_policy
 from tests.conftest import assert_one_line_error, run_cli
 from tests.test_losslessness import random_prompts
 
@@ -122,9 +122,26 @@ def test_concurrency_is_validated():
             validate(SuiteSpec, {"target": "t", "methods": "exact", "tasks": "jsonl", "concurrency": bad}, "test")
 
 
+def test_engines_follow_the_drafter_duties():
+    """One engine per (drafter, k, how it drafts): under sampling FLy verifies greedy drafts (its duties), so it
+    needs an engine apart from speculative sampling's sampled drafts; under greedy decoding they share one."""
+    from relaxbench.harness.plan import Arm
+    from relaxbench.integrations.vllm_executor import engine_groups
+
+    def arm(name, policy):
+        return Arm(name, MethodSpec(name=name, policy=policy), name, DrafterSpec(kind="model"), 4)
+
+    ar = Arm("ar", MethodSpec(name="ar", policy="none"), "ar", None, 0)
+    arms = [ar, arm("fly", "fly"), arm("ss", "speculative-sampling")]
+    sampled = engine_groups(arms, SamplingParams(1.0))
+    assert [[a.name for a in group] for _, group in sampled] == [["ar"], ["fly"], ["ss"]]
+    greedy = engine_groups(arms, SamplingParams())
+    assert [[a.name for a in group] for _, group in greedy] == [["ar"], ["fly", "ss"]]
+
+
 def test_rules_the_engine_cannot_feed_are_refused():
     for name in ("judge", "judge-decoding"):
-        cls = make_policy.__globals__["POLICIES"].get(name)
+        cls = POLICIES.get(name)
         policy = cls.__new__(cls)  # needs only the class's declared needs
         with pytest.raises(ConfigError, match="vllm engine"):
             check_rule(policy)
@@ -135,7 +152,8 @@ def test_drafters_map_to_vllm_methods():
     assert speculative_config("ngram", {"max_ngram": 4, "min_ngram": 2}, 5, None) == {
         "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     assert speculative_config("model", {}, 3, "/m") == {"method": "draft_model", "num_speculative_tokens": 3,
-                                                        "model": "/m"}
+                                                        "model": "/m", "draft_sample_method": "greedy"}
+    assert speculative_config("model", {}, 3, "/m", greedy_drafts=False)["draft_sample_method"] == "probabilistic"
     assert speculative_config("eagle3", {}, 3, "/head")["method"] == "eagle3"
     for kind in ("layerskip", "ngram+lm"):
         with pytest.raises(ConfigError, match="transformers engine"):

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.records import GenerationResult, RoundLog
 from relaxbench.decoding.stops import decode_output
 from relaxbench.errors import ConfigError
@@ -29,7 +30,9 @@ from relaxbench.harness.store import SampleRow, Store
 from relaxbench.integrations import vllm_native  # noqa: F401  (registers the native arm's policy)
 from relaxbench.integrations.vllm_client import EngineConfig, VllmClient
 from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_rule, speculative_config
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
+from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.scoring import Score, ScoringContext
 
 WARMUP_TOKENS = 3  # as the transformers runner's warm-up: a draft round and a verify
@@ -72,24 +75,32 @@ def check_plan(plan: RunPlan) -> None:
     if plan.suite.executor != "in-process":
         raise ConfigError(f"--engine {ENGINE} runs in this process's vLLM worker; leave out --executor "
                           f"{plan.suite.executor}")
+    sampling = SamplingParams(plan.suite.temperature, plan.suite.top_k, plan.suite.top_p)
     for arm in plan.arms:
         if arm.is_baseline:
             continue
-        if arm.method.policy != NATIVE:
-            check_rule(make_policy(arm.method.policy, arm.method.knobs))
+        policy = make_policy(arm.method.policy, arm.method.knobs)
+        check_rule(policy)
         if arm.drafter is not None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
+            facts = DRAFTERS.get(arm.drafter.kind) if arm.drafter.kind in DRAFTERS else None
+            check_arm(policy, sampling, facts)
     for job in plan.jobs:
         if job.source.likelihood_only:
             raise ConfigError(f"task {job.name!r} is scored by the target's likelihoods, which the {ENGINE} engine "
                               "does not return; run it on the transformers engine")
 
 
-def engine_groups(arms: Sequence[Arm]) -> list[tuple[tuple[Any, ...], list[Arm]]]:
-    """Arms by the engine they need: AR first, then one per (drafter, knobs, k) in the order given."""
+def engine_groups(arms: Sequence[Arm], sampling: SamplingParams) -> list[tuple[tuple[Any, ...], list[Arm]]]:
+    """Arms by the engine they need: AR first, then one per (drafter, knobs, k, how it drafts) in the order given.
+    How it drafts is the policy's drafter duties (``policies.arm.drafter_duties``): greedy drafts for a rule that
+    verifies the drafter's top-1 path or a greedy run, sampled drafts otherwise (vLLM's ``draft_sample_method``)."""
     groups: dict[tuple[Any, ...], list[Arm]] = {}
     for arm in arms:
-        key = () if arm.drafter is None else (arm.drafter.kind, tuple(sorted(arm.drafter.knobs.items())), arm.k)
+        key: tuple[Any, ...] = ()
+        if arm.drafter is not None:
+            greedy = drafter_duties(POLICIES.get(arm.method.policy), sampling).sampling.greedy
+            key = (arm.drafter.kind, tuple(sorted(arm.drafter.knobs.items())), arm.k, greedy)
         groups.setdefault(key, []).append(arm)
     return sorted(groups.items(), key=lambda kv: kv[0] != ())
 
@@ -119,7 +130,8 @@ class VllmExecutor(Executor):
         spec = None
         if key:
             assert arm.drafter is not None
-            spec = speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, self.draft_ref)
+            spec = speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, self.draft_ref,
+                                      greedy_drafts=key[-1])
         return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed)
 
     def run(self, context: RunContext, progress: ProgressSink) -> None:
@@ -154,7 +166,7 @@ class EngineTaskRun:
 
     def run(self) -> None:
         turns = max((len(item.turns) for item in self.job.items), default=0)
-        for key, arms in engine_groups(self.job.arms):
+        for key, arms in engine_groups(self.job.arms, self.job.sampling):
             todo = [arm for arm in arms if self._missing(arm, turns)]
             if not todo:
                 continue
@@ -217,7 +229,7 @@ class EngineTaskRun:
         matches = divergence = None
         if baseline is not None:
             matches = generation.output_ids == list(baseline.output_ids)
-            lossless = POLICIES.get(arm.method.policy).lossless and self.job.sampling.greedy
+            lossless = POLICIES.get(arm.method.policy).modes.lossless and self.job.sampling.greedy
             if not matches and lossless:
                 divergence = dict(NOT_DIAGNOSED)
         latency = result.get("latency") or {}
@@ -288,7 +300,8 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
             check_rule(make_policy(method.policy, method.knobs))
         assert drafter is not None
         draft_ref = locate(draft)[1] if drafter.kind not in ("ngram",) and draft is not None else None
-        spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref)
+        spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref,
+                                  greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy)
     else:
         spec = None
     tokenizer = load_tokenizer(target, quiet=True)

@@ -48,8 +48,11 @@ def check_rule(policy: VerificationPolicy) -> None:
                           "transformers)")
 
 
-def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model: str | None) -> dict[str, Any]:
-    """vLLM's ``speculative_config`` for relaxbench's drafter ``kind`` with ``knobs`` and draft length ``k``."""
+def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model: str | None,
+                       greedy_drafts: bool = True) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for relaxbench's drafter ``kind`` with ``knobs`` and draft length ``k``; a model
+    drafter drafts its top-1 path (``greedy_drafts``) or samples, handing over its distribution (vLLM's
+    ``draft_sample_method``)."""
     method = DRAFTER_METHODS.get(kind)
     if method is None:
         raise ConfigError(f"drafter {kind!r} has no counterpart on the {ENGINE} engine (it runs "
@@ -62,4 +65,5 @@ def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model:
         if draft_model is None:
             raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs a model: pass --draft PATH")
         config["model"] = draft_model
+        config["draft_sample_method"] = "greedy" if greedy_drafts else "probabilistic"
     return config
