@@ -236,3 +236,48 @@ def test_the_vllm_bench_suite_plans_and_passes_the_engines_checks():
     assert [arm.method.policy for arm in plan.arms] == ["none", "exact", "native", "fly", "margin-greedy",
                                                          "typical-greedy"]
     check_plan(plan)
+
+
+def _cell(arm, samples, baseline=False):
+    from relaxbench.analysis.records import CellRecord
+
+    return CellRecord(task="t", arm=arm, position=0 if baseline else 1, is_baseline=baseline, method=arm,
+                      policy="none" if baseline else "exact", lossless=True, knobs={}, method_spec={}, drafter=None,
+                      k=0 if baseline else 4, decode={}, task_spec={}, scorer="agreement", data_fingerprint="x",
+                      cell_id=1 if baseline else 2, samples=tuple(samples))
+
+
+def _sample(item, tokens, seconds, batch, tpot=0.01):
+    from relaxbench.harness.store import SampleRow
+
+    return SampleRow(cell_id=0, session_id=1, item_id=item, item_index=0, turn=0, repeat=0, category=None,
+                     created_at="", prompt_ids=(1,), output_ids=tuple(range(tokens)), output_text="", stop_reason="length",
+                     n_prompt_tokens=1, n_output_tokens=tokens, n_rounds=tokens, n_drafted=0, n_accepted=0,
+                     n_relaxed=0, time_total=seconds, time_prefill=0.1, time_draft=0.0, time_verify=0.0,
+                     time_policy=0.0, round_drafted=(), round_accepted=(), round_relaxed=(), round_emitted=(),
+                     round_t_draft=(), round_t_verify=(), round_t_policy=(), score=None, passed=None,
+                     score_details={}, matches_baseline=None, divergence=None, time_per_output_token=tpot,
+                     engine_metrics={"batch": batch}, sample_id=hash((item, seconds)) % 10 ** 6)
+
+
+def test_speed_against_concurrency_pairs_against_ar_at_the_same_concurrency(tmp_path):
+    from relaxbench.analysis.concurrency import concurrency_points
+    from relaxbench.analysis.records import RunRecord
+    from relaxbench.report.concurrency import concurrency_figure, concurrency_tables
+
+    def run(level, ar_seconds, arm_seconds, wall):
+        ar_batch, arm_batch = {"id": f"a{level}", "wall": wall}, {"id": f"b{level}", "wall": wall / 2}
+        cells = (_cell("ar", [_sample(i, 10, ar_seconds, ar_batch) for i in "xy"], baseline=True),
+                 _cell("exact", [_sample(i, 10, arm_seconds, arm_batch) for i in "xy"]))
+        return RunRecord(level, f"k{level}", "", "", "t", None, {"concurrency": [level]}, cells, ())
+
+    points = concurrency_points([run(1, 2.0, 1.0, 4.0), run(8, 1.0, 1.0, 1.0)])
+    by = {(p.arm, p.concurrency): p for p in points}
+    assert by[("ar", 1)].tokens_per_second == 20 / 4.0  # one batch of 20 tokens in 4 s (counted once)
+    assert by[("exact", 1)].tokens_per_second == 20 / 2.0
+    assert by[("exact", 1)].speedup.value == pytest.approx(2.0)  # against AR at concurrency 1
+    assert by[("exact", 8)].speedup.value == pytest.approx(1.0)  # against AR at concurrency 8, not 1
+    tables = concurrency_tables(points)
+    assert [row.key for row in tables[0].rows] == ["ar", "ar", "exact", "exact"]
+    concurrency_figure(points, "t").savefig(tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
