@@ -1,11 +1,12 @@
 """The ``native`` arm: vLLM's own rejection sampler, so a run states how the adapter's rules agree with it.
 
 On the vllm engine a request whose rule is ``native`` goes through vLLM's ``RejectionSampler`` unchanged (the
-adapter only counts its verdicts). On the transformers engine, and through the adapter when a request asks for
-relaxbench's version (``RuleRequest.adapter``), the same rule is relaxbench's lossless verdict: exact match under
-greedy decoding, speculative sampling under sampling, with point-mass drafts when the drafter has no distribution
-(what vLLM does for n-gram drafts). Registered as a policy (entry point ``relaxbench.policies: native``) so
-methods, cells and reports treat it like any rule.
+adapter only counts its verdicts). Through the adapter, when a request asks for relaxbench's version
+(``RuleRequest.adapter``, as the tests do), the rule is relaxbench's lossless verdict: exact match under greedy
+decoding, speculative sampling under sampling, with point-mass drafts when the drafter has no distribution (what
+vLLM does for n-gram drafts). Registered as a policy when the vLLM integration is imported (``compare --engine
+vllm`` imports it before planning), so methods, cells and reports treat it like any rule; it is not an entry point,
+so it is not a rule of the transformers engine and ``relaxbench list policies`` does not list it.
 """
 
 from __future__ import annotations
