@@ -31,6 +31,20 @@ from tests.test_losslessness import random_prompts
 DATA = "tests/data/tiny_tasks.jsonl"
 
 
+@pytest.fixture
+def native():
+    """The vLLM engine's ``native`` rule, registered as ``compare --engine vllm`` registers it, and unregistered
+    afterwards: it is no rule of the transformers engine, so the rest of the suite must not see it."""
+    import importlib
+
+    import relaxbench.integrations.vllm_native as module
+
+    if "native" not in POLICIES:  # imported and unregistered by an earlier test: register it again
+        importlib.reload(module)
+    yield
+    POLICIES._items.pop("native", None)
+
+
 class Recorder:
     """Wraps a policy: records every (block, verdict, generator state before the verdict) the engine produced."""
 
@@ -54,9 +68,7 @@ REPLAYED = [("exact", SamplingParams(), "model"), ("fly", SamplingParams(), "mod
 
 
 @pytest.mark.parametrize("name,sampling,drafter", REPLAYED, ids=[f"{n}-{d}-T{s.temperature}" for n, s, d in REPLAYED])
-def test_adapter_replays_the_transformers_engine_verdicts(name, sampling, drafter, tiny_target, tiny_draft):
-    import relaxbench.integrations.vllm_native  # noqa: F401  (registers 'native')
-
+def test_adapter_replays_the_transformers_engine_verdicts(name, sampling, drafter, tiny_target, tiny_draft, native):
     method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(kind=drafter))
     decoder = build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=4, max_new_tokens=24, sampling=sampling))
     recorder = Recorder(decoder.policy)
@@ -122,7 +134,7 @@ def test_concurrency_is_validated():
             validate(SuiteSpec, {"target": "t", "methods": "exact", "tasks": "jsonl", "concurrency": bad}, "test")
 
 
-def test_engines_follow_the_drafter_duties():
+def test_engines_follow_the_drafter_duties(native):
     """One engine per (drafter, k, how it drafts): under sampling FLy verifies greedy drafts (its duties), so it
     needs an engine apart from speculative sampling's sampled drafts; under greedy decoding they share one."""
     from relaxbench.harness.plan import Arm
@@ -222,10 +234,9 @@ def test_concurrency_needs_the_vllm_engine(tmp_path):
     assert_one_line_error(result, "--concurrency", "--engine vllm")
 
 
-def test_the_vllm_bench_suite_plans_and_passes_the_engines_checks():
+def test_the_vllm_bench_suite_plans_and_passes_the_engines_checks(native):
     """``make bench ENGINE=vllm`` runs suites/default-vllm.yaml: the default suite's pair and tasks, every arm one
     the vLLM engine runs (checked before anything starts)."""
-    import relaxbench.integrations.vllm_native  # noqa: F401  (registers 'native', as compare --engine vllm does)
     from relaxbench.cli import build_parser
     from relaxbench.commands.compare import suite_from_args
     from relaxbench.harness.plan import build_plan
