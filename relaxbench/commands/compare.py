@@ -79,6 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--apply-chat-template", action="store_true", default=None,
                    help="lm_eval:NAME tasks: render prompts with the target's chat template, few-shot examples as "
                         "turns (as lm-eval's --apply_chat_template)")
+    c.add_argument("--engine", default=None, choices=("transformers", "vllm"),
+                   help="decoding engine: relaxbench's own loop (transformers, default) or vLLM (docs/engines.md; "
+                        "`make install` sets it up)")
+    c.add_argument("--concurrency", default=None, metavar="N[,M,...]",
+                   help="vllm: requests in flight (vLLM's max_num_seqs), one run per value (default 1)")
     add_report_args(c, prefix="report-")
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
@@ -111,7 +116,8 @@ def suite_from_args(args: argparse.Namespace):
              "override_task_sampling": args.override_task_sampling, "thinking_budget": args.thinking_budget,
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
              "include_paths": tuple(args.include_path) if args.include_path else None, "executor": args.executor,
-             "device_map": args.device_map, "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None}
+             "device_map": args.device_map, "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None,
+             "engine": getattr(args, "engine", None), "concurrency": getattr(args, "concurrency", None)}
     given = {key: value for key, value in flags.items() if value is not None}
     validate(SuiteSpec, {"target": "-", "methods": ["-"], "tasks": ["-"], **given}, "compare", "flag")  # as typed
     fields.update(given)
@@ -224,6 +230,30 @@ def run_progress() -> RichProgress | LogProgress:
 
 
 def run(args: argparse.Namespace) -> int:
+    suite = suite_from_args(args)
+    if suite.engine == "transformers" and suite.concurrency != (1,):
+        raise ConfigError("--concurrency applies to --engine vllm (the transformers engine runs one request at a "
+                          "time)")
+    if suite.engine == "vllm":
+        from relaxbench.integrations.vllm_client import vllm_python
+
+        vllm_python()  # a missing vLLM environment is one line, before anything else
+    run_ids = [run_suite(args, suite.model_copy(update={"concurrency": (n,)})) for n in suite.concurrency]
+    if len(run_ids) > 1:
+        from relaxbench.report.concurrency import print_concurrency
+
+        print_concurrency(Path(args.out) if args.out else default_out(suite), run_ids)
+    return 0
+
+
+def default_out(suite: Any) -> Path:
+    from relaxbench.harness.plan import default_out_dir
+
+    return default_out_dir(suite)
+
+
+def run_suite(args: argparse.Namespace, suite: Any) -> int:
+    """Run one suite (one concurrency): check, lock the store, then run, grade, tabulate and report it; its run id."""
     from relaxbench.harness.executor import EXECUTORS
     from relaxbench.harness.grading import GradedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
@@ -232,10 +262,16 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.sqlite_file import WriterLock
     from relaxbench.validation import validate
 
-    suite = suite_from_args(args)
     report_formats = report_formats_of(args)  # checked before anything runs
     check_profile_args(list(suite.profiles), args.x_axis)
-    executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
+    if suite.engine == "vllm":
+        from relaxbench.integrations.vllm_executor import VllmExecutor
+
+        executor_type: Any = VllmExecutor
+        if suite.executor != "in-process":
+            raise ConfigError(f"--engine vllm runs in its own vLLM worker; leave out --executor {suite.executor}")
+    else:
+        executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
     options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
     grader = grader_from_args(args)
     check_device(suite.device)
@@ -259,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, report_formats: tuple[str, ...],
                executor_type: Any, options: Any, grader: Any, graded: list[Any], grader_device: str | None) -> int:
-    """The run itself, once the store's writer lock is held: load, generate, grade, tabulate, report."""
+    """The run itself, once the store's writer lock is held: load, generate, grade, tabulate, report; its run id."""
     from relaxbench.harness.executor import ModelSetup, RunContext
     from relaxbench.harness.runner import register_job
     from relaxbench.harness.store import open_store
@@ -297,7 +333,7 @@ def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, r
 
         write_and_announce(out_dir, ",".join(report_formats), args.report_out, args.budget, run_id,
                            x_axis=args.x_axis)
-    return 0
+    return run_id
 
 
 def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--system", default=None, help="system message for chat models")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
+                   help="decoding engine: relaxbench's own loop (default) or vLLM (docs/engines.md)")
     add_decoding_args(g)
     add_runtime_args(g)
     g.set_defaults(handler=run)
@@ -56,17 +58,29 @@ def run(args: argparse.Namespace) -> int:
                           stop_strings=tuple(args.stop), seed=args.seed)
     draft_name = None if method.policy == "none" else args.draft
     check_method(method.name, method, draft_name, sampling)  # before any model loads
-    drafter = effective_drafter(method, draft_name)
-    target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
-    prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
-    check_fits_context(target, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
-    decoder = build_decoder(method, target, draft, decode, draft_name)
-    result = decoder.generate(prompt_ids)
+    if args.engine == "vllm":
+        from relaxbench.integrations.vllm_client import vllm_python
+        from relaxbench.integrations.vllm_executor import generate_once
+
+        vllm_python()  # a missing vLLM environment is one line, before anything loads
+        result = generate_once(args.target, draft_name, method, decode.k, sampling, args.max_new_tokens,
+                               tuple(args.stop), lambda tok: encode_prompt(tok, args.prompt, chat=not args.no_chat,
+                                                                          system=args.system),
+                               args.dtype, args.seed)
+        policy_name, k_shown = method.policy, 0 if method.policy == "none" else decode.k
+    else:
+        drafter = effective_drafter(method, draft_name)
+        target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
+        prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
+        check_fits_context(target, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
+        decoder = build_decoder(method, target, draft, decode, draft_name)
+        result = decoder.generate(prompt_ids)
+        policy_name, k_shown = decoder.policy.name, decode.k if decoder.drafter else 0
 
     out = console()
     out.print(result.text, markup=False, highlight=False)
     err = console(stderr=True)
-    table = Table(title=f"{method.name} ({decoder.policy.name}, k={decode.k if decoder.drafter else 0})")
+    table = Table(title=f"{method.name} ({policy_name}, k={k_shown}, {args.engine})")
     for col in ("tokens", "rounds", "mean acc. length", "acceptance rate", "relaxed", "tokens/s", "stop"):
         table.add_column(col, justify="right")
     c = result.counters

@@ -56,6 +56,11 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     # per round, a span-gated rule's (policies/span.py) emitted tokens and relaxed acceptances inside the thinking span
     ("samples", "round_emitted_in_span", "TEXT"),
     ("samples", "round_relaxed_in_span", "TEXT"),
+    # the vLLM engine's per-request latency and batch (NULL for relaxbench's own loop, which runs one request)
+    ("samples", "time_to_first_token", "REAL"),  # arrival to the first output token, seconds
+    ("samples", "time_per_output_token", "REAL"),  # after the first token, seconds per output token
+    ("samples", "concurrency", "INTEGER"),  # the requests the engine kept in flight (vLLM's max_num_seqs)
+    ("samples", "engine_metrics", "TEXT"),  # the engine's own per-request metrics (vLLM's spec-decode counts)
 )
 
 SCHEMA = """
@@ -232,7 +237,7 @@ _LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_a
                            "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy", "round_extra",
                            "round_lookups", "round_emitted_in_span", "round_relaxed_in_span"})
 _NESTED_LIST_COLUMNS = frozenset({"round_draft_forwards"})
-_OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
+_OBJECT_COLUMNS = frozenset({"score_details", "divergence", "engine_metrics"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
 _ADDED_SAMPLE_COLUMNS = frozenset(column for table, column, _ in ADDED_COLUMNS if table == "samples")
 
@@ -287,6 +292,12 @@ class SampleRow:
     forced_tokens: int | None = None  # the forced end-of-thinking text's tokens in output_ids (None: none)
     round_emitted_in_span: tuple[int | None, ...] | None = None  # span-gated rules only (None otherwise)
     round_relaxed_in_span: tuple[int | None, ...] | None = None
+    # the vLLM engine's (None for relaxbench's own loop): latency beyond time_total (arrival to finish) and
+    # time_prefill, the batch it ran in, and vLLM's own per-request spec-decode metrics
+    time_to_first_token: float | None = None
+    time_per_output_token: float | None = None
+    concurrency: int | None = None
+    engine_metrics: Mapping[str, Any] | None = None
     sample_id: int | None = None  # assigned by the store
 
     @classmethod

@@ -22,6 +22,11 @@ VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "i
 # fields added to the suite after runs were stored: part of the key only when set
 ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling", "thinking_budget", "thinking_budget_text")
 
+# fields added with a default: part of the key only away from it, so every run stored before them keeps its key
+DEFAULT_KEY_FIELDS: dict[str, Any] = {"engine": "transformers", "concurrency": (1,)}
+
+ENGINES = ("transformers", "vllm")
+
 
 def split_names(value: Any, what: str) -> tuple[str, ...]:
     """A comma-separated string or a list of names, as a non-empty tuple."""
@@ -78,6 +83,34 @@ class SuiteSpec(Spec):
     # cost profiles the tables and the report price proxy speed-ups with (device names, profile files): recorded
     # with the run, they change no sample, so they are not part of its key
     profiles: tuple[Text, ...] = ()
+    # the decoding engine: relaxbench's own loop (transformers, batch 1) or vLLM (docs/engines.md); and the
+    # requests vLLM keeps in flight (its max_num_seqs), one run per value
+    engine: Text = "transformers"
+    concurrency: tuple[Integer, ...] = (1,)
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        if value not in ENGINES:
+            raise ValueError(f"must be one of {', '.join(ENGINES)}, got {value!r}{did_you_mean(value, list(ENGINES))}")
+        return value
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if isinstance(value, str):
+            try:
+                value = [int(v) for v in value.split(",") if v.strip()]
+            except ValueError:
+                raise ValueError(f"must be comma-separated positive integers, got {value!r}") from None
+        if not isinstance(value, (list, tuple)) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+            raise ValueError(f"must be one or more positive integers, got {value!r}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a value twice: {value!r}")
+        return tuple(value)
 
     @field_validator("methods", "tasks", mode="before")
     @classmethod
@@ -144,6 +177,9 @@ class SuiteSpec(Spec):
         for added in ADDED_KEY_FIELDS:  # fields added later stay out of the key at their default: old runs resume
             if not data[added]:
                 data.pop(added)
+        for name, default in DEFAULT_KEY_FIELDS.items():
+            if data[name] == default:
+                data.pop(name)
         return data
 
     def record(self) -> dict[str, Any]:

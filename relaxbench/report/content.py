@@ -465,6 +465,15 @@ def decoding_text(decode: Mapping[str, Any], overridden: bool) -> str:
     return text
 
 
+def engine_text(suite: Mapping[str, Any]) -> str:
+    """The decoding engine (docs/engines.md): relaxbench's loop, one request at a time, or vLLM at a concurrency."""
+    engine = suite.get("engine") or "transformers"
+    if engine == "transformers":
+        return "transformers (relaxbench's loop, one request at a time)"
+    concurrency = ", ".join(map(str, suite.get("concurrency") or (1,)))
+    return f"{engine} (requests in flight: {concurrency})"
+
+
 def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Table, Table]:
     latest = run.environment[-1] if run.environment else {}
     suite = run.suite
@@ -480,7 +489,8 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
              ("target", model_text("target", run.target)), ("draft", model_text("draft", run.draft)),
              ("methods", ", ".join(map(str, suite.get("methods") or ())) or "-"),
              ("repeats", str(suite.get("repeats", "-"))), ("item limit", str(suite.get("limit") or "all")),
-             ("warm-up generations per arm", str(suite.get("warmup", "-")))]
+             ("warm-up generations per arm", str(suite.get("warmup", "-"))),
+             ("engine", engine_text(suite))]
     setup = Table("setup-table", "Run", ("field", "value"),
                   tuple(Row(k, (Cell(k, "field"), Cell(v, "value"))) for k, v in pairs))
     rows = []

@@ -1,0 +1,117 @@
+"""The driver's side of the vLLM engine: finds the vLLM environment, starts the worker in it and talks to it.
+
+vLLM 0.32 pins transformers below relaxbench's range, so it has an environment of its own (``.venv-vllm``, built by
+``make install-vllm``) and relaxbench drives ``relaxbench.integrations.vllm_worker`` there as a subprocess, over
+JSON lines (one request, one answer). Nothing in this module imports vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from relaxbench.errors import ConfigError, RelaxbenchError
+
+PYTHON_VARIABLE = "RELAXBENCH_VLLM_PYTHON"  # the vLLM environment's interpreter, if not the checkout's .venv-vllm
+INSTALL_HINT = "run `make install-vllm` (it builds .venv-vllm)"
+
+
+class EngineError(RelaxbenchError):
+    """The vLLM worker failed or refused a request (one line)."""
+
+
+def vllm_python() -> Path:
+    """The vLLM environment's interpreter, or one line naming the make target that builds it."""
+    given = os.environ.get(PYTHON_VARIABLE)
+    path = Path(given) if given else Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+    if not path.is_file():
+        where = f"{PYTHON_VARIABLE}={given}" if given else str(path.parent.parent)
+        raise ConfigError(f"the vllm engine is not installed (no environment at {where}): {INSTALL_HINT}")
+    return path
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One vLLM engine: the target, the drafter's speculative config (None: AR), the concurrency."""
+
+    target: str
+    dtype: str
+    speculative_config: Mapping[str, Any] | None
+    max_num_seqs: int
+    max_model_len: int | None = None
+    seed: int = 0
+    kv_cache_gib: float = 1.0  # the KV cache's memory (on CPU vLLM otherwise reserves most of the machine's)
+
+    def message(self) -> dict[str, Any]:
+        return {"target": self.target, "dtype": self.dtype, "max_num_seqs": self.max_num_seqs, "seed": self.seed,
+                "max_model_len": self.max_model_len,
+                "kv_cache_gib": self.kv_cache_gib,
+                "speculative_config": None if self.speculative_config is None else dict(self.speculative_config)}
+
+
+class VllmClient:
+    """A running worker; ``start`` an engine, ``generate`` batches on it, ``close`` when done."""
+
+    def __init__(self, python: Path | None = None, stderr: Any = None) -> None:
+        python = python or vllm_python()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                           os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1")}
+        self.process = subprocess.Popen([str(python), "-m", "relaxbench.integrations.vllm_worker"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=sys.stderr if stderr is None else stderr, text=True, env=env)
+        self.config: EngineConfig | None = None
+        self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            code = self.process.wait()
+            raise EngineError(f"the vllm worker exited (code {code}) before answering; its log is above")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise EngineError(f"vllm engine: {reply.get('error')}")
+        return reply
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def start(self, config: EngineConfig) -> dict[str, Any]:
+        """Build the engine (reusing the running one when it is the same)."""
+        if config == self.config:
+            return {}
+        self.config = None
+        reply = self._ask({"op": "start", "engine": config.message()})
+        self.config = config
+        return reply
+
+    def generate(self, requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Submit every request at once; the answer holds one result per request, in order, and the wall time."""
+        return self._ask({"op": "generate", "requests": [dict(r) for r in requests]})
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self._ask({"op": "close"})
+            except (EngineError, OSError, ValueError):
+                pass
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def __enter__(self) -> VllmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,69 @@
+"""What the vLLM engine can run, decided without vLLM: the rule a request carries, the rules and drafters the engine
+refuses, and how relaxbench's drafters map to vLLM's speculative methods.
+
+Imported by the driver (in relaxbench's environment, to refuse early) and by the adapter and the worker (in the
+vLLM environment), so it imports neither vLLM nor transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from relaxbench.errors import ConfigError
+from relaxbench.policies import Need, VerificationPolicy
+from relaxbench.validation import Spec
+
+EXTRA_KEY = "relaxbench"  # the key of ``SamplingParams.extra_args`` that carries a request's rule
+NATIVE = "native"  # the rule name that asks for vLLM's own rejection sampler
+ENGINE = "vllm"
+
+# what vLLM's verification step cannot give a policy: it runs the verify forward itself, without extra tokens,
+# and hands the sampler logits only
+UNSUPPORTED_NEEDS = (Need.HIDDEN_STATES, Need.DRAFT_HIDDEN_STATES, Need.EXTRA_TOKENS)
+
+# relaxbench drafter kind -> vLLM speculative method; eagle, eagle3 and mtp exist only on this engine
+DRAFTER_METHODS = {"model": "draft_model", "ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp"}
+
+
+class RuleRequest(Spec):
+    """One request's verification rule, carried in ``SamplingParams.extra_args``: a relaxbench policy and its knobs,
+    or ``native`` (vLLM's own sampler; with ``adapter`` relaxbench's implementation of that rule through the
+    adapter, which is how the tests hold the two against each other); ``tag`` names the request in the step log
+    ``log`` (a JSON-lines file)."""
+
+    tag: str
+    policy: str = NATIVE
+    knobs: dict[str, Any] = {}
+    adapter: bool = False
+    log: str | None = None
+
+
+def check_rule(policy: VerificationPolicy) -> None:
+    """Refuse, in one line naming the engine, a policy whose inputs vLLM's verification step does not supply."""
+    missing = [need.value for need in UNSUPPORTED_NEEDS if need in policy.needs]
+    if missing:
+        raise ConfigError(f"policy {policy.name!r} needs {', '.join(missing)}, which the {ENGINE} engine's "
+                          "verification step does not supply; run it on the transformers engine (--engine "
+                          "transformers)")
+
+
+def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model: str | None,
+                       greedy_drafts: bool = True) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for relaxbench's drafter ``kind`` with ``knobs`` and draft length ``k``; a model
+    drafter drafts its top-1 path (``greedy_drafts``) or samples, handing over its distribution (vLLM's
+    ``draft_sample_method``)."""
+    method = DRAFTER_METHODS.get(kind)
+    if method is None:
+        raise ConfigError(f"drafter {kind!r} has no counterpart on the {ENGINE} engine (it runs "
+                          f"{', '.join(sorted(DRAFTER_METHODS))}); run it on the transformers engine")
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+    if kind == "ngram":
+        config["prompt_lookup_max"] = int(knobs.get("max_ngram", 3))
+        config["prompt_lookup_min"] = int(knobs.get("min_ngram", 1))
+    else:
+        if draft_model is None:
+            raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs a model: pass --draft PATH")
+        config["model"] = draft_model
+        config["draft_sample_method"] = "greedy" if greedy_drafts else "probabilistic"
+    return config

