@@ -75,16 +75,6 @@ def test_every_policy_names_its_fidelity_and_reference():
         assert "deviation" in doc or cls.fidelity in (Fidelity.BASELINE, Fidelity.PAPER), name
 
 
-def test_readme_policy_table_has_a_reference_column_for_every_policy():
-    from pathlib import Path
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    header = next(line for line in readme.splitlines() if line.startswith("| policy |"))
-    assert "reference" in header
-    for name in POLICIES.names():
-        assert re.search(rf"^\| `{re.escape(name)}` \|", readme, re.MULTILINE), name
-
-
 # -- processing: lazily computed rows, the run's order and MARS's order ---------------------------------------------
 @pytest.mark.parametrize("sampling", [GREEDY, T1, TRUNCATED, SamplingParams(0.7, top_p=0.5)])
 def test_rows_computed_one_at_a_time_equal_the_batched_rows_bit_for_bit(sampling):
