@@ -834,5 +834,5 @@ def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():
     typical, exact = (plan_module._arm_identity(arm) for arm in built.arms if arm.method.policy in ("typical", "exact"))
     assert typical["policy_revision"] == POLICIES.get("typical").revision >= 1
     assert "policy_revision" not in exact
-    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules issue 13 changed
+    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules whose verdicts changed (revision 1)
         assert POLICIES.get(name).revision >= 1, name

@@ -7,7 +7,7 @@ Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over
 mean over its n samples, with CIs from resampling units, i.e. items). Only units that every arm of the task has
 finished are used, so every figure of a task's table is over the same samples.
 
-Definitions: ``METRIC_DEFINITIONS`` below (also in the README, and printed in every report).
+Definitions: ``METRIC_DEFINITIONS`` below (printed in every report; docs/metrics.md is generated from it).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 
 Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in

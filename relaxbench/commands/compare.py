@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--top-p", type=float, default=None)
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
-    c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (README "
-                                                    "'Running on a cluster'; needs relaxbench[ray])")
+    c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (docs/cluster.md; "
+                                                    "needs relaxbench[ray])")
     c.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="ray: join this cluster (HOST:PORT, or 'auto' for the one `ray start` made on this machine); "
                         "default: start a local cluster and shut it down afterwards")

@@ -39,7 +39,7 @@ class Need(enum.Enum):
 
 
 class Fidelity(enum.Enum):
-    """How a rule relates to its source (``relaxbench list policies`` and the README's policy table show it)."""
+    """How a rule relates to its source (``relaxbench list policies`` and the policy table of docs/policies.md show it)."""
 
     REFERENCE = "as reference"  # follows the authors' (or a reference reproduction's) code at a named commit
     PAPER = "as paper (no code)"  # follows the paper; no public code was found

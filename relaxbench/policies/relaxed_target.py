@@ -56,7 +56,7 @@ Defaults are the mildest point of each paper grid. Deviations from the reference
   narrower than the target's, padded by the engine) takes the row's smallest finite draft logit (the reference
   raises);
 * sums over the vocabulary (TV, η, D) are taken row by row, so at a large vocabulary they round differently from
-  the batched sums of an earlier version of this module (the verdicts are the same but at exact ties).
+  batched sums (the verdicts are the same but at exact ties).
 
 Note on ``contrastive``: at equal target and draft temperatures ``π ∝ p^(1+β)·q^(−β)``, and ``π(x) > p(x)`` only
 where ``p(x) > q(x)``, where speculative sampling accepts anyway; so with the same uniforms it never accepts a
