@@ -36,6 +36,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}  # another name -> the registered name it resolves to
         self._plugins_loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -48,9 +49,16 @@ class Registry(Generic[T]):
         return add
 
     def add(self, name: str, obj: T) -> None:
-        if name in self._items and self._items[name] is not obj:
+        if (name in self._items and self._items[name] is not obj) or name in self._aliases:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._items[name] = obj
+
+    def alias(self, alias: str, name: str) -> None:
+        """Let ``alias`` resolve to the entry ``name`` (a renamed entry keeps its old name working); aliases are
+        not listed."""
+        if alias in self._items or self._aliases.get(alias, name) != name:
+            raise ValueError(f"{self.kind} alias {alias!r} is already a name")
+        self._aliases[alias] = name
 
     def _entry_points(self, name: str | None = None) -> list[EntryPoint]:
         if self.entry_point_group is None:
@@ -80,6 +88,7 @@ class Registry(Generic[T]):
                     continue
 
     def get(self, name: str) -> T:
+        name = self._aliases.get(name, name)
         if name not in self._items:
             for ep in self._entry_points(name):
                 self._load(ep)
@@ -95,7 +104,11 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         self._load_plugins()
-        return name in self._items
+        return name in self._items or name in self._aliases
+
+    def aliases_of(self, name: str) -> list[str]:
+        """The aliases that resolve to ``name``."""
+        return sorted(alias for alias, target in self._aliases.items() if target == name)
 
     def names(self) -> list[str]:
         self._load_plugins()

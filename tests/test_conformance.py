@@ -28,7 +28,7 @@ from scipy import stats
 from relaxbench.ops.rows import LazyRows
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs, process_logits
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.base import Block, Fidelity, PolicyEnv
+from relaxbench.policies.base import Block, Fidelity, PolicyEnv, registration_problems
 from relaxbench.policies.fly import top3_entropy
 from relaxbench.policies.relaxed_target import divergence
 
@@ -67,12 +67,13 @@ class CountingTokenizer:
 # -- every rule says what it follows ------------------------------------------------------------------------------
 def test_every_policy_names_its_fidelity_and_reference():
     for name, cls in POLICIES.items():
-        assert isinstance(cls.fidelity, Fidelity), name
-        assert cls.reference, name
-        if cls.fidelity is Fidelity.REFERENCE:  # a repository at a commit
-            assert re.search(r"[\w.-]+/[\w.-]+@[0-9a-f]{7}", cls.reference), (name, cls.reference)
+        assert isinstance(cls.origin.fidelity, Fidelity), name
+        assert cls.origin.reference, name
+        if cls.origin.fidelity is Fidelity.REFERENCE:  # a repository at a commit
+            assert re.search(r"[\w.-]+/[\w.-]+@[0-9a-f]{7}", cls.origin.reference), (name, cls.origin.reference)
         doc = (__import__(cls.__module__, fromlist=["_"]).__doc__ or "").lower()
-        assert "deviation" in doc or cls.fidelity in (Fidelity.BASELINE, Fidelity.PAPER), name
+        assert "deviation" in doc or cls.origin.fidelity in (Fidelity.BASELINE, Fidelity.PAPER), name
+        assert registration_problems(cls) == [], name  # the registration check states these rules
 
 
 # -- processing: lazily computed rows, the run's order and MARS's order ---------------------------------------------
@@ -832,7 +833,7 @@ def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():
                       tasks=("humaneval",), limit=1)
     built = plan_module.build_plan(suite)
     typical, exact = (plan_module._arm_identity(arm) for arm in built.arms if arm.method.policy in ("typical", "exact"))
-    assert typical["policy_revision"] == POLICIES.get("typical").revision >= 1
+    assert typical["policy_revision"] == POLICIES.get("typical").origin.revision >= 1
     assert "policy_revision" not in exact
     for name in ("typical", "margin", "fly", "casc-tok"):  # the rules whose verdicts changed (revision 1)
-        assert POLICIES.get(name).revision >= 1, name
+        assert POLICIES.get(name).origin.revision >= 1, name

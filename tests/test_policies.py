@@ -388,15 +388,15 @@ def test_contrastive_target():
 # own heads in test_trained_judges.py
 BUILD_WITH_DEFAULTS = sorted(name for name, cls in POLICIES.items()
                              if not any(f.is_required() for f in cls.Knobs.model_fields.values()))
-RELAXED = sorted(name for name, cls in POLICIES.items() if not cls.lossless and name in BUILD_WITH_DEFAULTS)
+RELAXED = sorted(name for name, cls in POLICIES.items() if not cls.modes.lossless and name in BUILD_WITH_DEFAULTS)
 GREEDY_RELAXED = [name for name in RELAXED if "greedy" in POLICIES.get(name).modes]
 
 
 def test_every_relaxed_rule_declares_its_strict_end():
     for name in RELAXED:
         cls = POLICIES.get(name)
-        assert cls.strict_knobs, f"{name} has no strict_knobs"
-        make_policy(name, dict(cls.strict_knobs))  # and they are valid knob values
+        assert cls.modes.strict_knobs, f"{name} has no strict_knobs"
+        make_policy(name, dict(cls.modes.strict_knobs))  # and they are valid knob values
 
 
 def greedy_inputs(name: str, seed: int) -> Block:
@@ -416,7 +416,7 @@ def make_bound(name: str, knobs: dict):
 
 @pytest.mark.parametrize("name", GREEDY_RELAXED)
 def test_greedy_strict_end_equals_exact(name):
-    strict = make_bound(name, dict(POLICIES.get(name).strict_knobs))
+    strict = make_bound(name, dict(POLICIES.get(name).modes.strict_knobs))
     loose = make_bound(name, {})
     differs = 0
     for seed in range(60):
@@ -425,20 +425,20 @@ def test_greedy_strict_end_equals_exact(name):
         assert strict.verify(block) == reference
         differs += loose.verify(block) != reference
     # a rule whose greedy mode *is* exact match (as its reference) cannot differ; every other rule must relax here
-    if not POLICIES.get(name).greedy_is_exact:
+    if not POLICIES.get(name).modes.greedy_is_exact:
         assert differs > 0, f"{name} at its defaults never differed from exact: the blocks test nothing"
 
 
 # sampling-mode rules whose strict knobs give speculative sampling; fly, typical and margin are lossy at every
 # setting (their sampling modes follow the authors, see their docstrings)
 SAMPLING_LOSSLESS_AT_STRICT = [name for name in RELAXED if "sampling" in POLICIES.get(name).modes
-                               and "sampling" not in POLICIES.get(name).lossy_modes]
+                               and "sampling" not in POLICIES.get(name).modes.lossy]
 
 
 @pytest.mark.parametrize("name", SAMPLING_LOSSLESS_AT_STRICT)
 @pytest.mark.parametrize("sampling", SAMPLING_SETTINGS, ids=["T=1", "T=0.8,top-k,top-p"])
 def test_sampling_strict_end_equals_speculative_sampling(name, sampling):
-    strict = make_bound(name, dict(POLICIES.get(name).strict_knobs))
+    strict = make_bound(name, dict(POLICIES.get(name).modes.strict_knobs))
     loose = make_bound(name, {})
     reference_policy = make_policy("speculative-sampling")
     differs = 0

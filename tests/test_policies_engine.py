@@ -88,9 +88,9 @@ def test_refused_modes_are_configuration_errors(tiny_target, tiny_draft):
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in POLICIES.items()
-                                        if not c.lossless and "greedy" in c.modes and n in BUILD_WITH_DEFAULTS))
+                                        if not c.modes.lossless and "greedy" in c.modes and n in BUILD_WITH_DEFAULTS))
 def test_strict_knobs_reproduce_the_autoregressive_output(tiny_target, tiny_draft, name):
-    strict = MethodSpec(name=name, policy=name, knobs=dict(POLICIES.get(name).strict_knobs))
+    strict = MethodSpec(name=name, policy=name, knobs=dict(POLICIES.get(name).modes.strict_knobs))
     loose = MethodSpec(name=name, policy=name)
     relaxed = 0
     for prompt in random_prompts(4, 200, seed=21):
@@ -100,7 +100,7 @@ def test_strict_knobs_reproduce_the_autoregressive_output(tiny_target, tiny_draf
         assert sum(result.rounds.relaxed) == 0
         relaxed += sum(generate(loose, tiny_target, tiny_draft, prompt, 8).rounds.relaxed)
     # a rule whose greedy mode is exact match cannot relax; fly's window needs long agreement
-    if not POLICIES.get(name).greedy_is_exact and name != "fly":
+    if not POLICIES.get(name).modes.greedy_is_exact and name != "fly":
         assert relaxed > 0, f"{name} at its defaults never relaxed anything in the engine"
 
 

@@ -18,14 +18,14 @@ from tests.test_distribution import chi_square_pvalue, empirical_joint, exact_jo
 N_SAMPLES = 250
 SETTINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=3, top_p=0.9)]
 LOSSLESS_AT_STRICT = sorted(name for name, cls in POLICIES.items()
-                            if not cls.lossless and Need.DRAFT_PROBS in cls.needs) + ["judge"]
+                            if not cls.modes.lossless and Need.DRAFT_PROBS in cls.needs) + ["judge"]
 
 
 @pytest.mark.parametrize("index,name", list(enumerate(LOSSLESS_AT_STRICT)), ids=LOSSLESS_AT_STRICT)
 def test_lossless_setting_follows_the_target_distribution(pair, index, name):  # noqa: F811
     target, draft = pair
     sampling = SETTINGS[index % 2]  # alternate plain and truncated sampling across the rules
-    policy = make_policy(name, dict(POLICIES.get(name).strict_knobs))
+    policy = make_policy(name, dict(POLICIES.get(name).modes.strict_knobs))
     expected = exact_joint(target, sampling)
     counts = empirical_joint(target, draft, policy, sampling, n=N_SAMPLES)
     assert counts[expected == 0].sum() == 0

@@ -110,7 +110,7 @@ def policy_modes(names: Iterable[str] | None = None, modes: Iterable[str] = ("gr
     """(policy, mode) pairs to time: every registered policy in every mode it supports (not the AR baseline)."""
     chosen = set(names) if names else None
     return [(name, mode) for name, cls in POLICIES.items() if name != "none" and (chosen is None or name in chosen)
-            for mode in sorted(cls.modes) if mode in modes]
+            for mode in sorted(cls.modes.supported) if mode in modes]
 
 
 def time_policy(name: str, mode: str, pools: tuple[list[BlockInputs], list[BlockInputs]], rounds: int,

@@ -42,16 +42,16 @@ REQUIRED = object()
 
 
 def policy_facts(cls) -> PolicyFacts:
-    """The one reader of a policy class's attributes for the listings (``list policies`` and its Markdown)."""
+    """The one reader of a policy class's declarations for the listings (``list policies`` and its Markdown)."""
     from pydantic_core import PydanticUndefined
 
+    origin, modes = cls.origin, cls.modes
     knobs = {name: (REQUIRED if field.default is PydanticUndefined else field.default)
              for name, field in cls.Knobs.model_fields.items()}
     return PolicyFacts(
-        name=cls.name, summary=cls.summary, reference=cls.reference,
-        fidelity=cls.fidelity.value if cls.fidelity is not None else "unstated",
-        modes=frozenset(cls.modes), greedy_is_exact=bool(cls.greedy_is_exact), lossy_modes=frozenset(cls.lossy_modes),
-        knobs=knobs, strict_knobs=dict(cls.strict_knobs), lossless=bool(cls.lossless), module=cls.__module__)
+        name=cls.name, summary=origin.summary, reference=origin.reference, fidelity=origin.fidelity.value,
+        modes=frozenset(modes.supported), greedy_is_exact=bool(modes.greedy_is_exact), lossy_modes=frozenset(modes.lossy),
+        knobs=knobs, strict_knobs=dict(modes.strict_knobs), lossless=bool(modes.lossless), module=cls.__module__)
 
 
 def policy_description(cls) -> str:

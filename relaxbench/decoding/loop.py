@@ -16,6 +16,7 @@ from relaxbench.decoding.records import GenerationResult, RoundLog
 from relaxbench.decoding.stops import decode_output, stop_string_end
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.timing import Clock
 
@@ -35,20 +36,9 @@ class DecodeConfig:
 
 
 def check_compatible(policy: VerificationPolicy, drafter: Drafter | None, sampling: SamplingParams) -> None:
-    """Configuration-time checks, so an incompatible arm fails before any decoding."""
-    if policy.name == "none" and drafter is not None:
-        raise ConfigError("policy 'none' is the autoregressive baseline and takes no drafter")
-    mode = "greedy" if sampling.greedy else "sampling"
-    if mode not in policy.modes:
-        raise ConfigError(f"policy {policy.name!r} does not support {mode} decoding "
-                          f"(supports: {', '.join(sorted(policy.modes))})")
-    if drafter is not None and Need.DRAFT_PROBS in policy.needs and not drafter.provides_probs:
-        raise ConfigError(f"policy {policy.name!r} needs {Need.DRAFT_PROBS.value}, but drafter {drafter.name!r} "
-                          "has no distribution; use a draft model")
-    if Need.DRAFT_HIDDEN_STATES in policy.needs and (drafter is None or not drafter.provides_hidden):
-        raise ConfigError(f"policy {policy.name!r} needs {Need.DRAFT_HIDDEN_STATES.value}, but "
-                          f"{'there is no drafter' if drafter is None else f'drafter {drafter.name!r} has none'}; "
-                          "use a draft model (drafter 'model')")
+    """Configuration-time checks, so an incompatible arm fails before any decoding (``policies.arm.check_arm``,
+    which needs no loaded model, on the arm's own policy and drafter)."""
+    check_arm(policy, sampling, drafter)
 
 
 class SpeculativeDecoder:
@@ -61,12 +51,10 @@ class SpeculativeDecoder:
         self.clock = Clock(target.device)
         self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
-        # what the drafter samples with: the run's settings, or greedy for a policy that verifies greedy drafts
-        self.draft_sampling = SamplingParams() if policy.greedy_drafts else config.sampling
+        duties = drafter_duties(policy, config.sampling)
+        self.draft_sampling = duties.sampling
         if drafter is not None:
-            drafter.keep_logits = (Need.DRAFT_PROBS in policy.needs or not self.draft_sampling.greedy
-                                   or (policy.uses_draft_probs_if_any and not config.sampling.greedy))
-            drafter.keep_hidden = Need.DRAFT_HIDDEN_STATES in policy.needs
+            drafter.keep_logits, drafter.keep_hidden = duties.keep_logits, duties.keep_hidden
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device, getattr(target, "name", None),
                               None if drafter is None else drafter.model_name))
 
@@ -98,7 +86,8 @@ class SpeculativeDecoder:
             out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden)
             t2 = clock.now()
             block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
-                          cfg.sampling, generator, _extras(out, proposal, drafts.shape[0], n_extra))
+                          cfg.sampling, generator, _extras(out, proposal, drafts.shape[0], n_extra), context,
+                          int(prompt.shape[0]))
             t3 = clock.now()
             verdict = self.policy.verify(block)
             t4 = clock.now()

@@ -216,7 +216,7 @@ def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) 
 def _arm_identity(arm: Arm) -> dict[str, Any]:
     identity = {"name": arm.name, "method": arm.method.identity(), "k": arm.k,
                 "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
-    revision = POLICIES.get(arm.method.policy).revision
+    revision = POLICIES.get(arm.method.policy).origin.revision
     if revision:  # a rule whose verdicts changed: its earlier runs are not resumed as this one (0 keeps old keys)
         identity["policy_revision"] = revision
     if arm.provenance:  # a trained head: which one (its file's hash, pair, data) decides the verdicts

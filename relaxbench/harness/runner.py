@@ -107,7 +107,7 @@ def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
     decode = job.decode_config(arm)
     return CellDefinition(
         task=job.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
-        method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.lossless),
+        method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.modes.lossless),
         knobs=dict(arm.method.knobs),
         method_spec={**arm.method.record(), **({"provenance": dict(arm.provenance)} if arm.provenance else {})},
         drafter=None if arm.drafter is None else arm.drafter.model_dump(), k=arm.k, decode=asdict(decode),
@@ -305,7 +305,7 @@ class TaskRun:
         if arm.is_baseline or baseline is None:
             return None, None
         matches = out.output_ids == baseline.output_ids
-        lossless = POLICIES.get(arm.method.policy).lossless and self.job.sampling.greedy
+        lossless = POLICIES.get(arm.method.policy).modes.lossless and self.job.sampling.greedy
         if matches or not lossless:
             return int(matches), None
         if out.prompt_ids != baseline.prompt_ids:

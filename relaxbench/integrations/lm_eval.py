@@ -458,7 +458,7 @@ class RelaxbenchLM(TemplateLM):
 
     # -- bookkeeping -------------------------------------------------------------------------------------------------
     def _probe_sampling(self) -> SamplingParams:
-        greedy_ok = "greedy" in POLICIES.get(self.method.policy).modes
+        greedy_ok = "greedy" in POLICIES.get(self.method.policy).modes.supported
         return SamplingParams() if greedy_ok else SamplingParams(temperature=1.0)
 
     def _describe_arm(self) -> dict[str, Any]:

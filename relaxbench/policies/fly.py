@@ -54,7 +54,7 @@ from pydantic import model_validator
 
 from relaxbench.ops.reductions import top_values
 from relaxbench.ops.rejection import rejection_sample
-from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import RelaxRows, accept_relaxed, greedy_verdict
 from relaxbench.validation import Integer, Number, Spec
 
@@ -104,13 +104,11 @@ def fly_relaxation(matches: torch.Tensor, logits: torch.Tensor, theta: float, wi
 @register_policy
 class FLy(VerificationPolicy):
     name = "fly"
-    greedy_drafts = True
-    strict_knobs = {"theta": math.inf}
-    lossy_modes = frozenset({"sampling"})
-    fidelity = Fidelity.REFERENCE
-    reference = "AMD-AGI/FLy@6667ae8 fly/models/FLy.py SPDGenerate.generate_chunks (chain mode)"
-    revision = 1  # gate off at theta <= 0.01, NaN entropy, temperature-only sampling
-    summary = "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta"
+    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_drafts=True)
+    origin = Origin(Fidelity.REFERENCE,
+                    "AMD-AGI/FLy@6667ae8 fly/models/FLy.py SPDGenerate.generate_chunks (chain mode)",
+                    "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta",
+                    revision=1)  # gate off at theta <= 0.01, NaN entropy, temperature-only sampling
 
     class Knobs(Spec):
         theta: Number = 0.3  # entropy gate θ (nats); inf = exact match

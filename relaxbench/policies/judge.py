@@ -47,7 +47,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
 from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.ops.sampling import logits_to_probs
-from relaxbench.policies.base import Block, Fidelity, Need, PolicyEnv, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, PolicyEnv, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
 
@@ -57,13 +57,12 @@ DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again,
 @register_policy
 class ReflectiveJudge(VerificationPolicy):
     name = "judge"
-    needs = frozenset({Need.EXTRA_TOKENS})
-    strict_knobs = {"alpha": 0.0}
-    uses_draft_probs_if_any = True
-    fidelity = Fidelity.PAPER_UNVERIFIED
-    reference = ("arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
-                 "chiatzenw-cur/lossy-token-eff@5b1b42c")
-    summary = "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt"
+    needs = frozenset({Need.EXTRA_TOKENS, Need.DRAFT_PROBS_IF_ANY})
+    modes = Modes(strict_knobs={"alpha": 0.0})
+    origin = Origin(Fidelity.PAPER_UNVERIFIED,
+                    "arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
+                    "chiatzenw-cur/lossy-token-eff@5b1b42c",
+                    "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt")
 
     class Knobs(Spec):
         alpha: Number = 0.3

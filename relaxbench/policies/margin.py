@@ -67,7 +67,7 @@ from pydantic import model_validator
 from relaxbench.ops.reductions import top_values
 from relaxbench.ops.rows import LazyRows, row_chunk
 from relaxbench.ops.sampling import SamplingParams, process_logits, sample
-from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Flag, Number, Spec
 
@@ -90,16 +90,12 @@ def mars_gate(processed: torch.Tensor, theta: float, positive_top_only: bool = F
 @register_policy
 class Margin(VerificationPolicy):
     name = "margin"
-    strict_knobs = {"theta": math.inf}
-    lossy_modes = frozenset({"sampling"})
-    greedy_is_exact = True
-    greedy_drafts = True
-    uses_draft_probs_if_any = True
-    fidelity = Fidelity.REFERENCE
-    reference = "5SSjw/MARS@8909b41 mars/model/utils.py evaluate_posterior"
-    revision = 1  # MARS's sampling rule (was: the greedy transcription, now margin-greedy)
-    summary = ("MARS: under sampling accept a top-2 draft when z2/(z1+1e-10) > theta, else rejection sampling; "
-               "temperature 0: exact match")
+    needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
+    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_is_exact=True, greedy_drafts=True)
+    origin = Origin(Fidelity.REFERENCE, "5SSjw/MARS@8909b41 mars/model/utils.py evaluate_posterior",
+                    "MARS: under sampling accept a top-2 draft when z2/(z1+1e-10) > theta, else rejection sampling; "
+                    "temperature 0: exact match",
+                    revision=1)
 
     class Knobs(Spec):
         theta: Number = 0.9  # relaxation_threshold
@@ -160,11 +156,10 @@ def top2_ratio_accepts(block: Block, rows: torch.Tensor, theta: float) -> torch.
 @register_policy
 class MarginGreedy(VerificationPolicy):
     name = "margin-greedy"
-    modes = frozenset({"greedy"})
-    strict_knobs = {"theta": 1.0}
-    fidelity = Fidelity.VARIANT
-    reference = "MARS's rule applied to greedy decoding; not in the authors' code"
-    summary = "MARS's ratio applied to greedy decoding: accept a top-2 draft when z2/z1 > theta (z1 <= 0: strict)"
+    modes = Modes(supported={"greedy"}, strict_knobs={"theta": 1.0})
+    origin = Origin(Fidelity.VARIANT, "MARS's rule applied to greedy decoding; not in the authors' code",
+                    "MARS's ratio applied to greedy decoding: accept a top-2 draft when z2/z1 > theta "
+                    "(z1 <= 0: strict)")
 
     class Knobs(Spec):
         theta: Number = 0.9
@@ -185,11 +180,9 @@ class MarginGreedy(VerificationPolicy):
 @register_policy
 class MarginFirst(VerificationPolicy):
     name = "margin-first"
-    modes = frozenset({"greedy"})
-    strict_knobs = {"kappa": math.inf}
-    fidelity = Fidelity.PAPER
-    reference = "arXiv 2609.02897 (AdaptiveSpec)"
-    summary = "AdaptiveSpec: promote the first mismatch of a block iff p(d)/p(top1) >= kappa"
+    modes = Modes(supported={"greedy"}, strict_knobs={"kappa": math.inf})
+    origin = Origin(Fidelity.PAPER, "arXiv 2609.02897 (AdaptiveSpec)",
+                    "AdaptiveSpec: promote the first mismatch of a block iff p(d)/p(top1) >= kappa")
 
     class Knobs(Spec):
         kappa: Number = 0.5

@@ -66,6 +66,7 @@ the output distribution — not the acceptance test.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -74,7 +75,7 @@ import torch
 from pydantic import model_validator
 
 from relaxbench.ops.rejection import AcceptTest, rejection_sample
-from relaxbench.policies.base import Block, Fidelity, Need, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
 
@@ -92,14 +93,12 @@ class RelaxedTarget(VerificationPolicy):
     against ``row_target``, row by row up to the first rejection."""
 
     needs = frozenset({Need.DRAFT_PROBS})
-    greedy_is_exact = True
-    fidelity = Fidelity.REFERENCE
-    reference = "graphcore-research/relaxed-spec-dec-repro@c28353f vllm_overlay/files/v1/sample/rejection_sampler.py"
+    REFERENCE = "graphcore-research/relaxed-spec-dec-repro@c28353f vllm_overlay/files/v1/sample/rejection_sampler.py"
 
+    @abc.abstractmethod
     def row_target(self, block: Block, i: int, token: int) -> RowTarget:
         """The relaxed target of draft position ``i`` (draft ``token``), from ``block.p_rows[i]``,
         ``block.q_rows[i]`` and the logits."""
-        raise NotImplementedError
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy:
@@ -144,8 +143,9 @@ class Mentored(RelaxedTarget):
     """Mentored decoding with β = 1 (Tran-Thien 2023; the reference's ``lossy_spec_decode_beta1``)."""
 
     name = "mentored"
-    strict_knobs = {"alpha": 0.0}
-    summary = "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+"
+    modes = Modes(strict_knobs={"alpha": 0.0}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+")
 
     class Knobs(Spec):
         alpha: Number = 0.3
@@ -175,8 +175,9 @@ class Cactus(RelaxedTarget):
     """CACTUS (Hao & Mou, arXiv 2604.04987): boost the drafted token's target mass within a KL-like budget δ."""
 
     name = "cactus"
-    strict_knobs = {"delta": 0.0}
-    summary = "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+"
+    modes = Modes(strict_knobs={"delta": 0.0}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+")
 
     class Knobs(Spec):
         delta: Number = 0.1
@@ -199,8 +200,9 @@ class SpecCascadeOpt(RelaxedTarget):
     """Speculative cascades, the [OPT] deferral rule (Narasimhan et al., arXiv 2405.19261)."""
 
     name = "casc-opt"
-    strict_knobs = {"alpha": -math.inf}
-    summary = "spec-cascade OPT: pi = q unless max q < max p - alpha*TV(p, q) (then pi = p, strict test)"
+    modes = Modes(strict_knobs={"alpha": -math.inf}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "spec-cascade OPT: pi = q unless max q < max p - alpha*TV(p, q) (then pi = p, strict test)")
 
     class Knobs(Spec):
         alpha: Number = -0.1
@@ -232,9 +234,10 @@ class SpecCascadeToken(RelaxedTarget):
     """Speculative cascades, the token-level rule ("Tok3")."""
 
     name = "casc-tok"
-    revision = 1  # alpha = 0: the first argmax alone on tied maxima, as the reference
-    strict_knobs = {"alpha": -1.0}
-    summary = "spec-cascade Tok3: pi = q on the target's top set T_alpha plus q(outside T)*p; alpha<0: strict"
+    modes = Modes(strict_knobs={"alpha": -1.0}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "spec-cascade Tok3: pi = q on the target's top set T_alpha plus q(outside T)*p; alpha<0: strict",
+                    revision=1)  # alpha = 0: the first argmax alone on tied maxima, as the reference
 
     class Knobs(Spec):
         alpha: Number = 0.0
@@ -326,8 +329,9 @@ class FuzzySpeculative(RelaxedTarget):
     """Reducible Fuzzy SD (Holsman et al., arXiv 2502.20704): use the draft's distribution where it is close."""
 
     name = "fuzzy"
-    strict_knobs = {"threshold": 0.0}
-    summary = "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p"
+    modes = Modes(strict_knobs={"threshold": 0.0}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p")
 
     class Knobs(Spec):
         threshold: Number = 0.05
@@ -355,8 +359,9 @@ class StaticEnsemble(RelaxedTarget):
     """Static ensemble ``w·p + (1−w)·q`` (the DIVERSED paper's baseline); w = 0 is the always-accept baseline."""
 
     name = "ensemble"
-    strict_knobs = {"w": 1.0}
-    summary = "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts"
+    modes = Modes(strict_knobs={"w": 1.0}, greedy_is_exact=True)
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts")
 
     class Knobs(Spec):
         w: Number = 0.95
@@ -377,10 +382,9 @@ class SpeculativeContrastive(RelaxedTarget):
     """Speculative contrastive decoding (SCD): the target contrasted against the draft as an amateur."""
 
     name = "contrastive"
-    modes = frozenset({"sampling"})
-    greedy_is_exact = False  # greedy decoding is refused (the reference raises on greedy rows)
-    strict_knobs = {"beta": 0.0}
-    summary = "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support"
+    modes = Modes(supported={"sampling"}, strict_knobs={"beta": 0.0})  # greedy refused: the reference raises there
+    origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
+                    "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support")
 
     class Knobs(Spec):
         beta: Number = 0.1

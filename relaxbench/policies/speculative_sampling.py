@@ -8,22 +8,17 @@ p and q are computed as the walk reaches them (``LazyRows``): a round pays for t
 
 from __future__ import annotations
 
-from relaxbench.ops.rejection import rejection_sample
-from relaxbench.policies.base import Block, Fidelity, Need, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.strict import lossless_verdict
 
 
 @register_policy
 class SpeculativeSampling(VerificationPolicy):
     name = "speculative-sampling"
     needs = frozenset({Need.DRAFT_PROBS})
-    lossless = True
-    fidelity = Fidelity.BASELINE
-    reference = "arXiv 2211.17192 (Leviathan et al.), 2302.01318 (Chen et al.)"
-    summary = "accept with min(1, p/q), resample from norm((p-q)+); lossless (greedy: exact match)"
+    modes = Modes(lossless=True)
+    origin = Origin(Fidelity.BASELINE, "arXiv 2211.17192 (Leviathan et al.), 2302.01318 (Chen et al.)",
+                    "accept with min(1, p/q), resample from norm((p-q)+); lossless (greedy: exact match)")
 
     def decide(self, block: Block) -> Verdict:
-        if block.greedy:
-            return greedy_verdict(block)
-        p = block.p_rows
-        return rejection_sample(block.draft_tokens, block.q_rows, p, p, lambda: p[block.k], block.generator)
+        return lossless_verdict(block)

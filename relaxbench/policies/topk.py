@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import model_validator
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Integer, Spec
 
@@ -28,11 +28,9 @@ from relaxbench.validation import Integer, Spec
 @register_policy
 class LenientTopK(VerificationPolicy):
     name = "topk"
-    modes = frozenset({"greedy"})
-    strict_knobs = {"top": 1}
-    fidelity = Fidelity.REFERENCE
-    reference = "garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec_top_k"
-    summary = "lenient top-K: accept iff the draft is among the target's K most likely tokens"
+    modes = Modes(supported={"greedy"}, strict_knobs={"top": 1})
+    origin = Origin(Fidelity.REFERENCE, "garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec_top_k",
+                    "lenient top-K: accept iff the draft is among the target's K most likely tokens")
 
     class Knobs(Spec):
         top: Integer = 2  # K: how many of the target's most likely tokens are acceptable

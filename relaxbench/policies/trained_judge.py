@@ -46,7 +46,9 @@ from relaxbench.errors import ConfigError
 from relaxbench.policies.base import (
     Block,
     Fidelity,
+    Modes,
     Need,
+    Origin,
     PolicyEnv,
     Verdict,
     VerificationPolicy,
@@ -64,8 +66,7 @@ class TrainedJudge(VerificationPolicy):
     """A greedy rule that accepts a mismatch when its trained head says P(important) < tau."""
 
     kind: ClassVar[str] = ""
-    modes = frozenset({"greedy"})
-    strict_knobs = {"tau": 0.0}
+    modes = Modes(supported={"greedy"}, strict_knobs={"tau": 0.0})
 
     class Knobs(Spec):
         head: Text  # a head file written by `relaxbench judge train`; no default: a head is trained per pair
@@ -147,18 +148,18 @@ def head_summary(path: Any, digest: str, head: JudgeHead) -> str:
 class AutoJudge(TrainedJudge):
     name = kind = "autojudge"
     needs = frozenset({Need.HIDDEN_STATES, Need.DRAFT_HIDDEN_STATES})
-    fidelity = Fidelity.REFERENCE
-    reference = "garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec (bonus token kept)"
-    summary = ("AutoJudge: accept a mismatch when a logistic regression on [draft, target] hidden states gives "
-               "P(important) < tau (head mined and trained by relaxbench judge)")
+    origin = Origin(Fidelity.REFERENCE,
+                    "garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec (bonus token kept)",
+                    "AutoJudge: accept a mismatch when a logistic regression on [draft, target] hidden states gives "
+                    "P(important) < tau (head mined and trained by relaxbench judge)")
 
 
 @register_policy
 class JudgeDecoding(TrainedJudge):
     name = kind = "judge-decoding"
     needs = frozenset({Need.HIDDEN_STATES})
-    fidelity = Fidelity.VARIANT
-    reference = ("Judge Decoding (2501.19309), as AutoJudge re-creates it: its head on AutoJudge-mined labels, not "
-                 "the paper's hand-annotated data")
-    summary = ("Judge-Decoding-style: accept a mismatch when a linear head on the target's embedding gives "
-               "P(important) < tau (head mined and trained by relaxbench judge)")
+    origin = Origin(Fidelity.VARIANT,
+                    "Judge Decoding (2501.19309), as AutoJudge re-creates it: its head on AutoJudge-mined labels, "
+                    "not the paper's hand-annotated data",
+                    "Judge-Decoding-style: accept a mismatch when a linear head on the target's embedding gives "
+                    "P(important) < tau (head mined and trained by relaxbench judge)")

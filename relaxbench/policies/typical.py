@@ -52,7 +52,7 @@ import torch
 from pydantic import model_validator
 
 from relaxbench.ops.reductions import argmax
-from relaxbench.policies.base import Block, Fidelity, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec
 
@@ -89,15 +89,13 @@ class TypicalKnobs(Spec):
 @register_policy
 class TypicalAcceptance(VerificationPolicy):
     name = "typical"
-    strict_knobs = {"epsilon": math.inf, "delta": math.inf}
-    lossy_modes = frozenset({"sampling"})
-    greedy_is_exact = True
-    greedy_drafts = True
-    fidelity = Fidelity.REFERENCE
-    reference = "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)"
-    revision = 1  # Medusa's fast path (was: relaxed greedy mode, typical-set sampling)
-    summary = ("Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next token the "
-               "argmax; temperature 0: exact match")
+    modes = Modes(strict_knobs={"epsilon": math.inf, "delta": math.inf}, lossy={"sampling"}, greedy_is_exact=True,
+                  greedy_drafts=True)
+    origin = Origin(Fidelity.REFERENCE,
+                    "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)",
+                    "Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next "
+                    "token the argmax; temperature 0: exact match",
+                    revision=1)
     Knobs = TypicalKnobs
 
     def decide(self, block: Block) -> Verdict:
@@ -114,11 +112,10 @@ class TypicalAcceptance(VerificationPolicy):
 @register_policy
 class TypicalGreedy(VerificationPolicy):
     name = "typical-greedy"
-    modes = frozenset({"greedy"})
-    strict_knobs = {"epsilon": math.inf, "delta": math.inf}
-    fidelity = Fidelity.VARIANT
-    reference = "Medusa's rule applied to greedy decoding; not in the authors' code"
-    summary = "Medusa's floor applied to greedy decoding: accept the argmax or p(d) > min(epsilon, delta*exp(-H))"
+    modes = Modes(supported={"greedy"}, strict_knobs={"epsilon": math.inf, "delta": math.inf})
+    origin = Origin(Fidelity.VARIANT, "Medusa's rule applied to greedy decoding; not in the authors' code",
+                    "Medusa's floor applied to greedy decoding: accept the argmax or p(d) > min(epsilon, "
+                    "delta*exp(-H))")
     Knobs = TypicalKnobs
 
     def decide(self, block: Block) -> Verdict:

@@ -1,0 +1,215 @@
+"""The policy interface: the registration check states every rule a new policy must follow; the engine's facts
+(drafter duties, compatibility, the strict baseline) come from the declarations alone; sub-blocks keep alignment."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from relaxbench.decoding.drafters import DRAFTERS
+from relaxbench.errors import ConfigError
+from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies import (
+    POLICIES,
+    Block,
+    Fidelity,
+    Modes,
+    Need,
+    Origin,
+    Verdict,
+    VerificationPolicy,
+    check_arm,
+    drafter_duties,
+    lossless_verdict,
+    make_policy,
+    register_policy,
+    strict_policy,
+)
+from relaxbench.policies.base import PolicyEnv
+from relaxbench.policies.greedy import greedy_verdict
+
+GREEDY, T1 = SamplingParams(), SamplingParams(1.0)
+
+
+def a_module(doc: str) -> str:
+    """Register a throwaway module with docstring ``doc`` (the registration check reads a rule's module doc)."""
+    name = f"tests._policy_interface_{abs(hash(doc))}"
+    module = types.ModuleType(name, doc)
+    import sys
+
+    sys.modules[name] = module
+    return name
+
+
+def rule(module_doc: str = "A rule. Deviations: none.", **attrs) -> type[VerificationPolicy]:
+    body = {"name": "", "__module__": a_module(module_doc),
+            "origin": Origin(Fidelity.VARIANT, "our rule", "a rule"), "modes": Modes(strict_knobs={"x": 0}),
+            "decide": lambda self, block: greedy_verdict(block)}
+
+    class Knobs(VerificationPolicy.Knobs):
+        x: int = 1
+
+    body["Knobs"] = Knobs
+    body.update(attrs)
+    if body["decide"] is None:
+        del body["decide"]
+    return type("Rule", (VerificationPolicy,), body)
+
+
+@pytest.fixture(autouse=True)
+def scratch_registry(monkeypatch):
+    """Rules registered here are gone after each test (other tests list every registered rule)."""
+    monkeypatch.setattr(POLICIES, "_items", dict(POLICIES._items))
+
+
+# -- adding a policy: one check, one error naming everything missing ------------------------------------------------
+def test_a_complete_rule_registers_and_resolves():
+    cls = register_policy(rule(name="interface-test-rule"))
+    assert POLICIES.get("interface-test-rule") is cls
+    assert make_policy("interface-test-rule", {"x": 0}).knobs.x == 0
+
+
+@pytest.mark.parametrize("attrs,doc,message", [
+    ({"name": ""}, "Deviations: none.", "set `name`"),
+    ({"decide": None}, "Deviations: none.", "define decide(block) -> Verdict"),
+    ({"origin": None}, "Deviations: none.", "set origin = Origin("),
+    ({"modes": Modes()}, "Deviations: none.", "must name the knob setting at which it is strict"),
+    ({"modes": Modes(strict_knobs={"y": 0})}, "Deviations: none.", "strict_knobs name unknown knobs ['y']"),
+    ({"origin": Origin(Fidelity.REFERENCE, "the authors' code")}, "Deviations: none.", "owner/repo@commit"),
+    ({}, "A rule without a list of how it differs.", "must list its deviations"),
+])
+def test_an_incomplete_rule_is_refused_with_what_is_missing(attrs, doc, message):
+    attrs = {"name": "interface-test-incomplete", **attrs}
+    with pytest.raises(TypeError, match="cannot be registered") as info:
+        register_policy(rule(doc, **attrs))
+    assert message in str(info.value)
+    assert "interface-test-incomplete" not in POLICIES
+
+
+def test_decide_is_abstract():
+    with pytest.raises(TypeError, match="abstract"):
+        VerificationPolicy()
+
+
+def test_modes_record():
+    modes = Modes(supported={"greedy"}, strict_knobs={"x": 0})
+    assert "greedy" in modes and "sampling" not in modes and list(modes) == ["greedy"]
+    assert modes.strict_in("greedy") and not modes.strict_in("sampling")
+    assert not Modes(strict_knobs={"x": 0}, lossy={"sampling"}).strict_in("sampling")
+    with pytest.raises(ValueError, match="subset"):
+        Modes(supported={"beam"})
+    with pytest.raises(ValueError, match="lossy"):
+        Modes(supported={"greedy"}, lossy={"sampling"})
+    with pytest.raises(TypeError):
+        modes.strict_knobs["x"] = 1  # frozen, its mapping too
+
+
+# -- what the drafter must provide: one derivation ------------------------------------------------------------------
+@pytest.mark.parametrize("name,sampling,duties", [
+    ("exact", GREEDY, (GREEDY, False, False)),
+    ("cactus", T1, (T1, True, False)),  # reads q
+    ("cactus", GREEDY, (GREEDY, True, False)),  # needs q in every mode
+    ("fly", T1, (GREEDY, False, False)),  # greedy drafts, point masses: no q
+    ("margin", T1, (GREEDY, True, False)),  # greedy drafts, reads q when the drafter has one
+    ("margin", GREEDY, (GREEDY, False, False)),
+    ("judge", T1, (T1, True, False)),  # samples its drafts, so the drafter keeps its logits
+    ("autojudge", GREEDY, (GREEDY, False, True)),  # reads the draft model's hidden states
+])
+def test_drafter_duties(name, sampling, duties):
+    got = drafter_duties(POLICIES.get(name), sampling)
+    assert (got.sampling, got.keep_logits, got.keep_hidden) == duties
+
+
+def test_drafter_duties_read_an_instance_first():
+    policy = make_policy("exact")
+    policy.needs = frozenset({Need.DRAFT_HIDDEN_STATES})  # a wrapping rule may widen its needs per instance
+    assert drafter_duties(policy, GREEDY).keep_hidden and not drafter_duties(POLICIES.get("exact"), GREEDY).keep_hidden
+
+
+# -- compatibility from classes alone --------------------------------------------------------------------------------
+def test_check_arm_needs_no_loaded_model():
+    check_arm(POLICIES.get("cactus"), "sampling", DRAFTERS.get("model"))
+    check_arm(POLICIES.get("fly"), "greedy", DRAFTERS.get("ngram"))
+    check_arm(POLICIES.get("none"), T1, None)
+    with pytest.raises(ConfigError, match="'cactus' needs draft-model probabilities.*'ngram'"):
+        check_arm(POLICIES.get("cactus"), "sampling", DRAFTERS.get("ngram"))
+    with pytest.raises(ConfigError, match="'contrastive' does not support greedy"):
+        check_arm(POLICIES.get("contrastive"), GREEDY, DRAFTERS.get("model"))
+    with pytest.raises(ConfigError, match="takes no drafter"):
+        check_arm(POLICIES.get("none"), "greedy", DRAFTERS.get("model"))
+    with pytest.raises(ConfigError, match="draft model's last hidden states.*no drafter"):
+        check_arm(POLICIES.get("autojudge"), "greedy", None)
+    with pytest.raises(ValueError, match="mode"):
+        check_arm(POLICIES.get("exact"), "beam", None)
+
+
+# -- the strict baseline ---------------------------------------------------------------------------------------------
+def random_block(seed: int, sampling: SamplingParams, k: int = 6, vocab: int = 12, with_q: bool = True) -> Block:
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randn(k + 1, vocab, generator=g) * 2
+    guesses = torch.randint(vocab, (k,), generator=g)
+    drafts = torch.where(torch.rand(k, generator=g) < 0.6, target[:k].argmax(-1), guesses)
+    draft = target[:k] + torch.randn(k, vocab, generator=g) if with_q else None
+    return Block(drafts, target, draft, sampling, torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lossless_verdict_is_exact_match_and_speculative_sampling(seed):
+    assert lossless_verdict(random_block(seed, GREEDY)) == make_policy("exact").verify(random_block(seed, GREEDY))
+    assert (lossless_verdict(random_block(seed, T1))
+            == make_policy("speculative-sampling").verify(random_block(seed, T1)))
+
+
+def test_strict_policy():
+    strict = strict_policy(make_policy("cactus", {"delta": 2.0}), "sampling")
+    assert strict.name == "cactus" and strict.knobs.delta == 0.0
+    assert strict_policy(POLICIES.get("topk"), "greedy").knobs.top == 1
+    assert strict_policy(POLICIES.get("topk"), "sampling") is None  # not a mode it supports
+    assert strict_policy(POLICIES.get("fly"), "sampling") is None  # lossy at every setting there
+    exact = make_policy("exact")
+    assert strict_policy(exact, "greedy") is exact
+    for seed in range(10):
+        assert strict.verify(random_block(seed, T1)) == lossless_verdict(random_block(seed, T1))
+
+
+# -- sub-blocks -----------------------------------------------------------------------------------------------------
+def test_sub_block_is_the_round_after_a_committed_prefix():
+    block = random_block(3, GREEDY)
+    block = Block(block.draft_tokens, block.target_logits, block.draft_logits, GREEDY, None,
+                  {"hidden_states": torch.arange(7.0).unsqueeze(-1),
+                   "draft_hidden_states": torch.arange(6.0).unsqueeze(-1)},
+                  torch.tensor([5, 6]), 1)
+    sub = block.sub(2, 5)
+    assert sub.k == 3 and torch.equal(sub.draft_tokens, block.draft_tokens[2:5])
+    assert torch.equal(sub.target_logits, block.target_logits[2:6])  # its bonus row is row 5
+    assert torch.equal(sub.draft_logits, block.draft_logits[2:5])
+    assert sub.extras["hidden_states"].flatten().tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert sub.extras["draft_hidden_states"].flatten().tolist() == [2.0, 3.0, 4.0]
+    assert sub.context.tolist() == [5, 6, *block.draft_tokens[:2].tolist()] and sub.prompt_len == 1
+    assert block.sub(0).k == block.k and block.sub(4, 4).k == 0
+    with pytest.raises(ValueError, match="sub-block"):
+        block.sub(3, 2)
+
+
+class ThreeTokens:
+    def encode(self, text, add_special_tokens=False):
+        return [1, 2, 3]
+
+
+def test_sub_block_keeps_the_reflective_rows_aligned():
+    block = random_block(5, GREEDY, k=5)
+    m = 3  # the reflection prompt's length: extra tokens are [R (3), d_1..d_5]
+    extra = torch.randn(m + block.k, block.target_logits.shape[-1], generator=torch.Generator().manual_seed(1))
+    block = Block(block.draft_tokens, block.target_logits, None, GREEDY, None, {"extra_logits": extra})
+    policy = make_policy("judge")
+    policy.bind(PolicyEnv(ThreeTokens(), 12, torch.device("cpu")))
+    rows = policy.reflective_logits(block)
+    for start, stop in [(0, 5), (2, 5), (1, 3), (4, 4)]:
+        assert torch.equal(policy.reflective_logits(block.sub(start, stop)), rows[start: stop + 1])
+    assert policy.verify(block.sub(0)) == policy.verify(block)
+
+
+def test_verdict_is_the_public_result_type():
+    assert Verdict(1, 2) == Verdict(1, 2, 0)
