@@ -56,7 +56,7 @@ def test_the_policy_table_has_a_row_per_policy_with_what_it_follows():
     assert "follows" in header and "strict at" in header
     for name, cls in POLICIES.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
-        assert cls.reference in row and cls.fidelity.value in row, name
+        assert cls.origin.reference in row and cls.origin.fidelity.value in row, name
 
 
 def test_the_metric_table_has_every_definition():
