@@ -2,9 +2,10 @@
 optional ``sweep`` (every point of which is its own arm). A sweep varies policy knobs by name, the draft length
 as ``k`` and drafter knobs as ``drafter.NAME`` (e.g. ``drafter.max_ngram``); several keys sweep their grid.
 
-A method YAML may start from another with ``extends: NAME`` (a method name or a YAML path): the base's fields are
-taken, ``knobs`` are merged key by key (the extending file's win) and every other field given replaces the base's.
-Sweeps are written that way, so the sweep of a rule keeps its authors' drafter and defaults in one place.
+A method YAML may start from others with ``extends: NAME`` or ``extends: [NAME, ...]`` (method names, policy names
+or YAML paths; ``validation.resolve_extends``): ``knobs`` and ``sweep`` are merged key by key (the extending file's
+win), every other field given replaces the parents'. Sweeps are written that way, so the sweep of a rule keeps its
+authors' drafter and defaults in one place, and a paper's grid is its rule's sweep plus a shared draft-length grid.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from relaxbench.errors import ConfigError, UnknownNameError
+from relaxbench.errors import UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
+from relaxbench.validation import (PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml, resolve_extends,
+                                   validate, yaml_files)
 
 # ``--draft`` values that name a model-free drafter instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip")
@@ -104,19 +106,20 @@ class MethodSpec(Spec):
         return data
 
 
-def method_from_dict(data: Any, where: str, default_name: str, seen: tuple[str, ...] = ()) -> MethodSpec:
-    """A method from a YAML mapping; ``extends`` is resolved first (a cycle is an error)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: a method must be a mapping")
-    data = dict(data)
-    base_name = data.pop("extends", None)
-    if base_name is not None:
-        if not isinstance(base_name, str):
-            raise ConfigError(f"{where}: 'extends' must name a method")
-        if base_name in seen:
-            raise ConfigError(f"{where}: 'extends' loops ({' -> '.join((*seen, base_name))})")
-        base = _load(base_name, (), (*seen, base_name)).model_dump(exclude={"name", "source"})
-        data = {**base, **data, "knobs": {**base["knobs"], **(data.get("knobs") or {})}}
+def _policy_defaults() -> dict[str, dict[str, Any]]:
+    from relaxbench.policies import POLICIES
+
+    return {name: {"policy": name} for name in POLICIES.names()}
+
+
+# ``extends:`` for methods: knobs and sweep merge key by key; the drafter is replaced whole (its knobs belong to its
+# kind). A bare policy name is a parent too (the policy at its defaults).
+METHOD_KIND = SpecKind("methods", "method", ("knobs", "sweep"), _policy_defaults)
+
+
+def method_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
+    """A method from a YAML mapping, its ``extends:`` parents applied first (``validation.resolve_extends``)."""
+    data = resolve_extends(data, where, METHOD_KIND, extra_dirs)
     data.setdefault("name", default_name)
     for key in ("knobs", "sweep"):
         if data.get(key) is None:
@@ -127,22 +130,20 @@ def method_from_dict(data: Any, where: str, default_name: str, seen: tuple[str, 
 
 
 def method_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
-    """Method name → YAML file, from the built-in folder then ``extra_dirs`` (later folders win)."""
+    """Method name → YAML file, from the built-in folder then ``extra_dirs`` (later folders win); parent-only files
+    (``_NAME.yaml``) are left out."""
     return yaml_files("methods", extra_dirs)
 
 
 def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
     """A method by YAML path, by name in the method folders, or a bare policy name with default knobs."""
-    return _load(name, extra_dirs, (name,))
-
-
-def _load(name: str, extra_dirs: tuple[Path, ...], seen: tuple[str, ...]) -> MethodSpec:
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
-        return method_from_dict(load_yaml(path), str(path), path.stem, seen)
+        check_runnable(path, "method")
+        return method_from_dict(load_yaml(path), str(path), path.stem, extra_dirs)
     files = method_files(extra_dirs)
     if name in files:
-        return method_from_dict(load_yaml(files[name]), str(files[name]), name, seen)
+        return method_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)
     from relaxbench.policies import POLICIES
 
     if name in POLICIES:

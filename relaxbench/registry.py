@@ -32,9 +32,11 @@ def did_you_mean(name: str, candidates: list[str]) -> str:
 class Registry(Generic[T]):
     """Names to objects of one kind, with plug-ins loaded on first miss or listing."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | tuple[str, ...] | None = None) -> None:
+        """``entry_point_group``: the plug-ins' group, or several (a group's current name, then earlier ones)."""
         self.kind = kind
-        self.entry_point_group = entry_point_group
+        self.entry_point_groups = ((entry_point_group,) if isinstance(entry_point_group, str)
+                                   else tuple(entry_point_group or ()))
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}  # another name -> the registered name it resolves to
         self._plugins_loaded = False
@@ -61,10 +63,11 @@ class Registry(Generic[T]):
         self._aliases[alias] = name
 
     def _entry_points(self, name: str | None = None) -> list[EntryPoint]:
-        if self.entry_point_group is None:
-            return []
-        found = entry_points(group=self.entry_point_group)
-        return list(found if name is None else found.select(name=name))
+        out: list[EntryPoint] = []
+        for group in self.entry_point_groups:
+            found = entry_points(group=group)
+            out.extend(found if name is None else found.select(name=name))
+        return out
 
     def _load(self, ep: EntryPoint) -> None:
         try:

@@ -7,21 +7,27 @@ with a did-you-mean for a misspelt name, whichever spec failed. Values are check
 field takes an int, a float or ``inf``/``-inf`` (the way a command line or YAML writes infinity) but not a bool or
 a numeric string; an integer field takes neither a bool nor a float; lists become tuples.
 
-Also here, because every layer reads specs from files: ``load_yaml`` (errors name the file and line) and
-``builtin_dir`` (the shipped ``methods/``, ``tasks/`` and ``suites/`` folders).
+Also here, because every layer reads specs from files: ``load_yaml`` (errors name the file and line),
+``builtin_dir`` (the shipped ``methods/``, ``tasks/`` and ``suites/`` folders) and ``resolve_extends``, the one
+implementation of ``extends:`` for methods, tasks and suites (docs/specs.md): a spec file names one parent or a
+list of them; the parents' fields are taken in order, then the file's own; the mapping fields its kind lists in
+``SpecKind.merged`` are merged key by key (recursively; a key given as null removes the parent's), every other field
+given replaces the parent's (lists included), and a field given as null falls back to its default. A file named
+``_NAME.yaml`` is a parent only: ``extends:`` finds it, nothing lists, loads or runs it by itself.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from relaxbench.errors import ConfigError
+from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -149,14 +155,125 @@ def builtin_dir(kind: str) -> Path:
     return PROJECT_ROOT / kind
 
 
-def yaml_files(kind: str, extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
+PARENT_PREFIX = "_"  # ``_NAME.yaml``: a parent only, for ``extends:``
+
+
+def is_parent_only(path: Path) -> bool:
+    """Whether a spec file is a parent only (named ``_NAME.yaml``): it need not be complete, and is never run."""
+    return path.stem.startswith(PARENT_PREFIX)
+
+
+def yaml_files(kind: str, extra_dirs: tuple[Path, ...] = (), parents: bool = False) -> dict[str, Path]:
     """Name → YAML file of the shipped ``kind`` folder (``methods``, ``tasks``, ``suites``), then ``extra_dirs``
-    (later folders win)."""
+    (later folders win). Parent-only files (``_NAME.yaml``) only with ``parents``."""
     found: dict[str, Path] = {}
     for folder in (builtin_dir(kind), *extra_dirs):
         for path in sorted(folder.glob("*.yaml")):
-            found[path.stem] = path
+            if parents or not is_parent_only(path):
+                found[path.stem] = path
     return found
+
+
+def check_runnable(path: Path, what: str) -> None:
+    """A parent-only file given to be run is an error that says what it is for."""
+    if is_parent_only(path):
+        raise ConfigError(f"{path}: a file named {PARENT_PREFIX}NAME.yaml is a parent {what} for 'extends:', "
+                          f"not a {what} of its own")
+
+
+@dataclass(frozen=True)
+class SpecKind:
+    """What ``extends:`` needs to know of one kind of spec file."""
+
+    folder: str  # the shipped folder parents are looked up in by name: methods, tasks, suites
+    what: str  # method, task, suite (in messages)
+    merged: Collection[str]  # the mapping fields merged key by key; every other field replaces the parent's
+    # parents that are not files (a bare policy name for methods): name → fields, read only when a name is no file's
+    builtins: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+    renamed: Mapping[str, str] = field(default_factory=dict)  # a field's earlier name → its name (still read)
+
+
+NOT_INHERITED = ("name", "extends")  # a spec's name is its own (its file's stem unless it sets one)
+
+
+def resolve_extends(data: Any, where: str, kind: SpecKind, extra_dirs: tuple[Path, ...] = (),
+                    _chain: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The fields of a spec file's mapping ``data`` (read from ``where``) with its ``extends:`` parents applied
+    (the rules are in this module's docstring). A parent is a name in ``kind``'s folders or a YAML path (relative to
+    the extending file's folder, else to the working directory); an unknown parent, a cycle or a malformed
+    ``extends`` is a one-line ``ConfigError`` naming the file."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a {kind.what} must be a mapping")
+    data = {kind.renamed.get(key, key): value for key, value in data.items()}
+    parents = data.pop("extends", None)
+    if not _chain:
+        _chain = ((_identity(where), Path(where).stem),)
+    if parents is None:
+        return data
+    names = [parents] if isinstance(parents, str) else parents
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+        raise ConfigError(f"{where}: 'extends' must name a {kind.what} or list {kind.what}s, got {parents!r}")
+    resolved: dict[str, Any] = {}
+    for name in names:
+        parent_where, parent_data = _parent(name.strip(), where, kind, extra_dirs)
+        identity = _identity(parent_where)
+        if any(identity == seen for seen, _ in _chain):
+            loop = " -> ".join([label for _, label in _chain] + [name])
+            raise ConfigError(f"{where}: 'extends' loops ({loop})")
+        layer = resolve_extends(parent_data, parent_where, kind, extra_dirs, (*_chain, (identity, name)))
+        resolved = merge_fields(resolved, {k: v for k, v in layer.items() if k not in NOT_INHERITED}, kind.merged)
+    return merge_fields(resolved, data, kind.merged)
+
+
+def merge_fields(base: Mapping[str, Any], child: Mapping[str, Any], merged: Collection[str]) -> dict[str, Any]:
+    """``child``'s fields over ``base``'s: a ``merged`` mapping field key by key, any other field replaced; a field
+    given as null is dropped (so it takes its default)."""
+    out = dict(base)
+    for key, value in child.items():
+        if value is None:
+            out.pop(key, None)
+        elif key in merged and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_patch(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def merge_patch(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` over ``base`` key by key, recursively, as a JSON Merge Patch (RFC 7386): a mapping merges into a
+    mapping, null removes the key, any other value (a list too) replaces."""
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_patch(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _identity(where: str) -> str:
+    path = Path(where)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") else where
+
+
+def _parent(name: str, where: str, kind: SpecKind, extra_dirs: tuple[Path, ...]) -> tuple[str, Any]:
+    """A parent's file (or built-in name) and its mapping."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        near = Path(where).parent / path
+        path = near if not path.is_absolute() and near.is_file() else path
+        return str(path), load_yaml(path)
+    files = yaml_files(kind.folder, extra_dirs, parents=True)
+    if name in files:
+        return str(files[name]), load_yaml(files[name])
+    builtins = kind.builtins() if kind.builtins is not None else {}
+    if name in builtins:
+        return name, builtins[name]
+    known = sorted(set(files) | set(builtins))
+    raise UnknownNameError(f"{where}: 'extends' names an unknown {kind.what} {name!r}{did_you_mean(name, known)} "
+                           f"({kind.what}s: {', '.join(sorted(files))}; or a YAML path)")
 
 
 def load_yaml(path: Path) -> Any:

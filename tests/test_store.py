@@ -110,5 +110,5 @@ def test_a_legacy_store_gains_the_judge_tables_and_keeps_its_rows(legacy_run: Pa
     assert len(after) == len(before)
     assert [{k: r[k] for k in b.keys()} for r, b in zip(after, before)] == [dict(b) for b in before]
     assert all(r[k] is None for r, b in zip(after, before) for k in set(r.keys()) - set(b.keys()))
-    assert run.judges == {} and all(cell.verdicts == () for cell in run.cells)
-    assert all(summary.judge is None for summary in summarize_run(run))
+    assert run.graders == {} and all(cell.verdicts == () for cell in run.cells)
+    assert all(summary.grader is None for summary in summarize_run(run))

@@ -14,10 +14,10 @@ Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and 
 the AR cell only, since no verification rule changes a likelihood. Their summaries give every method AR's score
 with Δ = 0 by definition (``by_definition``), and no speed or counter figures for any arm (nothing was generated).
 
-Two measures: a task's score is *capability* (its own scorer's, or an LLM judge's when one graded the task) or
+Two measures: a task's score is *capability* (its own scorer's, or an LLM grader's when one graded the task) or
 *fidelity* to the AR output (agreement: exact match, ROUGE-L, log-likelihood), named in ``TaskSummary.measure``.
-When a judge graded a task, the score is the judge's (draw 0, unparseable verdicts left out as FastChat does) and
-the task's own agreement metrics stay in the details; ``TaskSummary.judge`` says how good the judge was.
+When a grader graded a task, the score is the grader's (draw 0, unparseable verdicts left out as FastChat does) and
+the task's own agreement metrics stay in the details; ``TaskSummary.grader`` says how good the grader was.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
 from relaxbench.profiles import Profile, Unpriced
-from relaxbench.scoring.llm_judge import RATING_POINTS as JUDGE_RATING_POINTS
+from relaxbench.scoring.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
 from relaxbench.tasks import stored_task_facts
 
 POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
@@ -59,12 +59,12 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
                      "and its share of the arm's generation time, Σ policy time / Σ time_total")),
     ("score", ("avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
                "scorers; under greedy decoding the repeats are the same output, so n does not matter); capability "
-               "(the task's own scorer, or an LLM judge's rating × 10 where one graded the task) or, for a task "
+               "(the task's own scorer, or an LLM grader's rating × 10 where one graded the task) or, for a task "
                "scored by agreement with AR alone, fidelity")),
     ("fidelity to AR", ("agreement of an arm's output with AR's output of the same unit: exact match, ROUGE-L F, "
                         "and the target's mean log-likelihood of the output (not capability: other wording loses "
                         "points)")),
-    ("judge self-agreement", ("AR samples judged twice (another seed, another order): share with the same rating, "
+    ("grader self-agreement", ("AR samples graded twice (another seed, another order): share with the same rating, "
                               "and the mean absolute rating difference × 10 (points)")),
     ("Δ vs AR", "mean over units of (method score − AR score)"),
     ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores with one outcome per "
@@ -172,17 +172,17 @@ class CellSummary:
 
 
 @dataclass(frozen=True)
-class JudgeSummary:
-    """The judge behind a task's capability scores, and how far to trust it: verdicts without a rating, samples
-    left without a verdict, and its agreement with itself on the AR arm (judged twice when it can disagree)."""
+class GraderSummary:
+    """The grader behind a task's capability scores, and how far to trust it: verdicts without a rating, samples
+    left without a verdict, and its agreement with itself on the AR arm (graded twice when it can disagree)."""
 
-    judge_hash: str
+    grader_hash: str
     label: str
     identity: Mapping[str, Any]
     verdicts: int  # verdicts on this task's samples, both passes
     unparseable: int  # of them, without a rating (FastChat's -1: left out of every average)
-    not_judged: int  # samples with no first-pass verdict (a failed call; a rescore asks again)
-    self_check: bool  # whether the AR arm was judged twice
+    not_graded: int  # samples with no first-pass verdict (a failed call; a rescore asks again)
+    self_check: bool  # whether the AR arm was graded twice
     self_check_how: str  # how the second pass differs, or why there is none
     agreement_pairs: int = 0  # AR samples with a rating in both passes
     agreement_exact: float | None = None  # share of them with the same rating
@@ -202,7 +202,7 @@ class TaskSummary:
     cells: tuple[CellSummary, ...]  # the AR baseline first
     target_alone: bool = False  # scored by the target's likelihoods: no generation, methods equal AR by definition
     measure: str = "capability"  # what the score is: "capability", or "fidelity" to the AR output
-    judge: JudgeSummary | None = None  # the LLM judge whose verdicts are the capability scores
+    grader: GraderSummary | None = None  # the LLM grader whose verdicts are the capability scores
     profiles: tuple[str, ...] = ()  # the cost profiles every cell's ``proxy`` is priced with, in order
 
     @property
@@ -392,7 +392,7 @@ def _scores(units: list[Unit], groups: Mapping[Unit, list[SampleRow]], score_of:
 def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
                    score_of: ScoreOf = stored_score, profiles: Sequence[Profile] = ()) -> CellSummary:
     """Every figure of one arm on one task, paired with the AR baseline over ``units``; ``score_of`` gives a
-    sample's score (its own scorer's, or a judge's verdict); proxy speed-ups on each of ``profiles``."""
+    sample's score (its own scorer's, or a grader's verdict); proxy speed-ups on each of ``profiles``."""
     groups, base_groups = by_unit(cell.samples), by_unit(baseline.samples)
     samples = [s for u in units for s in groups[u]]
     ar_times = np.array([_unit_time(base_groups[u]) for u in units])
@@ -471,47 +471,47 @@ def summarize_task(run: RunRecord, task: str, profiles: Sequence[Profile] = ()) 
     if is_target_alone(baseline):
         return summarize_target_alone(task, baseline, cells[1:])
     units = complete_units(cells)
-    judge = summarize_judge(run, cells)
-    if judge is None:
+    grader = summarize_grader(run, cells)
+    if grader is None:
         score_of, measure = stored_score, stored_task_facts(baseline.task, baseline.task_spec, baseline.scorer).measure
     else:
-        score_of, measure = judge_scores(cells, judge.judge_hash), "capability"
+        score_of, measure = grader_scores(cells, grader.grader_hash), "capability"
     summaries = tuple(summarize_cell(c, baseline, units, score_of, profiles) for c in cells)
-    binary = judge is None and bool(units) and all(s.passed is not None for c in cells for s in c.samples)
-    return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, judge=judge,
+    binary = grader is None and bool(units) and all(s.passed is not None for c in cells for s in c.samples)
+    return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, grader=grader,
                        profiles=tuple(p.name for p in profiles))
 
 
-def judge_scores(cells: Sequence[CellRecord], judge_hash: str) -> ScoreOf:
-    """A sample's capability score by the judge's first-pass verdict (None: unparseable, or not judged)."""
-    verdicts = {v.sample_id: v.score for c in cells for v in c.verdicts if v.judge_hash == judge_hash and v.draw == 0}
+def grader_scores(cells: Sequence[CellRecord], grader_hash: str) -> ScoreOf:
+    """A sample's capability score by the grader's first-pass verdict (None: unparseable, or not graded)."""
+    verdicts = {v.sample_id: v.score for c in cells for v in c.verdicts if v.grader_hash == grader_hash and v.draw == 0}
     return lambda sample: verdicts.get(sample.sample_id)
 
 
-def summarize_judge(run: RunRecord, cells: Sequence[CellRecord]) -> JudgeSummary | None:
-    """The judge whose verdicts are a task's capability scores: of those that graded its samples, the one that
-    did so last (None when no judge graded the task)."""
+def summarize_grader(run: RunRecord, cells: Sequence[CellRecord]) -> GraderSummary | None:
+    """The grader whose verdicts are a task's capability scores: of those that graded its samples, the one that
+    did so last (None when no grader graded the task)."""
     verdicts = [v for c in cells for v in c.verdicts]
     if not verdicts:
         return None
-    chosen = max(verdicts, key=lambda v: v.linked_at).judge_hash
-    mine = [v for v in verdicts if v.judge_hash == chosen]
-    record = run.judges.get(chosen)
+    chosen = max(verdicts, key=lambda v: v.linked_at).grader_hash
+    mine = [v for v in verdicts if v.grader_hash == chosen]
+    record = run.graders.get(chosen)
     description = record.description if record is not None else {}
     first = {v.sample_id: v for v in mine if v.draw == 0}
     second = {v.sample_id: v for v in mine if v.draw == 1}
     pairs = [(first[i].rating, second[i].rating) for i in second if i in first
              and first[i].score is not None and second[i].score is not None]
     samples = [s for c in cells for s in c.samples if s.stop_reason != LIKELIHOOD_STOP_REASON]
-    return JudgeSummary(
-        judge_hash=chosen, label=record.label if record is not None else chosen[:12],
+    return GraderSummary(
+        grader_hash=chosen, label=record.label if record is not None else chosen[:12],
         identity=dict(record.identity) if record is not None else {}, verdicts=len(mine),
         unparseable=sum(v.score is None for v in mine),
-        not_judged=sum(1 for s in samples if s.sample_id not in first),
+        not_graded=sum(1 for s in samples if s.sample_id not in first),
         self_check=bool(description.get("self_check")), self_check_how=str(description.get("self_check_how") or ""),
         agreement_pairs=len(pairs),
         agreement_exact=statistics.fmean(a == b for a, b in pairs) if pairs else None,
-        agreement_mean_abs=statistics.fmean(abs(a - b) * JUDGE_RATING_POINTS for a, b in pairs) if pairs else None)
+        agreement_mean_abs=statistics.fmean(abs(a - b) * GRADER_RATING_POINTS for a, b in pairs) if pairs else None)
 
 
 def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[CellRecord]) -> TaskSummary:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from relaxbench.analysis.metrics import POINTS, Divergences, JudgeSummary, TaskSummary, by_unit
+from relaxbench.analysis.metrics import POINTS, Divergences, GraderSummary, TaskSummary, by_unit
 from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.profiles.measure import MACHINE_PROFILE
 
@@ -24,7 +24,7 @@ WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
 MODEL_GAP = 2.0  # measured / this-machine proxy speed-up beyond this factor (either way) is flagged
 TRUNCATED_AR = 0.25  # share of AR's samples cut at max_new_tokens above which truncation is a warning
 BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
-UNPARSEABLE_SHARE = 0.1  # a judge whose verdicts lack a rating more often than this is flagged
+UNPARSEABLE_SHARE = 0.1  # a grader whose verdicts lack a rating more often than this is flagged
 SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "gpu", "gpus", "gpu_driver", "cuda",
                 "torch", "transformers", "git_revision", "hostname")  # sessions that differ here pooled setups
 
@@ -47,22 +47,22 @@ class TargetAlone(Finding):
 
 @dataclass(frozen=True)
 class FidelityOnly(Finding):
-    """The task's score is fidelity to AR (agreement), not capability: no judge graded it, so no rule is ranked by
+    """The task's score is fidelity to AR (agreement), not capability: no grader graded it, so no rule is ranked by
     it."""
 
     scorer: str
 
 
 @dataclass(frozen=True)
-class JudgeQuality(Finding):
-    """Which judge gave the capability scores, and how far to trust it."""
+class GraderQuality(Finding):
+    """Which grader gave the capability scores, and how far to trust it."""
 
-    judge: JudgeSummary
+    grader: GraderSummary
 
     @property
     def level(self) -> str:  # type: ignore[override]
-        share = self.judge.unparseable_share
-        return "warning" if self.judge.not_judged or (share is not None and share > UNPARSEABLE_SHARE) else "info"
+        share = self.grader.unparseable_share
+        return "warning" if self.grader.not_graded or (share is not None and share > UNPARSEABLE_SHARE) else "info"
 
 
 @dataclass(frozen=True)
@@ -169,8 +169,8 @@ def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Fin
         found.append(TargetAlone())
     if summary.measure == "fidelity":
         found.append(FidelityOnly(summary.scorer))
-    if summary.judge is not None:
-        found.append(JudgeQuality(summary.judge))
+    if summary.grader is not None:
+        found.append(GraderQuality(summary.grader))
     if summary.n_units == 0:
         return found + [NoUnits()]
     if summary.target_alone:

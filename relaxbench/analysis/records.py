@@ -16,26 +16,26 @@ from relaxbench.harness.store import STORE_NAME, CellDefinition, SampleRow, Stor
 
 
 @dataclass(frozen=True)
-class JudgeRecord:
-    """An LLM judge that graded samples in the store: its identity (what decides its verdicts) and what the
-    judging pass recorded about it (``label``, whether it judged the AR arm twice and how, or why not)."""
+class GraderRecord:
+    """An LLM grader that graded samples in the store: its identity (what decides its verdicts) and what the
+    grading pass recorded about it (``label``, whether it graded the AR arm twice and how, or why not)."""
 
-    judge_hash: str
+    grader_hash: str
     identity: Mapping[str, Any]
     description: Mapping[str, Any]
 
     @property
     def label(self) -> str:
-        return str(self.description.get("label") or self.identity.get("model") or self.judge_hash[:12])
+        return str(self.description.get("label") or self.identity.get("model") or self.grader_hash[:12])
 
 
 @dataclass(frozen=True)
 class SampleVerdict:
-    """One judge's verdict on one sample: ``draw`` 0, or 1 for the self-check pass; ``rating`` -1 when the verdict
+    """One grader's verdict on one sample: ``draw`` 0, or 1 for the self-check pass; ``rating`` -1 when the verdict
     had no rating (then ``score`` is None)."""
 
     sample_id: int
-    judge_hash: str
+    grader_hash: str
     draw: int
     rating: float
     score: float | None
@@ -44,7 +44,7 @@ class SampleVerdict:
 
 @dataclass(frozen=True)
 class CellRecord(CellDefinition):
-    """A stored cell: its definition (the store's one list of cell fields) plus its id and samples, and the judges'
+    """A stored cell: its definition (the store's one list of cell fields) plus its id and samples, and the graders'
     verdicts on its samples."""
 
     cell_id: int
@@ -63,7 +63,7 @@ class RunRecord:
     suite: Mapping[str, Any]
     cells: tuple[CellRecord, ...]
     environment: tuple[Mapping[str, Any], ...]  # one per session, oldest first
-    judges: Mapping[str, JudgeRecord] = field(default_factory=dict)  # by hash
+    graders: Mapping[str, GraderRecord] = field(default_factory=dict)  # by hash
     machine_profile: Mapping[str, Any] | None = None  # the cost profile the latest session measured (a file's mapping)
 
     def tasks(self) -> list[str]:
@@ -99,10 +99,11 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
                          "started_at": e["started_at"], "finished_at": e["finished_at"]}
                         for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
                                             (run["run_id"],)))
-    judges = {j["judge_hash"]: JudgeRecord(j["judge_hash"], json.loads(j["identity_json"]),
-                                           json.loads(j["description_json"])) for j in store.rows("SELECT * FROM judges")}
+    graders = {j["judge_hash"]: GraderRecord(j["judge_hash"], json.loads(j["identity_json"]),
+                                             json.loads(j["description_json"]))
+               for j in store.rows("SELECT * FROM judges")}
     return RunRecord(run["run_id"], run["run_key"], run["created_at"], run["updated_at"], run["target"], run["draft"],
-                     json.loads(run["suite_json"]), tuple(cells), environment, judges,
+                     json.loads(run["suite_json"]), tuple(cells), environment, graders,
                      store.machine_profile(run["run_id"]))
 
 

@@ -37,7 +37,7 @@ MEASURED = Ranking()
 
 
 def ranks_by_capability(summary: TaskSummary) -> bool:
-    """Whether the task's score is capability. A task scored only for fidelity to AR (agreement, no judge) has no
+    """Whether the task's score is capability. A task scored only for fidelity to AR (agreement, no grader) has no
     capability loss to budget, so no rule is picked or ranked by it."""
     return summary.measure == "capability"
 

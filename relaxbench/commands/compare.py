@@ -1,6 +1,6 @@
 """``relaxbench compare``: run a (target, draft) pair × methods × tasks (+ the AR baseline per task), store every
-sample in ``DIR/results.sqlite`` (resuming what is there), with ``--judge``/``--judge-endpoint`` grade the answers of
-tasks that have a judge protocol (MT-Bench) afterwards, print a table per task and write the HTML/PDF report.
+sample in ``DIR/results.sqlite`` (resuming what is there), with ``--grader``/``--grader-endpoint`` grade the answers of
+tasks that have a grading protocol (MT-Bench) afterwards, print a table per task and write the HTML/PDF report.
 
 Also ``relaxbench summary DIR``: the same tables from a stored run, without running anything.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.commands.args import add_runtime_args
-from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
+from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_report_args(c, prefix="report-")
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
-    add_judge_args(c)
+    add_grader_args(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
@@ -174,7 +174,7 @@ class RichProgress:
 
 def run(args: argparse.Namespace) -> int:
     from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
-    from relaxbench.harness.judging import JudgedTask
+    from relaxbench.harness.grading import GradedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
     from relaxbench.harness.runner import register_job
     from relaxbench.harness.store import open_store
@@ -187,19 +187,19 @@ def run(args: argparse.Namespace) -> int:
     check_profile_args(list(suite.profiles), args.x_axis)
     executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
     options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
-    judge = judge_from_args(args)
+    grader = grader_from_args(args)
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     err = console(stderr=True)
-    judged = [JudgedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
-              if (scorer := job.source.judge_scorer()) is not None]
-    judge_device = None
-    if judge is not None:
-        if not judged:
-            raise ConfigError(f"a judge grades tasks with a judge protocol (MT-Bench), and none of this run's tasks "
-                              f"has one ({', '.join(job.name for job in plan.jobs)})")
-        judge_device = configure_runtime(suite.device, args.threads)  # the judge runs here, in the driver
-        check_judging(judge, judged, judge_device)
+    graded = [GradedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
+              if (scorer := job.source.grader_scorer()) is not None]
+    grader_device = None
+    if grader is not None:
+        if not graded:
+            raise ConfigError(f"an LLM grader grades tasks with a grading protocol (MT-Bench), and none of this run's "
+                              f"tasks has one ({', '.join(job.name for job in plan.jobs)})")
+        grader_device = configure_runtime(suite.device, args.threads)  # the grader runs here, in the driver
+        check_grading(grader, graded, grader_device)
     setup = ModelSetup(suite.target, suite.draft, plan.needs_draft_model(), suite.device, suite.dtype,
                        suite.draft_dtype, suite.device_map, args.threads, suite.warmup,
                        tuple(args.argv) if getattr(args, "argv", None) is not None else None)
@@ -212,19 +212,19 @@ def run(args: argparse.Namespace) -> int:
                       f"tasks ({executor.name})")
             for note in plan.notes():
                 err.print(note, markup=False, highlight=False)
-            if judge is None and judged:
-                err.print(f"{', '.join(t.name for t in judged)}: scored for fidelity to AR only (agreement with AR's "
-                          "output), not capability, since no judge was given (--judge MODEL, or --judge-endpoint URL "
-                          "--judge-model NAME; or later: relaxbench rescore DIR --judge MODEL)", markup=False,
+            if grader is None and graded:
+                err.print(f"{', '.join(t.name for t in graded)}: scored for fidelity to AR only (agreement with AR's "
+                          "output), not capability, since no grader was given (--grader MODEL, or --grader-endpoint "
+                          "URL --grader-model NAME; or later: relaxbench rescore DIR --grader MODEL)", markup=False,
                           highlight=False)
             with RichProgress() as progress:
                 cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
                 executor.run(RunContext(store, run_id, plan, cells), progress)
         finally:
             store.close()
-    if judge is not None:  # generation is over and the executor has let go of the models: the judge gets the memory
+    if grader is not None:  # generation is over and the executor has let go of the models: the grader gets the memory
         with open_store(out_dir) as store:
-            judge_and_announce(store, run_id, judged, judge, judge_device, RichProgress())
+            grade_and_announce(store, run_id, graded, grader, grader_device, RichProgress())
     print_tables(out_dir, run_id)
     if report_formats:
         from relaxbench.commands.report import write_and_announce

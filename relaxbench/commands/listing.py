@@ -1,4 +1,4 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, judges, suites, and
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, and
 the metric definitions. ``--markdown`` prints a Markdown table instead: the policy table of docs/policies.md and the
 metric table of docs/metrics.md are this command's output (a test checks the committed copies are current)."""
 
@@ -9,13 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "judges", "suites", "metrics")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics")
+ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, judges, "
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders, "
                                     "suites, or the metric definitions")
-    p.add_argument("kind", choices=LISTERS)
+    p.add_argument("kind", choices=(*LISTERS, *ALIASES))
     p.add_argument("--markdown", action="store_true",
                    help="print a Markdown table (the tables of docs/policies.md and docs/metrics.md)")
     p.set_defaults(handler=run)
@@ -168,12 +169,12 @@ def rows(kind: str) -> list[tuple[str, str]]:
     if kind == "scorers":
         from relaxbench.scoring import SCORERS
 
-        return [(name, f"{cls.summary} [{cls.measure}{'; graded by a judge after generation' if cls.judged else ''}]")
-                for name, cls in SCORERS.items()]
-    if kind == "judges":
-        from relaxbench.scoring.judges import JUDGES
+        after = "; graded by an LLM grader after generation"
+        return [(name, f"{cls.summary} [{cls.measure}{after if cls.graded else ''}]") for name, cls in SCORERS.items()]
+    if kind == "graders":
+        from relaxbench.scoring.graders import GRADERS
 
-        return [(name, cls.summary) for name, cls in JUDGES.items()]
+        return [(name, cls.summary) for name, cls in GRADERS.items()]
     if kind == "metrics":
         return metric_rows()
     from relaxbench.tasks import load_task, task_files
@@ -186,25 +187,26 @@ def rows(kind: str) -> list[tuple[str, str]]:
                  + (" (gated)" if source.access else ""),
                  "package": f"wheel {source.requirement}", "generated": f"generated ({source.generator})",
                  "file": "--data-file"}[source.kind]
-        judge = f"; judge {spec.judge}" if spec.judge else ""
-        out.append((name, (f"[{where}; scorer {spec.scorer}{judge}; max_new_tokens {spec.max_new_tokens}] "
+        grader = f"; grader {spec.grader}" if spec.grader else ""
+        out.append((name, (f"[{where}; scorer {spec.scorer}{grader}; max_new_tokens {spec.max_new_tokens}] "
                            f"{spec.description}")))
     return out
 
 
 def run(args: argparse.Namespace) -> int:
+    kind = ALIASES.get(args.kind, args.kind)
     if args.markdown:
-        print(markdown(args.kind), end="")
+        print(markdown(kind), end="")
         return 0
     from rich.markup import escape
     from rich.table import Table
 
     from relaxbench.ui import console
 
-    table = Table(title=args.kind)
+    table = Table(title=kind)
     table.add_column("name", no_wrap=True)
     table.add_column("description")
-    for name, description in rows(args.kind):
+    for name, description in rows(kind):
         table.add_row(escape(name), escape(description))  # "[wheel ...]" is text, not rich markup
     console().print(table)
     return 0

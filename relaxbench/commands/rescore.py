@@ -1,5 +1,5 @@
-"""``relaxbench rescore RUN_DIR --judge ...``: grade a stored run's answers with an LLM judge, without generating
-anything. Only the verdicts the store lacks are asked for (the cache is keyed by judge, prompt and answer), so a
+"""``relaxbench rescore RUN_DIR --grader ...``: grade a stored run's answers with an LLM grader, without generating
+anything. Only the verdicts the store lacks are asked for (the cache is keyed by grader, prompt and answer), so a
 rescore after an interrupted or extended run pays for the new answers alone. Then the tables and the report, as
 ``compare`` writes them."""
 
@@ -9,17 +9,17 @@ import argparse
 from pathlib import Path
 
 from relaxbench.commands.args import runtime_from_args
-from relaxbench.commands.judging import add_judge_args, check_judging, judge_and_announce, judge_from_args
+from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("rescore", help="grade a stored run's open-ended answers with an LLM judge (no generation)")
+    r = sub.add_parser("rescore", help="grade a stored run's open-ended answers with an LLM grader (no generation)")
     r.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (or its results.sqlite)")
     r.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
-    add_judge_args(r)
-    r.add_argument("--device", default="auto", help="where a local judge runs: cpu, cuda, cuda:1 ... (default: cuda "
+    add_grader_args(r)
+    r.add_argument("--device", default="auto", help="where a local grader runs: cpu, cuda, cuda:1 ... (default: cuda "
                                                     "if available)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     add_report_args(r, prefix="report-")
@@ -38,12 +38,12 @@ def store_path(run_dir: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from relaxbench.commands.compare import RichProgress, print_tables, report_formats_of
-    from relaxbench.harness.judging import stored_judged_tasks
+    from relaxbench.harness.grading import stored_graded_tasks
     from relaxbench.harness.store import Store
 
-    judge = judge_from_args(args)
-    if judge is None:
-        raise ConfigError("rescore needs a judge: --judge MODEL, or --judge-endpoint URL --judge-model NAME")
+    grader = grader_from_args(args)
+    if grader is None:
+        raise ConfigError("rescore needs a grader: --grader MODEL, or --grader-endpoint URL --grader-model NAME")
     report_formats = report_formats_of(args)
     path = store_path(args.run_dir)
     device = runtime_from_args(args)
@@ -55,13 +55,13 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             raise DataError(f"{path}: no run{'' if args.run_id is None else f' with id {args.run_id}'} stored")
         run_id = int(runs[0]["run_id"])
-        tasks = stored_judged_tasks(store, run_id)
+        tasks = stored_graded_tasks(store, run_id)
         if not tasks:
             names = sorted({r["task"] for r in store.rows("SELECT task FROM cells WHERE run_id=?", (run_id,))})
-            raise ConfigError(f"run {run_id} has no task with a judge protocol (its tasks: {', '.join(names)}); "
+            raise ConfigError(f"run {run_id} has no task with a grading protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench has one")
-        check_judging(judge, tasks, device)
-        judge_and_announce(store, run_id, tasks, judge, device, RichProgress())
+        check_grading(grader, tasks, device)
+        grade_and_announce(store, run_id, tasks, grader, device, RichProgress())
     print_tables(path, run_id)
     if report_formats:
         from relaxbench.commands.report import write_and_announce

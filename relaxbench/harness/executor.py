@@ -124,7 +124,7 @@ class InProcessExecutor(Executor):
             store.finish_session(session_id, status)
 
     def close(self) -> None:
-        """Let go of the models, so what runs next in this process (the LLM judge) gets their memory."""
+        """Let go of the models, so what runs next in this process (the LLM grader) gets their memory."""
         import gc
 
         self.target = self.draft = None

@@ -16,12 +16,13 @@ Tables (docs/store.md describes every column):
   samples       one row per (cell, item, turn, repeat): ids, text, counters incl. per-round columns, timings,
                 score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis, the seed of its
                 random stream
-  judges        one row per LLM judge that graded anything in this store: its identity (hashed: the key) and
+  judges        one row per LLM grader that graded anything in this store: its identity (hashed: the key) and
                 what the report says about it
-  judgments     the verdict cache, keyed by (judge, prompt, answer) hashes and the draw (0; 1 = the self-check):
+  judgments     the verdict cache, keyed by (grader, prompt, answer) hashes and the draw (0; 1 = the self-check):
                 the messages sent, the verdict text, its rating and score; shared by every run in the store, so
                 rescoring, resuming and sweeps never pay for the same verdict twice
-  sample_judgments  which verdict grades which sample, per judge and draw
+  sample_judgments  which verdict grades which sample, per grader and draw
+(the grader tables keep the names, and their key columns the name judge_hash, that stores were written with)
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ class CellDefinition:
 
 
 SampleKey = tuple[str, int, int]  # (item_id, turn, repeat)
-JudgmentKey = tuple[str, str, str, int]  # (judge_hash, prompt_hash, answer_hash, draw)
+VerdictKey = tuple[str, str, str, int]  # (judge_hash, prompt_hash, answer_hash, draw)
 LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
 
 # how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1
@@ -552,25 +553,25 @@ class Store(SQLiteFile):
 
     # ------------------------------------------------------------------------------------------ judgments
 
-    def ensure_judge(self, judge_hash: str, identity: Mapping[str, Any], description: Mapping[str, Any]) -> None:
-        """Record a judge (its description is updated to the latest wording)."""
+    def ensure_grader(self, grader_hash: str, identity: Mapping[str, Any], description: Mapping[str, Any]) -> None:
+        """Record a grader (its description is updated to the latest wording)."""
         with self.transaction() as conn:
             conn.execute("INSERT INTO judges (judge_hash, identity_json, description_json, created_at) "
                          "VALUES (?, ?, ?, ?) ON CONFLICT (judge_hash) DO UPDATE SET description_json="
-                         "excluded.description_json", (judge_hash, dumps(identity), dumps(description), now()))
+                         "excluded.description_json", (grader_hash, dumps(identity), dumps(description), now()))
 
-    def judgment(self, key: JudgmentKey) -> sqlite3.Row | None:
-        """The cached verdict for (judge, prompt, answer, draw), if any."""
+    def cached_verdict(self, key: VerdictKey) -> sqlite3.Row | None:
+        """The cached verdict for (grader, prompt, answer, draw), if any."""
         return self.conn.execute("SELECT * FROM judgments WHERE judge_hash=? AND prompt_hash=? AND answer_hash=? "
                                  "AND draw=?", key).fetchone()
 
-    def judged_sample_ids(self, judge_hash: str, draw: int) -> set[int]:
-        """Samples that already have a verdict of this judge for this draw."""
+    def graded_sample_ids(self, grader_hash: str, draw: int) -> set[int]:
+        """Samples that already have a verdict of this grader for this draw."""
         return {int(r["sample_id"]) for r in self.conn.execute(
-            "SELECT sample_id FROM sample_judgments WHERE judge_hash=? AND draw=?", (judge_hash, draw))}
+            "SELECT sample_id FROM sample_judgments WHERE judge_hash=? AND draw=?", (grader_hash, draw))}
 
-    def add_judgment(self, key: JudgmentKey, prompt_name: str, messages: Any, verdict: str, rating: float,
-                     score: float | None, seconds: float, attempts: int, sample_ids: Iterable[int]) -> None:
+    def add_verdict(self, key: VerdictKey, prompt_name: str, messages: Any, verdict: str, rating: float,
+                    score: float | None, seconds: float, attempts: int, sample_ids: Iterable[int]) -> None:
         """Cache one verdict and link it to the samples it grades, in one transaction."""
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO judgments (judge_hash, prompt_hash, answer_hash, draw, prompt_name, "
@@ -579,17 +580,17 @@ class Store(SQLiteFile):
                          (*key, prompt_name, json.dumps(messages), verdict, rating, score, seconds, attempts, now()))
             self._link(conn, key, sample_ids)
 
-    def link_judgment(self, key: JudgmentKey, sample_ids: Iterable[int]) -> None:
+    def link_verdict(self, key: VerdictKey, sample_ids: Iterable[int]) -> None:
         """Link a cached verdict to more samples (a cache hit)."""
         with self.transaction() as conn:
             self._link(conn, key, sample_ids)
 
     @staticmethod
-    def _link(conn: sqlite3.Connection, key: JudgmentKey, sample_ids: Iterable[int]) -> None:
-        judge, prompt, answer, draw = key
+    def _link(conn: sqlite3.Connection, key: VerdictKey, sample_ids: Iterable[int]) -> None:
+        grader, prompt, answer, draw = key
         conn.executemany("INSERT OR REPLACE INTO sample_judgments (sample_id, judge_hash, draw, prompt_hash, "
                          "answer_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                         [(sample_id, judge, draw, prompt, answer, now()) for sample_id in sample_ids])
+                         [(sample_id, grader, draw, prompt, answer, now()) for sample_id in sample_ids])
 
     # ------------------------------------------------------------------------------------------ reading
 

@@ -1,4 +1,5 @@
-"""What a ``compare`` run computes: the suite (a YAML file of ``suites/``, command-line flags over it)."""
+"""What a ``compare`` run computes: the suite (a YAML file of ``suites/``, command-line flags over it). A suite YAML
+may start from others with ``extends:`` (suite names or YAML paths; the rules are ``validation.resolve_extends``'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pydantic import Field, field_validator
 from relaxbench.errors import ConfigError
 from relaxbench.models.load import DEVICE_MAPS
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Flag, Integer, Number, Spec, Text, validate, yaml_files
+from relaxbench.validation import (Flag, Integer, Number, Spec, SpecKind, Text, check_runnable, resolve_extends, validate,
+                                   yaml_files)
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
 VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
@@ -140,10 +142,16 @@ class SuiteSpec(Spec):
         return self.model_dump()
 
 
+# ``extends:`` for suites: the per-task and argument mappings merge key by key (a child suite changes one task's
+# limit); the lists (methods, tasks, profiles, include_paths) and every other field replace
+SUITE_KIND = SpecKind("suites", "suite", ("data_files", "limits", "task_repeats", "chat_template_args",
+                                          "executor_options"))
+
+
 def suite_file_fields(data: Any, where: str) -> dict[str, Any]:
-    """The fields of a suite YAML, checked by name and type (the caller merges command-line flags over them)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: a suite must be a mapping")
+    """The fields of a suite YAML, its ``extends:`` parents applied (``validation.resolve_extends``), checked by
+    name and type (the caller merges command-line flags over them)."""
+    data = resolve_extends(data, where, SUITE_KIND)
     probe = {"target": "-", "methods": ["-"], "tasks": ["-"], **{k: v for k, v in data.items() if v is not None}}
     validate(SuiteSpec, probe, where)
     return dict(data)
@@ -153,6 +161,7 @@ def suite_path(name: str) -> Path:
     """A suite file: a path, or the name of a shipped suite (``suites/NAME.yaml``, e.g. ``default``)."""
     path = Path(name)
     if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in name:
+        check_runnable(path, "suite")
         return path
     shipped = shipped_suites()
     if name not in shipped:
@@ -162,4 +171,5 @@ def suite_path(name: str) -> Path:
 
 
 def shipped_suites() -> dict[str, Path]:
+    """The shipped suites by name (parent-only files, ``_NAME.yaml``, left out)."""
     return yaml_files("suites")

@@ -25,7 +25,7 @@ from relaxbench.analysis.notices import (
     FewUnits,
     FidelityOnly,
     Finding,
-    JudgeQuality,
+    GraderQuality,
     LosslessCheck,
     ModelGaps,
     NoEnvironment,
@@ -123,9 +123,6 @@ class Report:
         ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
         ("definitions", "Metric definitions")))
 
-    def all_figures(self) -> list[FigureArt]:
-        return [f for t in self.tasks for f in t.figures]
-
 
 # ------------------------------------------------------------------------------------------------ the summary
 
@@ -156,10 +153,10 @@ def headline(summary: TaskSummary, budget: float, ranking: Ranking = MEASURED) -
         return text + (f" Lossless reference ({ref.arm}): {_speed(ref, ranking)}." if ref is not None else "")
     unit, suffix = ("pass@1", "%") if summary.binary else ("score", " pts")
     ar_score = "-" if ar.score is None else pts(ar.score) + suffix
-    judged = "" if summary.judge is None else f", judged by {summary.judge.label}"
-    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}{judged}): "
+    graded = "" if summary.grader is None else f", graded by {summary.grader.label}"
+    text = f"{summary.task} (n = {summary.n_units} paired units, AR {unit} {ar_score}{graded}): "
     if ar.score is None and summary.n_units:
-        why = "no verdict of the judge has a rating" if summary.judge is not None else "no unit has a score"
+        why = "no verdict of the grader has a rating" if summary.grader is not None else "no unit has a score"
         return text + f"{why}, so no rule is ranked."
     best = best_within_budget(summary, budget, ranking)
     if best is None:
@@ -237,8 +234,8 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
                  f"Best = the highest {basis} among arms whose mean score difference to AR is at least −{budget:g} "
                  "point(s); AR when none of them is faster than AR. Speed-up = measured on this machine; proxy "
                  "NAME = priced on cost profile NAME. Fastest overall and lossless reference by the same speed-up. "
-                 "Scores in points (pass rate in %, an LLM judge's rating × 10, agreement × 100). A task scored only "
-                 "for fidelity to AR (agreement with AR's output, no judge) is not ranked: its capability was not "
+                 "Scores in points (pass rate in %, an LLM grader's rating × 10, agreement × 100). A task scored only "
+                 "for fidelity to AR (agreement with AR's output, no grader) is not ranked: its capability was not "
                  "measured.")
 
 
@@ -302,15 +299,15 @@ def word(finding: Finding) -> str:
         case FidelityOnly(scorer=scorer):
             return (f"Capability was not measured for this task: its score ({scorer}) is fidelity to AR's output "
                     "(exact match, ROUGE-L, the target's log-likelihood), which any rewording of a good answer lowers, "
-                    "so the summary does not rank rules by it. A task with a judge protocol (MT-Bench) is graded for "
-                    "capability with --judge MODEL or --judge-endpoint URL --judge-model NAME, or afterwards with "
-                    "relaxbench rescore RUN --judge ....")
-        case JudgeQuality(judge=j):
+                    "so the summary does not rank rules by it. A task with a grading protocol (MT-Bench) is graded for "
+                    "capability with --grader MODEL or --grader-endpoint URL --grader-model NAME, or afterwards with "
+                    "relaxbench rescore RUN --grader ....")
+        case GraderQuality(grader=j):
             text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
                     f"without a rating ({fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
                     "does)")
-            if j.not_judged:
-                text += (f"; {j.not_judged} samples have no verdict (the judge call failed; relaxbench rescore asks "
+            if j.not_graded:
+                text += (f"; {j.not_graded} samples have no verdict (the grader call failed; relaxbench rescore asks "
                          "again)")
             if j.self_check:
                 text += (f". Agreement with itself ({j.self_check_how}): {self_agreement_text(j)}, mean rating "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, JudgeSummary, TaskSummary
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, GraderSummary, TaskSummary
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _agreement_note(summary: TaskSummary) -> str:
     """Scorers that compare with the AR output give AR full marks by definition; say so under the table."""
     from relaxbench.scoring import SCORERS
 
-    if summary.judge is None and summary.scorer in SCORERS and SCORERS.get(summary.scorer).needs_baseline:
+    if summary.grader is None and summary.scorer in SCORERS and SCORERS.get(summary.scorer).needs_baseline:
         return (" Open-ended items are scored by agreement with AR's output of the same item and turn, so AR scores "
                 "100 there by definition and Δ measures how far an arm's text drifts from AR's: fidelity to AR, not "
                 "capability.")
@@ -190,9 +190,9 @@ def _agreement_note(summary: TaskSummary) -> str:
 
 
 def measured_by(summary: TaskSummary) -> str:
-    """What a task's score is, in a few words: its scorer, the judge, or fidelity only."""
-    if summary.judge is not None:
-        return f"capability: llm judge {summary.judge.label}"
+    """What a task's score is, in a few words: its scorer, the grader, or fidelity only."""
+    if summary.grader is not None:
+        return f"capability: llm grader {summary.grader.label}"
     if summary.measure == "fidelity":
         return f"fidelity to AR only: {summary.scorer} (capability not measured)"
     return f"capability: {summary.scorer}"
@@ -201,8 +201,8 @@ def measured_by(summary: TaskSummary) -> str:
 def score_unit(summary: TaskSummary) -> str:
     if summary.binary:
         return "pass rate, %"
-    if summary.judge is not None:
-        return "the judge's rating 1-10 × 10"
+    if summary.grader is not None:
+        return "the grader's rating 1-10 × 10"
     return summary.scorer + " × 100"
 
 
@@ -222,35 +222,35 @@ def main_table(summary: TaskSummary) -> Table:
                  + _repeats_note(summary) + _agreement_note(summary))
 
 
-JUDGE_COLUMNS = ("judge", "verdicts", "unparseable", "not judged", "self-agreement", "mean |Δ rating|, pts")
+GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agreement", "mean |Δ rating|, pts")
 
 
-def self_agreement_text(judge: JudgeSummary) -> str:
-    if not judge.self_check:
+def self_agreement_text(grader: GraderSummary) -> str:
+    if not grader.self_check:
         return "not measured (see the note)"
-    if judge.agreement_exact is None:
-        return "AR judged twice, no pair with two ratings"
-    return f"{judge.agreement_exact:.0%} same rating ({judge.agreement_pairs} AR samples)"
+    if grader.agreement_exact is None:
+        return "AR graded twice, no pair with two ratings"
+    return f"{grader.agreement_exact:.0%} same rating ({grader.agreement_pairs} AR samples)"
 
 
-def judge_table(summary: TaskSummary) -> Table | None:
-    """The judge behind the capability scores and how far to trust it (None when no judge graded the task)."""
-    judge = summary.judge
-    if judge is None:
+def grader_table(summary: TaskSummary) -> Table | None:
+    """The grader behind the capability scores and how far to trust it (None when no grader graded the task)."""
+    grader = summary.grader
+    if grader is None:
         return None
-    share = judge.unparseable_share
-    row = Row(judge.label, (
-        Cell(judge.label, "judge"), num(str(judge.verdicts), "verdicts", judge.verdicts),
-        num(f"{judge.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
-        num(str(judge.not_judged), "not_judged", judge.not_judged),
-        Cell(self_agreement_text(judge), "agreement_exact", judge.agreement_exact, numeric=judge.self_check),
-        num(fmt(judge.agreement_mean_abs, ".1f"), "agreement_mean_abs", judge.agreement_mean_abs),
+    share = grader.unparseable_share
+    row = Row(grader.label, (
+        Cell(grader.label, "grader"), num(str(grader.verdicts), "verdicts", grader.verdicts),
+        num(f"{grader.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
+        num(str(grader.not_graded), "not_graded", grader.not_graded),
+        Cell(self_agreement_text(grader), "agreement_exact", grader.agreement_exact, numeric=grader.self_check),
+        num(fmt(grader.agreement_mean_abs, ".1f"), "agreement_mean_abs", grader.agreement_mean_abs),
     ))
-    return Table(f"{summary.task}-judge", f"{summary.task}: the judge behind the capability scores", JUDGE_COLUMNS,
+    return Table(f"{summary.task}-grader", f"{summary.task}: the grader behind the capability scores", GRADER_COLUMNS,
                  (row,), "Verdicts on this task's samples (both passes); unparseable = no [[rating]] or [rating] in "
-                         "the verdict (FastChat's -1), left out of every average; not judged = samples whose judge "
-                         "call failed (relaxbench rescore asks again); self-agreement = AR samples judged twice "
-                         f"({judge.self_check_how}).")
+                         "the verdict (FastChat's -1), left out of every average; not graded = samples whose grader "
+                         "call failed (relaxbench rescore asks again); self-agreement = AR samples graded twice "
+                         f"({grader.self_check_how}).")
 
 
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]",
@@ -337,7 +337,7 @@ def category_table(summary: TaskSummary) -> Table | None:
                 *(num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
             ), emphasis=name == "all"))
     fidelity = (" (fidelity to AR: exact match, ROUGE-L, log-likelihood)" if summary.measure == "fidelity"
-                or summary.judge is not None and keys else "")
+                or summary.grader is not None and keys else "")
     return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
                  ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
                  f"Scores in points ({measured_by(summary)}); the detail columns are the task scorer's own metrics"
@@ -348,9 +348,9 @@ def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
                                                                           diagnostics_table(summary)]
-    judge = judge_table(summary)
-    if judge is not None:
-        tables.insert(1, judge)
+    grader = grader_table(summary)
+    if grader is not None:
+        tables.insert(1, grader)
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)

@@ -1,5 +1,5 @@
-"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM judge
-(``llm_judge`` with the judges of ``judges``). Importing this package registers every built-in scorer and judge."""
+"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM grader
+(``llm_grader`` with the graders of ``graders``). Importing this package registers every built-in scorer and grader."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -12,9 +12,9 @@ from relaxbench.scoring import (  # noqa: F401  (registration)
     code,
     effects,
     evalplus,
-    judges,
+    graders,
     livecodebench,
-    llm_judge,
+    llm_grader,
     patterns,
     recall,
 )

@@ -1,7 +1,7 @@
-"""Open-ended prompts have no reference answer to check: without a judge, what can be measured is fidelity to the
+"""Open-ended prompts have no reference answer to check: without a grader, what can be measured is fidelity to the
 AR output (exact match and ROUGE-L) plus the target's mean log-likelihood of what was produced. That is not
 capability (a different wording of a good answer loses points), so the measure is named "fidelity"; capability on
-such tasks is an LLM judge's (``llm_judge.py``)."""
+such tasks is an LLM grader's (``llm_grader.py``)."""
 
 from __future__ import annotations
 

@@ -49,8 +49,8 @@ class Scorer:
     # what the score measures: "capability" (how good the answer is) or "fidelity" (how close it stays to the AR
     # output); a rule is ranked within a capability-loss budget by capability only
     measure: ClassVar[str] = "capability"
-    # graded after generation by an LLM judge given on the command line (a task's ``judge:``), not per sample
-    judged: ClassVar[bool] = False
+    # graded after generation by an LLM grader given on the command line (a task's ``grader:``), not per sample
+    graded: ClassVar[bool] = False
 
     def __init__(self, args: Mapping[str, Any] | Spec | None = None) -> None:
         self.args: Any = args if isinstance(args, self.Args) else self.check_args(args)

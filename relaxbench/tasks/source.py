@@ -60,9 +60,9 @@ class TaskSource(ABC):
         """Prompt ids of ``turn`` of ``item`` for ``target`` (a loaded model), after this arm's own answers to the
         earlier turns (``history``), leaving room for ``max_new_tokens`` where the source keeps prompts short."""
 
-    def judge_scorer(self) -> Scorer | None:
-        """The judged scorer that grades the task's capability after generation when a judge is given (None: the
-        task has no judge protocol)."""
+    def grader_scorer(self) -> Scorer | None:
+        """The graded scorer that grades the task's capability after generation when a grader is given (None: the
+        task has no grading protocol)."""
         return None
 
     def score_likelihoods(self, target: Any, item: TaskItem) -> Score:

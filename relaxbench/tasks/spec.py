@@ -1,5 +1,6 @@
 """Task specifications read from YAML (``tasks/*.yaml``): data source, row format, prompt template per user turn,
-generation settings and scorer. Validated when loaded, so a bad file fails before any model loads."""
+generation settings and scorer. Validated when loaded, so a bad file fails before any model loads. A task YAML may
+start from others with ``extends:`` (task names or YAML paths; the rules are ``validation.resolve_extends``'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pydantic import Field, field_validator, model_validator
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Flag, PositiveInteger, Spec, Text, load_yaml, validate, yaml_files
+from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml,
+                                   resolve_extends, validate, yaml_files)
 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
@@ -79,10 +81,11 @@ class TaskSpec(Spec):
     max_new_tokens: PositiveInteger = 256
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
-    # how an LLM judge grades the task's capability after generation, when a judge is given (a judged scorer,
-    # e.g. llm-judge); without a judge the task is scored by ``scorer`` alone
-    judge: Text | None = None
-    judge_args: dict[str, Any] = Field(default_factory=dict)
+    # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,
+    # e.g. llm-grader); without a grader the task is scored by ``scorer`` alone. A YAML may still write the earlier
+    # names ``judge``/``judge_args`` (TASK_KIND.renamed) and ``llm-judge`` (a registry alias).
+    grader: Text | None = None
+    grader_args: dict[str, Any] = Field(default_factory=dict)
     description: Text = ""
     origin: Text = ""
 
@@ -103,12 +106,12 @@ class TaskSpec(Spec):
         return value
 
     def to_record(self) -> dict[str, Any]:
-        """The spec as stored with every cell of the task. The judge fields are left out: they do not change what
-        is generated (so they are not part of the run's identity, and a run made before a task had a judge resumes
-        and can be judged); which judge graded what is stored with each verdict. Fields added after stores were
+        """The spec as stored with every cell of the task. The grader fields are left out: they do not change what
+        is generated (so they are not part of the run's identity, and a run made before a task had a grader resumes
+        and can be graded); which grader graded what is stored with each verdict. Fields added after stores were
         written are left out while unset, so a task that does not use them keeps its record (and an old run its
         key)."""
-        data = self.model_dump(exclude={"judge", "judge_args"})
+        data = self.model_dump(exclude={"grader", "grader_args"})
         for key in ADDED_TASK_FIELDS:
             if not data[key]:
                 data.pop(key)
@@ -118,13 +121,19 @@ class TaskSpec(Spec):
         return data
 
 
-def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
+# ``extends:`` for tasks: the source and the argument mappings merge key by key (a child task changes a data set's
+# ``name`` or one scorer argument); lists (fewshot, stop, cut_at, the source's fields) and text replace
+TASK_KIND = SpecKind("tasks", "task", ("source", "scorer_args", "chat_template_args", "grader_args"),
+                     renamed={"judge": "grader", "judge_args": "grader_args"})
+
+
+def task_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
+    """A task from a YAML mapping, its ``extends:`` parents applied first (``validation.resolve_extends``)."""
     from relaxbench.data.formats import FORMATS
     from relaxbench.scoring import SCORERS
 
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: a task must be a mapping")
-    for key in ("source", "scorer_args", "chat_template_args", "judge_args"):
+    data = resolve_extends(data, where, TASK_KIND, extra_dirs)
+    for key in ("source", "scorer_args", "chat_template_args", "grader_args"):
         if key in data and data[key] is None:
             data = {**data, key: {}}
     spec = validate(TaskSpec, {"name": default_name, **data, "origin": where}, where)
@@ -135,18 +144,20 @@ def task_from_dict(data: Any, where: str, default_name: str) -> TaskSpec:
         raise UnknownNameError(f"{where}: unknown scorer {spec.scorer!r}{did_you_mean(spec.scorer, SCORERS.names())} "
                                f"(scorers: {', '.join(SCORERS.names())})")
     scorer = SCORERS.get(spec.scorer)
-    if scorer.judged:
-        raise ConfigError(f"{where}: scorer {spec.scorer!r} grades with an LLM judge after generation: name it as "
-                          f"the task's 'judge: {spec.scorer}' and keep a per-sample scorer")
+    if scorer.graded:
+        raise ConfigError(f"{where}: scorer {spec.scorer!r} grades with an LLM grader after generation: name it as "
+                          f"the task's 'grader: {spec.scorer}' and keep a per-sample scorer")
     scorer.check_args(spec.scorer_args, where)
-    if spec.judge is not None:
-        judged = [name for name, cls in SCORERS.items() if cls.judged]
-        if spec.judge not in judged:
-            raise UnknownNameError(f"{where}: judge {spec.judge!r} is not a judged scorer"
-                                   f"{did_you_mean(spec.judge, judged)} (judged scorers: {', '.join(judged)})")
-        SCORERS.get(spec.judge).check_args(spec.judge_args, where)
-    elif spec.judge_args:
-        raise ConfigError(f"{where}: judge_args without a judge")
+    if spec.grader is not None:
+        graded = [name for name, cls in SCORERS.items() if cls.graded]
+        if spec.grader not in SCORERS or not SCORERS.get(spec.grader).graded:
+            raise UnknownNameError(f"{where}: grader {spec.grader!r} is not a graded scorer"
+                                   f"{did_you_mean(spec.grader, graded)} (graded scorers: {', '.join(graded)})")
+        grader = SCORERS.get(spec.grader)
+        grader.check_args(spec.grader_args, where)
+        spec = spec.model_copy(update={"grader": grader.name})  # an earlier name (llm-judge) reads as today's
+    elif spec.grader_args:
+        raise ConfigError(f"{where}: grader_args without a grader")
     if spec.source.kind == "generated":
         from relaxbench.data.generate import GENERATORS
 
@@ -172,7 +183,8 @@ def _check_template(template: str, what: str, where: str) -> None:
 
 
 def task_files(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:
-    """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win)."""
+    """Task name → YAML file, from the built-in ``tasks/`` folder then ``extra_dirs`` (later folders win);
+    parent-only files (``_NAME.yaml``) are left out."""
     return yaml_files("tasks", extra_dirs)
 
 
@@ -180,9 +192,10 @@ def load_task(name: str, extra_dirs: tuple[Path, ...] = ()) -> TaskSpec:
     """A task by YAML path or by name in the task folders."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
-        return task_from_dict(load_yaml(path), str(path), path.stem)
+        check_runnable(path, "task")
+        return task_from_dict(load_yaml(path), str(path), path.stem, extra_dirs)
     files = task_files(extra_dirs)
     if name not in files:
         raise UnknownNameError(f"unknown task {name!r}{did_you_mean(name, sorted(files))} "
                                f"(tasks: {', '.join(sorted(files))})")
-    return task_from_dict(load_yaml(files[name]), str(files[name]), name)
+    return task_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)

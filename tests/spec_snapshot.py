@@ -1,0 +1,74 @@
+"""The resolved form of every shipped spec: each method, task and suite as the loaders resolve it (``extends:``
+applied, defaults filled), the run key of each shipped suite and the runnable entries ``relaxbench list`` shows.
+
+``tests/data/resolved_specs.json`` is this snapshot taken with the code and YAML files from before the shipped
+specs were rewritten to inherit from shared parents; ``test_specs.py`` compares it with the current resolution, so
+a rewrite that changes any resolved field or run key fails. The module uses only interfaces both versions have, so
+it regenerates the snapshot from any checkout:
+
+    PYTHONPATH=CHECKOUT python tests/spec_snapshot.py OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _relative(value: Any, root: str) -> Any:
+    """``value`` with the checkout's root removed from every path string (the snapshot holds no machine paths)."""
+    if isinstance(value, dict):
+        return {k: _relative(v, root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_relative(v, root) for v in value]
+    if isinstance(value, str) and value.startswith(root):
+        return value[len(root):].lstrip("/")
+    return value
+
+
+def _suite_run_key(name: str) -> tuple[dict[str, Any], str]:
+    """The suite as ``compare --suite NAME`` resolves it, and its run key. The tasks' records are what
+    ``YamlTaskLoader.load`` stores (the suite's chat-template arguments over the task's own); no data is read, as
+    a task's rows do not enter the key."""
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.compare import suite_from_args
+    from relaxbench.harness.plan import build_arms, run_key
+    from relaxbench.tasks import load_task
+    from relaxbench.tasks.yaml_tasks import YamlTask
+
+    suite = suite_from_args(build_parser().parse_args(["compare", "--suite", name]))
+    sources = []
+    for given in suite.tasks:
+        spec = load_task(given)
+        if suite.chat_template_args:
+            spec = spec.model_copy(update={"chat_template_args": {**spec.chat_template_args,
+                                                                   **suite.chat_template_args}})
+        sources.append(YamlTask(spec, (), ""))
+    return suite.model_dump(), run_key(suite, build_arms(suite), sources)
+
+
+def snapshot() -> dict[str, Any]:
+    from relaxbench.commands.listing import rows
+    from relaxbench.harness.suite import shipped_suites
+    from relaxbench.methods import load_method, method_files
+    from relaxbench.tasks import load_task, task_files
+    from relaxbench.validation import PROJECT_ROOT
+
+    suites = {}
+    for name in shipped_suites():
+        spec, key = _suite_run_key(name)
+        suites[name] = {"spec": spec, "run_key": key}
+    data = {
+        "methods": {name: load_method(name).model_dump() for name in method_files()},
+        "tasks": {name: {"spec": load_task(name).model_dump(), "record": load_task(name).to_record()}
+                  for name in task_files()},
+        "suites": suites,
+        "list": {kind: [list(row) for row in rows(kind)] for kind in ("methods", "tasks", "suites")},
+    }
+    return _relative(json.loads(json.dumps(data, default=str)), str(PROJECT_ROOT))
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(json.dumps(snapshot(), indent=1, sort_keys=True, ensure_ascii=False) + "\n")
