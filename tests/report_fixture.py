@@ -47,7 +47,9 @@ TASKS = {
 ENVIRONMENT = {
     "command": "relaxbench compare --suite fixture.yaml", "device": "cpu", "target_dtype": "bfloat16",
     "draft_dtype": "bfloat16", "threads": 2, "cpu_model": "Fixture CPU @ 2.0GHz", "cpu_count": 2,
-    "load_average": [1.5, 1.2, 1.0], "gpu": None, "python": "3.11.2", "platform": "Linux-fixture",
+    # the load average counts relaxbench's own model conversion just before; other processes were quiet
+    "load_average": [1.5, 1.2, 1.0], "others_busy_cpus": 0.2, "others_window_s": 1.0, "gpu": None,
+    "python": "3.11.2", "platform": "Linux-fixture",
     "hostname": "fixture-host", "git_revision": "0123456789abcdef0123456789abcdef01234567", "torch": "2.13.0",
     "transformers": "5.23.0", "relaxbench": "0.1.0", "datasets": "5.2.0", "scipy": "1.17.0", "numpy": "2.4.0",
     "date": "2026-11-30T10:00:00+00:00",

@@ -7,8 +7,11 @@ outputs, compute their ratios from what they timed, and fail when a target is mi
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
+
+import pytest
 
 from relaxbench.benchmarks.efficiency import ArmTotals, EfficiencyRow, Unit, bench_efficiency
 from relaxbench.benchmarks.engine import Comparison, bench_draft_model, bench_prompt_lookup
@@ -109,3 +112,72 @@ def test_a_differing_output_fails_the_comparison_and_says_where(tiny_target):
                      lambda p: hf_generate(tiny_target, p, 8))
     assert not row.identical and not row.holds
     assert row.notes.startswith("first difference at output token 3: top-2 logit gap")
+
+
+def test_bench_tables_go_through_the_one_table_model(capsys):
+    """``bench proxy --published-only`` (no model): its table is the report's Table, rendered with every column;
+    a missed target is an alert cell, red in a terminal; the exit code follows the verdicts."""
+    import io
+
+    from rich.console import Console
+
+    from relaxbench.cli import main
+    from relaxbench.commands.bench.output import verdict
+    from relaxbench.profiles.published import compare_published
+    from relaxbench.report.tables import Row, Table
+    from relaxbench.report.terminal import rich_table
+
+    code = main(["bench", "proxy", "--published-only"])
+    out = capsys.readouterr().out
+    published = compare_published()
+    assert code == (0 if all(c.holds is not False for c in published) else 1)
+    for column in ("model, hardware", "published ms", "analytic ms", "analytic / published", "within", "holds"):
+        assert column in out
+    for c in published:
+        assert c.entry.name in out and f"{c.analytic_ms:.2f}" in out
+    assert "not checked" in out and (verdict(None, "not checked").text, verdict(True).text) == ("not checked", "yes")
+    missed = verdict(False)
+    assert missed.text == "NO" and missed.alert and not verdict(True).alert
+    buffer = io.StringIO()
+    table = Table("t", "t", ("holds",), (Row("x", (missed,)),))
+    Console(file=buffer, force_terminal=True, color_system="standard", width=40).print(rich_table(table))
+    assert re.search(r"\x1b\[31m *NO\x1b\[0m", buffer.getvalue())  # red
+
+
+def test_bench_subcommands_share_the_runtime_flags():
+    """--device/--dtype/--draft-dtype/--threads are declared once (commands/args.py); each benchmark takes the
+    ones it uses, with the same defaults."""
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.bench import BENCHMARK_MODULES
+
+    parser = build_parser()
+    takes = {"engine": {"device", "dtype", "draft_dtype", "threads"}, "forward": {"device", "threads"},
+             "efficiency": {"device", "dtype", "draft_dtype", "threads"}, "memory": {"dtype", "draft_dtype", "threads"},
+             "cluster": {"threads"}, "proxy": {"dtype", "draft_dtype", "threads"},
+             "policies": {"device", "dtype", "threads"}}
+    assert [m.__name__.rsplit(".", 1)[1] for m in BENCHMARK_MODULES] == list(takes)
+    for name, flags in takes.items():
+        args = parser.parse_args(["bench", name, *(["MODEL"] if name == "forward" else [])])
+        runtime = {key for key in ("device", "dtype", "draft_dtype", "threads") if hasattr(args, key)}
+        assert runtime == flags, name
+        assert args.threads is None and all(getattr(args, k) == "auto" for k in flags - {"threads", "device"})
+        assert getattr(args, "device", "auto") == ("cpu" if name == "policies" else "auto")
+        assert callable(args.handler)
+
+
+@pytest.mark.slow
+def test_bench_forward_and_policies_print_their_tables(capsys):
+    from relaxbench.cli import main
+
+    assert main(["bench", "forward", "tiny-random-target", "--dtypes", "float32", "--chunks", "1,2", "--context",
+                 "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "forward cost, ms (context 8 tokens, median of 1)" in out and "1 tok" in out and "2 tok" in out
+    assert "tiny-random-target" in out and "float32" in out
+    code = main(["bench", "policies", "--target", "tiny-random-target", "--vocab", "64", "-k", "3", "--rounds", "2",
+                 "--sampling-rounds", "2", "--repeats", "1", "--context", "8", "--policy", "exact", "--mode",
+                 "greedy"])
+    out = capsys.readouterr().out
+    assert "policy decision time per round: V=64, k=3" in out and "exact" in out and "greedy" in out
+    row = next(line for line in out.splitlines() if "exact" in line and "greedy" in line)
+    assert code == (0 if row.rstrip(" │").endswith("yes") else 1)

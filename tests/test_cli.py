@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,32 @@ def test_models_list_and_list_policies(cli):
     assert result.returncode == 0 and "qwen2.5-coder-1.5b-instruct" in result.stdout
     result = cli("list", "policies")
     assert result.returncode == 0 and "speculative-sampling" in result.stdout and "exact" in result.stdout
+
+
+def test_progress_in_a_log_is_a_line_per_step_with_elapsed_and_eta():
+    """Without a terminal the commands' progress (profile, judge mine) prints a line per advanced step; setting a
+    bar's position directly prints nothing; the ETA's speed counts only the steps of this session."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from relaxbench.ui import Eta, LineProgress, progress_bars
+
+    assert isinstance(progress_bars(), LineProgress)  # pytest captures stderr: not a terminal
+    buffer = io.StringIO()
+    with LineProgress(Console(file=buffer, width=200)) as progress:
+        items = progress.add_task("[bold]items", total=4, completed=1)
+        inner = progress.add_task("positions", total=10)
+        progress.update(inner, completed=5)
+        progress.advance(items)
+        progress.update(items, advance=1, description="items (second)")
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 2
+    assert re.fullmatch(r"items: 2/4, elapsed \d+:\d\d:\d\d, eta \d+:\d\d:\d\d", lines[0])
+    assert lines[1].startswith("items (second): 3/4, elapsed ")
+    eta = Eta(started=time.monotonic() - 10)
+    eta.add(10, 5)  # resumed: 5 of 10 done before this session
+    assert eta.text() == "elapsed 0:00:10, eta -"
+    eta.step()
+    assert eta.text() == "elapsed 0:00:10, eta 0:00:40"  # 1 step in 10 s, 4 left

@@ -4,6 +4,7 @@ and bad input (one line, exit 2, nothing stored lost)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -80,6 +81,28 @@ def test_compare_end_to_end(e2e_run):
         assert all(len(f) == d for f, d in zip(s.round_draft_forwards, s.round_drafted))  # one forward per draft
     for fragment in ("MAL", "speed-up", "Δ vs AR", "humaneval", "jsonl", "exact", "speculative-sampling"):
         assert fragment in proc.stdout
+
+
+def test_a_run_in_a_log_prints_a_line_per_finished_sample(e2e_run):
+    """stderr is a pipe here (no terminal, no bars): every finished sample of every cell is one line with its
+    cell's count, the run's count, the elapsed time and the ETA; the tables on stdout fit 120 columns."""
+    out, proc = e2e_run
+    assert proc.returncode == 0, proc.stderr
+    line = re.compile(r"^(\S+) / (.+?): (\d+)/(\d+); all cells (\d+)/(\d+), elapsed \d+:\d\d:\d\d, eta "
+                      r"(\d+:\d\d:\d\d)$")
+    found = [m for m in map(line.match, proc.stderr.splitlines()) if m]
+    samples = [m for m in found if m[1] != "this-machine"]  # the machine's cost profile is measured first
+    assert len(samples) == 3 * 3 * 2  # 3 units × 3 arms × 2 tasks, one line each
+    per_cell: dict[tuple[str, str], list[int]] = {}
+    for m in samples:
+        per_cell.setdefault((m[1], m[2]), []).append(int(m[3]))
+        assert int(m[4]) == 3
+    assert per_cell == {(task, arm): [1, 2, 3] for task in ("humaneval", "jsonl")
+                        for arm in ("ar", "exact", "speculative-sampling")}
+    overall = [int(m[5]) for m in found]
+    assert overall == list(range(1, len(found) + 1)) and {int(m[6]) for m in found} == {len(found)}
+    assert found[-1][7] == "0:00:00"
+    assert max(len(text) for text in proc.stdout.splitlines()) <= 120
 
 
 def test_rerun_skips_finished_samples_and_summary_reads_the_store(e2e_run, capsys):

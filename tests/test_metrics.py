@@ -200,3 +200,25 @@ def test_counters_add_and_define_each_ratio_once():
     ar = Counters.of_rounds([0, 0], [0, 0], [0, 0], emitted=2)
     assert ar.mean_acceptance_length == 1.0 and ar.acceptance_rate is None and ar.acceptance_by_position == ()
     assert Counters().mean_acceptance_length is None and Counters().relaxed_fraction is None
+
+
+def test_one_speed_up_and_the_benchmarks_quantities_named_apart():
+    """"speed-up" means the report's (Σ AR time / Σ method time, and its geomean and proxy variants); the
+    benchmarks' ratios have their own names and definitions in the same list, which the report leaves out."""
+    from relaxbench.analysis.metrics import (
+        BENCHMARK_METRICS,
+        METRIC_DEFINITIONS,
+        metric_definition,
+        report_definitions,
+    )
+
+    names = [name for name, _ in METRIC_DEFINITIONS]
+    assert len(names) == len(set(names))
+    assert [n for n in names if "speed-up" in n] == ["speed-up (total)", "speed-up (geomean)",
+                                                     "proxy speed-up (profile)"]
+    assert BENCHMARK_METRICS <= set(names) and not any("speed-up" in n for n in BENCHMARK_METRICS)
+    assert "prefill is left out" in metric_definition("decode-rate ratio")
+    assert "not a method with AR" in metric_definition("engine ratio")
+    assert {n for n, _ in report_definitions()} == set(names) - BENCHMARK_METRICS
+    with pytest.raises(KeyError, match="no metric named 'speedup'"):
+        metric_definition("speedup")

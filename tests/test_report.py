@@ -270,6 +270,34 @@ def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries)
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
 
+def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
+    """A load average raised by relaxbench's own preparation is not a busy machine: the notice judges the CPUs other
+    processes kept busy at the session's start; a session stored before that was measured falls back to the load
+    average and says what it counts."""
+    from dataclasses import replace
+
+    from relaxbench.analysis.notices import BusyMachine, run_findings
+    from relaxbench.report.content import word
+
+    run = load_run(fixture_run)
+    env = run.environment[-1]
+    assert env["load_average"][0] / env["cpu_count"] > 0.5 and env["others_busy_cpus"] == 0.2
+    assert not [f for f in run_findings(run) if isinstance(f, BusyMachine)]
+
+    def busy(**changes):
+        session = {k: v for k, v in {**env, **changes}.items() if v is not ...}
+        return [f for f in run_findings(replace(run, environment=(session,))) if isinstance(f, BusyMachine)]
+
+    [found] = busy(others_busy_cpus=1.4)
+    assert (found.load, found.cpus, found.others, found.window_s, found.level) == (1.4, 2, True, 1.0, "warning")
+    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in word(found)
+    assert busy(others_busy_cpus=1.4, load_average=[0.1, 0.1, 0.1])  # others busy, whatever the load average
+    assert not busy(others_busy_cpus=None)  # psutil could not read the counters: no evidence
+    [legacy] = busy(others_busy_cpus=..., others_window_s=...)  # a store written before the measure existed
+    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in word(legacy)
+    assert not busy(others_busy_cpus=..., others_window_s=..., load_average=[0.4, 0.4, 0.4])
+
+
 def test_sessions_that_differ_are_named(fixture_run):
     """A run whose sessions differ in setup (e.g. Ray workers on different nodes) says which session has which."""
     from dataclasses import replace
@@ -338,7 +366,7 @@ def test_terminal_and_html_render_the_same_tables(written, summaries):
     from rich.console import Console
 
     from relaxbench.report.tables import task_tables
-    from relaxbench.report.terminal import rich_table
+    from relaxbench.report.terminal import header, rich_table
 
     page = parse(written["html"].read_text())
     for summary in summaries.values():
@@ -346,12 +374,56 @@ def test_terminal_and_html_render_the_same_tables(written, summaries):
             buffer = io.StringIO()
             Console(file=buffer, width=1000).print(rich_table(table))
             text = buffer.getvalue()
-            assert table.title in text and all(column in text for column in table.columns)
+            assert table.title in text and all(part in text for c in table.columns for part in header(c).split("\n"))
             html_rows = page.tables[table.key]
             assert list(html_rows) == [row.key for row in table.rows]
             for row in table.rows:
                 assert [c["text"] for c in html_rows[row.key]] == [c.text for c in row.cells]
                 assert all(cell.text in text for cell in row.cells)
+
+
+@pytest.mark.parametrize("profiles", [(), ("h100-sxm", "b200")])
+def test_summary_fits_120_columns_and_names_what_it_hides(fixture_run, capsys, profiles):
+    """By default every line of ``summary`` fits 120 columns (with one and with three proxy columns); each table
+    shows its essential columns and says, under it, which it left out and that --wide shows them."""
+    from relaxbench.report.tables import task_tables
+
+    flags = [arg for p in profiles for arg in ("--profile", p)]
+    assert main(["summary", str(fixture_run), *flags]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    for name in ARM_NAMES:
+        assert name in out
+    hidden_lines = [line for line in lines if line.startswith("Not shown to fit 120 columns")]
+    tables = [t for s in priced_summaries(fixture_run, profiles).values() for t in task_tables(s)]
+    narrowed = [t for t in tables if t.hidden()]
+    assert narrowed and len(hidden_lines) == len(narrowed)  # once per narrowed table, none for the others
+    text = " ".join(out.split())
+    for table in narrowed:
+        assert table.title in out
+        assert f"Not shown to fit 120 columns: {', '.join(table.hidden())} (--wide shows every column)." in text
+        assert set(table.narrow().columns) == set(table.essential) and not set(table.hidden()) & set(table.essential)
+    if not profiles:  # with the one stored profile the essential columns fit without wrapping a cell
+        for table in narrowed:
+            for row in table.narrow().rows:
+                assert all(cell.text in out for cell in row.cells), (table.key, row.key)
+
+
+def test_summary_wide_shows_every_column_unwrapped(fixture_run, capsys):
+    from relaxbench.report.tables import task_tables
+    from relaxbench.report.terminal import header
+
+    assert main(["summary", str(fixture_run), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "Not shown to fit" not in out
+    assert max(len(line) for line in out.splitlines()) > 120
+    for summary in priced_summaries(fixture_run).values():
+        for table in task_tables(summary):
+            # every header whole (an interval's bracket goes on a line of its own by design, nothing else wraps)
+            assert all(part in out for c in table.columns for part in header(c).split("\n")), table.key
+            for row in table.rows:
+                assert all(cell.text in out for cell in row.cells), (table.key, row.key)
 
 
 def test_a_run_without_finished_samples_still_reports(tmp_path: Path):

@@ -7,7 +7,8 @@ Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over
 mean over its n samples, with CIs from resampling units, i.e. items). Only units that every arm of the task has
 finished are used, so every figure of a task's table is over the same samples.
 
-Definitions: ``METRIC_DEFINITIONS`` below (printed in every report; docs/metrics.md is generated from it).
+Definitions: ``METRIC_DEFINITIONS`` below, the one list of every figure's definition (printed in every report; the
+benchmarks' own quantities, named apart from the speed-up, are there too; docs/metrics.md is generated from it).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 
 Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in
@@ -80,7 +81,35 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
              "every arm of the task finished are used"),
     ("truncated", "samples whose generation stopped at max_new_tokens (cut at the budget) / samples"),
+    # the benchmarks' own quantities (relaxbench bench ...): named apart, since none of them is the speed-up above
+    ("decode-rate ratio", ("relaxbench bench efficiency: an arm's decode tokens/s / that of the AR run just before "
+                           "it on the same prompt, decode time = total time − prefill; median over (prompt, "
+                           "repeat). Not the speed-up: prefill is left out, and there is no bootstrap")),
+    ("modelled decode-rate ratio", ("the decode-rate ratio with every generation's decode time replaced by its "
+                                    "proxy time on a profile of this machine measured right after the arm ran")),
+    ("loop efficiency", ("decode-rate ratio / modelled decode-rate ratio per (prompt, repeat), median: near 1 the "
+                         "loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing to the "
+                         "forward passes")),
+    ("engine ratio", ("relaxbench bench engine: our arm's tokens/s / transformers' tokens/s on the same models, "
+                      "prompts and decoding (per repeat Σ tokens / Σ seconds over the prompts, the two sides "
+                      "interleaved); median over repeats. Compares two engines running the same decoding, not a "
+                      "method with AR")),
 )
+# the entries above that describe benchmark figures, not the report's: the report's definitions leave them out
+BENCHMARK_METRICS = frozenset({"decode-rate ratio", "modelled decode-rate ratio", "loop efficiency", "engine ratio"})
+
+
+def metric_definition(name: str) -> str:
+    """The definition of ``name`` in ``METRIC_DEFINITIONS`` (a benchmark prints the one it reports)."""
+    for key, text in METRIC_DEFINITIONS:
+        if key == name:
+            return text
+    raise KeyError(f"no metric named {name!r} in METRIC_DEFINITIONS")
+
+
+def report_definitions() -> tuple[tuple[str, str], ...]:
+    """The definitions a run's report prints (the benchmarks' own quantities left out)."""
+    return tuple((key, text) for key, text in METRIC_DEFINITIONS if key not in BENCHMARK_METRICS)
 
 
 @dataclass(frozen=True)

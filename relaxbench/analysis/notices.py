@@ -23,7 +23,7 @@ WIDE_SPEEDUP = 0.25  # CI width / value above which a speed-up interval is calle
 WIDE_DELTA = 10.0  # points: a Δ-vs-AR interval wider than this is called wide
 MODEL_GAP = 2.0  # measured / this-machine proxy speed-up beyond this factor (either way) is flagged
 TRUNCATED_AR = 0.25  # share of AR's samples cut at max_new_tokens above which truncation is a warning
-BUSY_LOAD = 0.5  # 1-min load average per CPU at a session's start above which timings are flagged as noisy
+BUSY_LOAD = 0.5  # CPUs kept busy by other processes, per CPU, at a session's start above which timings are noisy
 UNPARSEABLE_SHARE = 0.1  # a grader whose verdicts lack a rating more often than this is flagged
 SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model", "gpu", "gpus", "gpu_driver", "cuda",
                 "torch", "transformers", "git_revision", "hostname")  # sessions that differ here pooled setups
@@ -243,9 +243,32 @@ class UnfinishedSession(Finding):
 
 @dataclass(frozen=True)
 class BusyMachine(Finding):
+    """Other processes kept the CPUs busy as the session started. Sessions recorded before that was measured have
+    only the 1-min load average, which counts relaxbench's own preparation too (``others`` False)."""
+
     session_id: int | None
-    load: float  # 1-min load average at the session's start
+    load: float  # CPUs other processes kept busy over the window (or the 1-min load average)
     cpus: int
+    others: bool = True
+    window_s: float | None = None
+
+
+def busy_machine(env: Mapping[str, Any]) -> BusyMachine | None:
+    """The busy-machine finding of one session, judged on other processes' CPU use when it was recorded (the
+    session's own process tree left out), else on the load average."""
+    cpus = env.get("cpu_count")
+    if not cpus:
+        return None
+    others = env.get("others_busy_cpus")
+    if others is not None:
+        busy = others / cpus > BUSY_LOAD
+        return BusyMachine(env.get("session_id"), others, cpus, True, env.get("others_window_s")) if busy else None
+    if "others_busy_cpus" in env:  # measured, but psutil could not read the counters: no evidence either way
+        return None
+    load = env.get("load_average")
+    if load and load[0] / cpus > BUSY_LOAD:
+        return BusyMachine(env.get("session_id"), load[0], cpus, False)
+    return None
 
 
 @dataclass(frozen=True)
@@ -263,9 +286,9 @@ def run_findings(run: RunRecord) -> list[Finding]:
     for env in sessions:
         if env.get("status") != "finished":
             found.append(UnfinishedSession(env.get("session_id"), env.get("started_at"), env.get("status")))
-        load, cpus = env.get("load_average"), env.get("cpu_count")
-        if load and cpus and load[0] / cpus > BUSY_LOAD:
-            found.append(BusyMachine(env.get("session_id"), load[0], cpus))
+        busy = busy_machine(env)
+        if busy is not None:
+            found.append(busy)
     for key in SESSION_KEYS:
         holders: dict[str, list[int]] = {}
         for env in sessions:

@@ -1,14 +1,15 @@
-"""Efficiency benchmark: measured speed-up over the AR arm divided by the speed-up the counters predict.
+"""Efficiency benchmark: an arm's decode-rate ratio over the AR arm divided by the ratio its counters predict (the
+*loop efficiency*; every name here is defined in ``METRIC_DEFINITIONS``, none of them is the report's speed-up).
 
-Modelled speed-up of an arm = its decode rate over AR's, with each generation's decode time replaced by its proxy
-time on a cost profile of this machine (``relaxbench.profiles``: the target's 1-token and (k+1)-token forwards and
-the draft model's forwards, measured on a cache as long as the middle of a generation, priced over the rounds the
-generation recorded). It is what the arm would gain if the loop cost nothing but its forward passes. Measured
-speed-up = decode tokens/s of the arm over that of our AR arm on the same prompt; decode time is the total minus the
+Modelled decode-rate ratio of an arm = its decode rate over AR's, with each generation's decode time replaced by its
+proxy time on a cost profile of this machine (``relaxbench.profiles``: the target's 1-token and (k+1)-token forwards
+and the draft model's forwards, measured on a cache as long as the middle of a generation, priced over the rounds
+the generation recorded). It is what the arm would gain if the loop cost nothing but its forward passes. Decode-rate
+ratio = decode tokens/s of the arm over that of our AR arm on the same prompt; decode time is the total minus the
 prefill of both models, which the model leaves out and which is the same for every arm. Both are taken per
 (prompt, repeat) from runs and a profile seconds apart, and the figures are medians over those units: on a shared
-machine whose speed drifts by tens of percent between minutes, that pairing is what keeps the ratio meaningful. An
-efficiency near 1 means the loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing.
+machine whose speed drifts by tens of percent between minutes, that pairing is what keeps the ratio meaningful. A
+loop efficiency near 1 means the loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing.
 """
 
 from __future__ import annotations
@@ -55,14 +56,15 @@ class ArmTotals:
 
 @dataclass(frozen=True)
 class Unit:
-    """One (prompt, repeat): the arm's measured speed-up over the AR run just before it, and the speed-up its
-    rounds predict with a profile measured right after it."""
+    """One (prompt, repeat): the arm's decode-rate ratio over the AR run just before it (``measured``), and the
+    ratio its rounds predict with a profile measured right after it (``modelled``)."""
 
-    measured: float
-    modelled: float
+    measured: float  # decode-rate ratio
+    modelled: float  # modelled decode-rate ratio
 
     @property
     def efficiency(self) -> float:
+        """Loop efficiency."""
         return self.measured / self.modelled
 
 

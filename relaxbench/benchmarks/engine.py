@@ -1,11 +1,14 @@
-"""Engine benchmark: our arms against transformers' own decoding on the same models, side by side in one run.
+"""Engine benchmark: our arms against transformers' own decoding on the same models, side by side in one run. The
+figure is the *engine ratio* (``METRIC_DEFINITIONS``): our tokens/s over transformers' on the same decoding, which
+compares two engines, not a method with AR (so it is not called a speed-up).
 
 * our AR arm            vs ``model.generate`` greedy                         target ≥ 0.95×
 * our ``exact`` arm     vs ``model.generate(assistant_model=draft)``, same k  target ≥ 1.0×
 * our ``exact`` + ngram vs ``model.generate(prompt_lookup_num_tokens=...)``   target ≥ 1.0×
 
 Arms are interleaved per prompt and repeat (HF, ours, then ours, HF in the next repeat, ...) so machine drift and
-order effects hit both alike; outputs are asserted identical; the figure is the median over repeats of the paired tokens/s ratio.
+order effects hit both alike; outputs are asserted identical; the engine ratio is the median over repeats of the
+paired tokens/s ratio.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Comparison:
 
     @property
     def median_ratio(self) -> float:
+        """The engine ratio."""
         return statistics.median(self.ratios) if self.ratios else float("nan")
 
     @property

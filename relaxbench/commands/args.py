@@ -16,11 +16,29 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def add_device_arg(p: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
+    p.add_argument("--device", default=default, help=help or "cpu, cuda, cuda:1 ... (default: cuda if available)")
+
+
+def add_dtype_args(p: argparse.ArgumentParser, draft: bool = True, help: str | None = None,
+                   draft_help: str | None = None) -> None:
+    """``--dtype`` (the target's) and, with ``draft``, ``--draft-dtype``; both default to ``auto``."""
+    p.add_argument("--dtype", default="auto", help=help or "target dtype (default: per device; see "
+                                                           "docs/performance.md)")
+    if draft:
+        p.add_argument("--draft-dtype", default="auto", help=draft_help or "draft model dtype (default: per device)")
+
+
+def add_threads_arg(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    p.add_argument("--threads", type=int, default=None, help=help or "torch CPU threads (default: torch's choice)")
+
+
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help="target dtype (default: per device; see docs/performance.md)")
-    p.add_argument("--draft-dtype", default="auto", help="draft model dtype (default: per device)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    """``--device``, ``--dtype``, ``--draft-dtype`` and ``--threads``, as every command that loads models takes
+    them (``runtime_from_args`` applies them)."""
+    add_device_arg(p)
+    add_dtype_args(p)
+    add_threads_arg(p)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
@@ -30,6 +48,12 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+
+
+def add_wide_arg(p: argparse.ArgumentParser) -> None:
+    """``--wide``, for every command that prints the per-task tables."""
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of the tables (default: the essential ones, within 120 columns)")
 
 
 def runtime_from_args(args: argparse.Namespace) -> str:

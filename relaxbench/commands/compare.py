@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args
+from relaxbench.commands.args import add_runtime_args, add_wide_arg
 from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
@@ -76,12 +76,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
     add_grader_args(c)
+    add_wide_arg(c)
     c.set_defaults(handler=run)
 
     s = sub.add_parser("summary", help="print the tables of a stored compare run")
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     add_profile_arg(s)
+    add_wide_arg(s)
     s.set_defaults(handler=run_summary)
 
 
@@ -172,6 +174,45 @@ class RichProgress:
         self.progress.console.print(message)
 
 
+class LogProgress:
+    """For a log (stderr not a terminal, where bars cannot redraw): a line per finished sample with its cell's
+    count, the run's count, the elapsed time and the run's ETA."""
+
+    def __init__(self) -> None:
+        from relaxbench.ui import Eta, console
+
+        self.console = console(stderr=True)
+        self.run = Eta()
+        self.cells: dict[tuple[str, str], list[int]] = {}
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def cell(self, task: str, arm: str, total: int, done: int) -> None:
+        self.cells[(task, arm)] = [done, total]
+        self.run.add(total, done)
+
+    def advance(self, task: str, arm: str) -> None:
+        counts = self.cells[(task, arm)]
+        counts[0] += 1
+        self.run.step()
+        self.note(f"{task} / {arm}: {counts[0]}/{counts[1]}; all cells {self.run.done}/{self.run.total}, "
+                  f"{self.run.text()}")
+
+    def note(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_progress() -> RichProgress | LogProgress:
+    """The progress of a run: bars in a terminal, a line per finished sample in a log."""
+    from relaxbench.ui import stderr_is_terminal
+
+    return RichProgress() if stderr_is_terminal() else LogProgress()
+
+
 def run(args: argparse.Namespace) -> int:
     from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
     from relaxbench.harness.grading import GradedTask
@@ -217,15 +258,15 @@ def run(args: argparse.Namespace) -> int:
                           "output), not capability, since no grader was given (--grader MODEL, or --grader-endpoint "
                           "URL --grader-model NAME; or later: relaxbench rescore DIR --grader MODEL)", markup=False,
                           highlight=False)
-            with RichProgress() as progress:
+            with run_progress() as progress:
                 cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
                 executor.run(RunContext(store, run_id, plan, cells), progress)
         finally:
             store.close()
     if grader is not None:  # generation is over and the executor has let go of the models: the grader gets the memory
         with open_store(out_dir) as store:
-            grade_and_announce(store, run_id, graded, grader, grader_device, RichProgress())
-    print_tables(out_dir, run_id)
+            grade_and_announce(store, run_id, graded, grader, grader_device, run_progress())
+    print_tables(out_dir, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
@@ -247,15 +288,17 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     return formats
 
 
-def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = ()) -> None:
-    """Every task's tables, as the report shows them (a proxy column per cost profile)."""
+def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
+                 wide: bool = False) -> None:
+    """Every task's tables, as the report shows them (a proxy column per cost profile; the essential columns unless
+    ``wide``)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id, profiles)
+    print_run(out, console(), run_id, profiles, wide)
 
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
-    print_tables(args.out, args.run_id, args.profiles)
+    print_tables(args.out, args.run_id, args.profiles, args.wide)
     return 0

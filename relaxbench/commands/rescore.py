@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from relaxbench.commands.args import runtime_from_args
+from relaxbench.commands.args import add_wide_arg, runtime_from_args
 from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                     "if available)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     add_report_args(r, prefix="report-")
+    add_wide_arg(r)
     r.set_defaults(handler=run)
 
 
@@ -37,7 +38,7 @@ def store_path(run_dir: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.commands.compare import RichProgress, print_tables, report_formats_of
+    from relaxbench.commands.compare import print_tables, report_formats_of, run_progress
     from relaxbench.harness.grading import stored_graded_tasks
     from relaxbench.harness.store import Store
 
@@ -61,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"run {run_id} has no task with a grading protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench has one")
         check_grading(grader, tasks, device)
-        grade_and_announce(store, run_id, tasks, grader, device, RichProgress())
-    print_tables(path, run_id)
+        grade_and_announce(store, run_id, tasks, grader, device, run_progress())
+    print_tables(path, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from relaxbench.machine import cpu_flags, cpu_model, flags_override
+from relaxbench.machine import OTHERS_WINDOW_S, cpu_flags, cpu_model, flags_override, others_busy_cpus
 from relaxbench.validation import PROJECT_ROOT
 
 
@@ -77,7 +77,11 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
                        if key in os.environ},  # the math libraries' code-path switches, when set
         "cpu_count": os.cpu_count(),
-        "load_average": load_average(),  # 1/5/15-min, at the session's start: how busy the machine was
+        "load_average": load_average(),  # 1/5/15-min, at the session's start (relaxbench's own work included)
+        # CPUs other processes kept busy over a short window at the session's start (relaxbench's tree left out):
+        # what the busy-machine notice judges
+        "others_busy_cpus": others_busy_cpus(),
+        "others_window_s": OTHERS_WINDOW_S,
         "gpu": torch.cuda.get_device_name(torch.device(device)) if cuda else None,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "gpu_driver": gpu_driver() if cuda else None,

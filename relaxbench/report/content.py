@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
-from relaxbench.analysis.metrics import METRIC_DEFINITIONS, CellSummary, Divergences
+from relaxbench.analysis.metrics import CellSummary, Divergences, report_definitions
 from relaxbench.analysis.notices import (
     MODEL_GAP,
     WIDE_DELTA,
@@ -364,9 +364,15 @@ def word(finding: Finding) -> str:
             return "No environment was recorded with this run."
         case UnfinishedSession(session_id=sid, started_at=started, status=status):
             return f"Session {sid} (started {started}) ended '{status}'; its finished samples are kept and used."
+        case BusyMachine(session_id=sid, load=load, cpus=cpus, others=True, window_s=window):
+            over = f"the {window:g} s" if window else "the moment"
+            return (f"Session {sid} started on a busy machine (other processes kept {load:g} of {cpus} CPUs busy in "
+                    f"{over} before it started; relaxbench's own processes left out): wall-clock speed-ups are "
+                    "noisy; proxy speed-ups are steadier.")
         case BusyMachine(session_id=sid, load=load, cpus=cpus):
-            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs): "
-                    "wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
+            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs, which "
+                    "counts relaxbench's own preparation too: this session predates the measure of other processes' "
+                    "use): wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
         case SessionsDiffer(key=key, values=values, sessions=holders):
             listed = [f"{value}: {_sessions_text(ids)}" for value, ids in zip(values, holders)] if holders else values
             return (f"Sessions of this run differ in {key} ({'; '.join(listed)}): samples timed in different "
@@ -468,6 +474,7 @@ ENVIRONMENT_FIELDS = (
     ("date", "date"), ("device", "device"), ("gpu", "GPU"), ("gpu_driver", "GPU driver"), ("cuda", "CUDA"),
     ("cpu_model", "CPU"), ("cpu_count", "CPUs"), ("executor", "executor"),
     ("threads", "torch threads"), ("load_average", "load average at start (1/5/15 min)"),
+    ("others_busy_cpus", "CPUs busy with other processes at start"),
     ("target_dtype", "target dtype"), ("draft_dtype", "draft dtype"), ("python", "Python"), ("torch", "torch"),
     ("transformers", "transformers"), ("relaxbench", "relaxbench"), ("numpy", "numpy"), ("scipy", "scipy"),
     ("datasets", "datasets"), ("platform", "platform"), ("hostname", "host"), ("git_revision", "git revision"),
@@ -546,7 +553,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
         summary_lines=tuple(lines), summary_table=summary_table(summaries, budget, ranking), tasks=tasks,
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
         environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
-        figure_methods=tuple(methods), definitions=METRIC_DEFINITIONS,
+        figure_methods=tuple(methods), definitions=report_definitions(),
         profiles_table=profiles_table(choice.profiles), ranking=ranking)
 
 

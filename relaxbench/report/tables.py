@@ -25,6 +25,7 @@ class Cell:
     low: float | None = None
     high: float | None = None
     numeric: bool = False
+    alert: bool = False  # a missed target (a benchmark's "NO"): the terminal shows it in red
 
     def attributes(self) -> dict[str, str]:
         """HTML attributes: the metric and its exact values (``repr``), so a reader or a test can check the text
@@ -53,6 +54,24 @@ class Table:
     columns: tuple[str, ...]
     rows: tuple[Row, ...]
     note: str = ""
+    # the columns a narrow display keeps (the terminal by default, so a table fits 120 columns); () keeps them all
+    essential: tuple[str, ...] = ()
+
+    def hidden(self) -> tuple[str, ...]:
+        """The columns a narrow display leaves out, in table order."""
+        keep = set(self.essential)
+        return tuple(c for c in self.columns if keep and c not in keep)
+
+    def narrow(self) -> Table:
+        """This table with its essential columns only (the same cells, the same note)."""
+        if not self.hidden():
+            return self
+        unknown = set(self.essential) - set(self.columns)
+        if unknown:
+            raise ValueError(f"table {self.key}: essential columns {sorted(unknown)} are not among its columns")
+        keep = [i for i, c in enumerate(self.columns) if c in set(self.essential)]
+        rows = tuple(Row(r.key, tuple(r.cells[i] for i in keep if i < len(r.cells)), r.emphasis) for r in self.rows)
+        return Table(self.key, self.title, tuple(self.columns[i] for i in keep), rows, self.note)
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -127,6 +146,8 @@ def truncated_text(cell: CellSummary) -> str:
 
 MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
                 "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio", "cut at budget")
+# what the terminal shows by default: the arm, why it is fast, how fast (measured and priced), what it costs
+MAIN_ESSENTIAL = ("method", "MAL", "speed-up [95% CI]", "score", "Δ vs AR, pts [95% CI]")
 PROXY_NOTE = (" Proxy NAME = the speed-up with every sample priced on cost profile NAME's device (prefill + each "
               "round's verify forward and drafter work; this-machine = the table this run measured); same units, "
               "same paired bootstrap.")
@@ -209,8 +230,8 @@ def score_unit(summary: TaskSummary) -> str:
 def main_table(summary: TaskSummary) -> Table:
     what = "capability" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
     profiles = summary.profiles
-    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm",
-                 with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles),
+    columns = with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles)
+    return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm", columns,
                  tuple(main_row(c, summary.binary, profiles) for c in summary.cells),
                  f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
                  f"seconds per unit; score in points ({score_unit(summary)}; {measured_by(summary)});"
@@ -219,7 +240,8 @@ def main_table(summary: TaskSummary) -> Table:
                  "score / AR score; relaxed frac. = relaxed acceptances / emitted tokens; length ratio = output "
                  "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
                  "cut there has no answer). Brackets: 95% paired-bootstrap CI." + (PROXY_NOTE if profiles else "")
-                 + _repeats_note(summary) + _agreement_note(summary))
+                 + _repeats_note(summary) + _agreement_note(summary),
+                 essential=with_proxy_columns(MAIN_ESSENTIAL, "speed-up [95% CI]", profiles))
 
 
 GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agreement", "mean |Δ rating|, pts")
@@ -256,6 +278,9 @@ def grader_table(summary: TaskSummary) -> Table | None:
 DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]",
                       "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
                       "reproduced AR", "stop reasons")
+
+# the rule, the other speed-up, the lossless check (the proxy geomean is in --wide, its total in the main table)
+DIAGNOSTIC_ESSENTIAL = ("method", "policy", "geomean speed-up [95% CI]", "tokens/s", "reproduced AR")
 
 
 def reproduced_text(cell: CellSummary) -> str:
@@ -302,7 +327,8 @@ def diagnostics_table(summary: TaskSummary) -> Table:
                  "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
                  "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
                  "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
-                 "max_new_tokens).")
+                 "max_new_tokens).",
+                 essential=DIAGNOSTIC_ESSENTIAL)
 
 
 def target_alone_table(summary: TaskSummary) -> Table:
@@ -317,6 +343,9 @@ def target_alone_table(summary: TaskSummary) -> Table:
                                           "so no speed figures)", ("method", "score", "Δ vs AR, pts", "why"), rows,
                  f"n = {summary.n_units} units, scored once by the target alone; score in points "
                  f"({'pass rate, %' if summary.binary else summary.scorer + ' × 100'}).")
+
+
+CATEGORY_ESSENTIAL = ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]")  # then the scorer's details
 
 
 def category_table(summary: TaskSummary) -> Table | None:
@@ -339,9 +368,9 @@ def category_table(summary: TaskSummary) -> Table | None:
     fidelity = (" (fidelity to AR: exact match, ROUGE-L, log-likelihood)" if summary.measure == "fidelity"
                 or summary.grader is not None and keys else "")
     return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
-                 ("method", "category", "n", "score", "Δ vs AR, pts [95% CI]", *keys), tuple(rows),
+                 (*CATEGORY_ESSENTIAL, *keys), tuple(rows),
                  f"Scores in points ({measured_by(summary)}); the detail columns are the task scorer's own metrics"
-                 f"{fidelity} averaged over units (first repeat).")
+                 f"{fidelity} averaged over units (first repeat).", essential=CATEGORY_ESSENTIAL)
 
 
 def task_tables(summary: TaskSummary) -> tuple[Table, ...]:

@@ -1,0 +1,23 @@
+"""``relaxbench bench ...``: benchmarks that print figures and exit non-zero when a target is missed.
+
+One module per benchmark, each with ``register(subparsers)`` adding its subcommand and setting its ``handler``;
+their tables go through the one table model (``output.py``). A new benchmark is a module and a line in
+``BENCHMARK_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from relaxbench.commands.args import OneLineParser
+from relaxbench.commands.bench import cluster, efficiency, engine, forward, memory, policies, proxy
+
+BENCHMARK_MODULES = [engine, forward, efficiency, memory, cluster, proxy, policies]  # in `bench --help` order
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="benchmarks: engine vs transformers, forward costs, policy overhead, proxy, "
+                                     "Ray cluster")
+    bsub = b.add_subparsers(dest="bench_command", required=True, parser_class=OneLineParser)
+    for module in BENCHMARK_MODULES:
+        module.register(bsub)
