@@ -9,7 +9,7 @@ BENCH_SUITE ?= default
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
-.PHONY: install system-deps test test-fast bench bench-full clean
+.PHONY: install system-deps test test-fast bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
 
 install: $(STAMP)
 
@@ -59,6 +59,33 @@ bench: install
 
 bench-full:
 	$(MAKE) bench BENCH_SUITE=full
+
+# The GPU validation kit (docs/gpu-kit.md): `make gpu-check` on a machine with a CUDA GPU and this venv;
+# `make gpu-check-dry` is its CPU dry run on shrunk shapes. On a lent GPU whose own Python holds torch and
+# transformers, `bash gpu/run-kit.sh OUT` runs it with the wheels `make gpu-kit-bundle` puts in .gpu-kit/wheels
+# (Python 3.12, manylinux x86_64: what that image lacks), carried as `.gpu-kit`.
+GPU_OUT ?= gpu-results
+GPU_KIT_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+	typing-extensions==4.16.0
+GPU_KIT_PYTHON_VERSION ?= 3.12
+GPU_KIT_DIR ?= .gpu-kit/wheels
+
+gpu-check: install
+	$(VENV)/bin/relaxbench bench gpu --out $(GPU_OUT)
+
+gpu-check-dry: install
+	$(VENV)/bin/relaxbench bench gpu --device cpu --out $(GPU_OUT)-dry
+
+gpu-kit-bundle:
+	rm -rf $(GPU_KIT_DIR) && mkdir -p $(GPU_KIT_DIR)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version $(GPU_KIT_PYTHON_VERSION) --implementation cp --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d $(GPU_KIT_DIR) $(GPU_KIT_WHEELS)
+	ls $(GPU_KIT_DIR)
+	bash gpu/kit-size.sh .gpu-kit
+
+gpu-kit-size:
+	bash gpu/kit-size.sh .gpu-kit
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

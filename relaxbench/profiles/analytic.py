@@ -53,15 +53,25 @@ class Roofline:
     overhead: float  # seconds per forward
     tp: int = 1
 
-    def seconds(self, new_tokens: int, context: int) -> float:
+    def memory_seconds(self, new_tokens: int, context: int) -> float:
+        """Time to stream the weights and the KV cache once, at the achieved bandwidth."""
         s = self.shape
         weights = s.parameters_read_per_forward * self.bytes_per_value
         kv = s.kv_values_per_token() * (context + new_tokens) * self.bytes_per_value
+        return (weights + kv) / self.tp / self.bandwidth
+
+    def compute_seconds(self, new_tokens: int, context: int) -> float:
+        """Time of the matmuls and the attention at the achieved FLOP/s."""
+        s = self.shape
         matmul = 2.0 * s.parameters_read_per_forward * new_tokens
         attention = 4.0 * s.layers * s.attention_heads * s.head_dim * new_tokens * (context + (new_tokens + 1) / 2)
-        memory_time = (weights + kv) / self.tp / self.bandwidth
-        compute_time = (matmul + attention) / self.tp / self.flops
-        return max(memory_time, compute_time) + self.overhead
+        return (matmul + attention) / self.tp / self.flops
+
+    def memory_bound(self, new_tokens: int, context: int) -> bool:
+        return self.memory_seconds(new_tokens, context) >= self.compute_seconds(new_tokens, context)
+
+    def seconds(self, new_tokens: int, context: int) -> float:
+        return max(self.memory_seconds(new_tokens, context), self.compute_seconds(new_tokens, context)) + self.overhead
 
 
 def dtype_name(dtype: str) -> str:

@@ -73,6 +73,11 @@ def uses_draft_model(drafter: str | None) -> bool:
     return drafter is not None and drafter in DRAFTERS.names() and bool(DRAFTERS.get(drafter).needs_draft_model)
 
 
+def is_costless(drafter: str | None) -> bool:
+    """A drafter whose drafting does no work a profile could price (the oracle's replay): priced at zero."""
+    return drafter is not None and drafter in DRAFTERS.names() and bool(DRAFTERS.get(drafter).costless)
+
+
 class _Pricer:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -109,7 +114,7 @@ def proxy_time(profile: Profile, work: Work, drafter: str | None) -> ProxyTime:
     rounds = len(work.emitted)
     recorded = work.extra is not None and work.draft_forwards is not None and work.lookups is not None
     extra = work.extra if work.extra is not None else (0,) * rounds
-    if drafter is not None and not draft_model and drafter != "ngram":
+    if drafter is not None and not draft_model and drafter != "ngram" and not is_costless(drafter):
         raise Unpriced(f"drafter {drafter!r} runs a model the profile has no costs for")
     forwards: Sequence[Sequence[int]]
     lookups: Sequence[int]

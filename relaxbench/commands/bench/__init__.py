@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from relaxbench.commands.args import OneLineParser
-from relaxbench.commands.bench import cluster, efficiency, engine, forward, memory, policies, proxy
+from relaxbench.commands.bench import cluster, efficiency, engine, forward, gpu, memory, policies, proxy
 
-BENCHMARK_MODULES = [engine, forward, efficiency, memory, cluster, proxy, policies]  # in `bench --help` order
+BENCHMARK_MODULES = [engine, forward, efficiency, memory, cluster, proxy, policies, gpu]  # in `bench --help` order
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -3,12 +3,13 @@
 ``base`` holds the protocol and the registry; each other module is one family of drafters and registers itself.
 """
 
-from relaxbench.decoding.drafters import layerskip, model, ngram  # noqa: F401  (each import registers drafters)
+from relaxbench.decoding.drafters import layerskip, model, ngram, oracle  # noqa: F401  (each import registers drafters)
 from relaxbench.decoding.drafters.base import DRAFTERS, Drafter, DrafterInputs, Proposal, register_drafter
 from relaxbench.decoding.drafters.layerskip import LayerSkipDrafter
 from relaxbench.decoding.drafters.model import DraftModelDrafter, LMDrafter, draft_autoregressively
 from relaxbench.decoding.drafters.ngram import NgramVerifiedByDraftLM, PromptLookupDrafter, prompt_lookup
+from relaxbench.decoding.drafters.oracle import OracleDrafter, write_replay
 
 __all__ = ["DRAFTERS", "DraftModelDrafter", "Drafter", "DrafterInputs", "LMDrafter", "LayerSkipDrafter",
-           "NgramVerifiedByDraftLM", "PromptLookupDrafter", "Proposal", "draft_autoregressively", "prompt_lookup",
-           "register_drafter"]
+           "NgramVerifiedByDraftLM", "OracleDrafter", "PromptLookupDrafter", "Proposal", "draft_autoregressively", "prompt_lookup",
+           "register_drafter", "write_replay"]

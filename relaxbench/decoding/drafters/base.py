@@ -44,6 +44,8 @@ class Drafter:
     provides_probs: ClassVar[bool] = False
     provides_hidden: ClassVar[bool] = False  # can return its last hidden state at each draft token
     needs_draft_model: ClassVar[bool] = False
+    # drafting does no work a cost profile could price (the oracle's replay): the proxy prices it at zero
+    costless: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     model_name: str | None = None  # the draft model's name, for drafters that are one
     # set by the decoder: return draft logits only when the policy reads q or the run samples, hidden states only
