@@ -154,14 +154,15 @@ def test_bench_subcommands_share_the_runtime_flags():
     takes = {"engine": {"device", "dtype", "draft_dtype", "threads"}, "forward": {"device", "threads"},
              "efficiency": {"device", "dtype", "draft_dtype", "threads"}, "memory": {"dtype", "draft_dtype", "threads"},
              "cluster": {"threads"}, "proxy": {"dtype", "draft_dtype", "threads"},
-             "policies": {"device", "dtype", "threads"}}
+             "policies": {"device", "dtype", "threads"}, "gpu": {"device", "threads"}}
+    device_default = {"policies": "cpu", "gpu": "cuda"}
     assert [m.__name__.rsplit(".", 1)[1] for m in BENCHMARK_MODULES] == list(takes)
     for name, flags in takes.items():
         args = parser.parse_args(["bench", name, *(["MODEL"] if name == "forward" else [])])
         runtime = {key for key in ("device", "dtype", "draft_dtype", "threads") if hasattr(args, key)}
         assert runtime == flags, name
         assert args.threads is None and all(getattr(args, k) == "auto" for k in flags - {"threads", "device"})
-        assert getattr(args, "device", "auto") == ("cpu" if name == "policies" else "auto")
+        assert getattr(args, "device", "auto") == device_default.get(name, "auto")
         assert callable(args.handler)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from relaxbench.commands.args import add_threads_arg
+from relaxbench.commands.args import add_device_arg, add_threads_arg
 from relaxbench.commands.bench.output import print_table, table, text
 
 
@@ -13,7 +13,7 @@ def register(bsub: argparse._SubParsersAction) -> None:
     g = bsub.add_parser("gpu", help="the GPU validation kit: losslessness under CUDA, the clock and placement, the "
                                     "cost-profile proxy against the device (docs/gpu-kit.md)")
     g.add_argument("--out", default=None, metavar="DIR", help="folder for the JSON results (required unless --plan)")
-    g.add_argument("--device", default="cuda", help="cuda (default) or cpu: the CPU dry run on shrunk shapes")
+    add_device_arg(g, default="cuda", help="cuda (default) or cpu: the CPU dry run on shrunk shapes")
     g.add_argument("--plan", action="store_true", help="print what would run and how long each step should take")
     g.add_argument("--steps", default=None, help="comma-separated subset of the steps (default: all; see --plan)")
     g.add_argument("--models", default=None, help="comma-separated shipped shapes for the profile step "
