@@ -25,3 +25,10 @@ class ModelError(RelaxbenchError):
 
 class DataError(RelaxbenchError):
     """A data set that cannot be found, read or is empty."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, schedulers and Ray send), raised where SIGINT raises ``KeyboardInterrupt`` so a
+    run stops the same way: the session is marked interrupted and finished samples are kept."""
+
+    exit_code = 143

@@ -4,8 +4,10 @@ pydantic v2 model derived from ``Spec`` (frozen, unknown fields forbidden), vali
 Why pydantic: typed frozen models with field defaults and validators are what every spec here needs, and its
 structured errors (location, error type, input) let ``validate`` turn any failure into the same one-line message
 with a did-you-mean for a misspelt name, whichever spec failed. Values are checked as a user means them: a number
-field takes an int, a float or ``inf``/``-inf`` (the way a command line or YAML writes infinity) but not a bool or
-a numeric string; an integer field takes neither a bool nor a float; lists become tuples.
+field takes an int, a float or ``inf``/``-inf`` (the way a command line or YAML writes infinity) but not NaN, a bool
+or a numeric string (``Finite`` refuses the infinities too, for settings where they mean nothing); an integer field
+takes neither a bool nor a float; lists become tuples. Bounds are stated on the field (``Field(ge=0, lt=1)``) and
+read back as ``must be >= 0, got -1``.
 
 Also here, because every layer reads specs from files: ``load_yaml`` (errors name the file and line),
 ``builtin_dir`` (the shipped ``methods/``, ``tasks/`` and ``suites/`` folders) and ``resolve_extends``, the one
@@ -18,6 +20,7 @@ given replaces the parent's (lists included), and a field given as null falls ba
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -38,9 +41,16 @@ INFINITIES = {"inf": float("inf"), "+inf": float("inf"), "infinity": float("inf"
 def _number(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() in INFINITIES:
         return INFINITIES[value.strip().lower()]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ValueError(f"must be a number, got {value!r}")
     return float(value)
+
+
+def _finite(value: Any) -> Any:
+    value = _number(value)
+    if math.isinf(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return value
 
 
 def _integer(value: Any) -> Any:
@@ -68,6 +78,7 @@ def _text(value: Any) -> Any:
 
 
 Number = Annotated[float, BeforeValidator(_number)]
+Finite = Annotated[float, BeforeValidator(_finite)]
 Integer = Annotated[int, BeforeValidator(_integer)]
 PositiveInteger = Annotated[int, BeforeValidator(_positive_integer)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
@@ -124,7 +135,16 @@ def one_line(exc: ValidationError, model: type[BaseModel], where: str, what: str
         return f"{where}: {message}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         message = f"must be {_expected(kind)}, got {error.get('input')!r}"
+    elif kind in BOUNDS:
+        bound = next(iter(error.get("ctx", {}).values()), "?")
+        message = f"must be {BOUNDS[kind]} {bound}, got {error.get('input')!r}"
+    if what == "flag":  # a command-line flag, named as it was typed
+        flag = loc[0].replace("_", "-")
+        return f"{where}: {'-' if len(flag) == 1 else '--'}{flag} {message}"
     return f"{where}: {what} {name!r} {message}"
+
+
+BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
 
 
 def _expected(kind: str) -> str:

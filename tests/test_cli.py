@@ -57,7 +57,7 @@ def test_needs_violation_is_a_configuration_error(cli):
 
 def test_bad_flag_value(cli):
     assert_one_line_error(cli("generate", "--target", "t", "--policy", "none", "--prompt", "x", "-k", "two"),
-                          "invalid int value")
+                          "must be an integer, got 'two'")
     assert_one_line_error(cli("generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "x",
                               "--temperature", "-1"), "temperature must be >= 0")
 

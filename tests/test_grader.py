@@ -443,7 +443,8 @@ def test_a_failed_call_is_not_cached_and_the_next_pass_asks_only_for_it(run_copy
 
     first = server_factory(flaky)
     result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(first, "--grader-retries", "1"))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # verdicts failed: the grading is incomplete, and it says so
+    assert "relaxbench: error: 2 of the" in result.stderr
     from collections import Counter
 
     # each failing request was tried twice (--grader-retries 1); AR's is asked in both passes, with the same body
@@ -653,3 +654,16 @@ def test_rescore_needs_a_judge_and_a_judgeable_task(run_copy, capsys, tmp_path: 
     shutil.copy(Path(__file__).parent / "data" / "legacy_store_v1.sqlite", legacy / "results.sqlite")
     assert_one_line_error(run_main(capsys, "rescore", str(legacy), "--grader", "tiny-random-target"),
                           "has no task with a grading protocol")
+
+
+def test_rescore_whose_verdicts_failed_exits_non_zero_with_the_count(run_copy, server_factory, monkeypatch, capsys):
+    """A grader answering 500 to every request: the tables still print, and rescore says how many verdicts failed
+    and exits 1 (not 0: the grading is incomplete); a later rescore asks for them again."""
+    monkeypatch.setenv(KEY_VAR, "secret-key")
+    server = server_factory(lambda body, n: (500, {"error": {"message": "down"}}, 0.0, {}))
+    result = run_main(capsys, "rescore", str(run_copy), *endpoint_args(server, "--grader-retries", "0"))
+    assert result.returncode == 1, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("relaxbench: error:")]
+    asked = len(server.posts)
+    assert asked > 0 and f"{asked} of the {asked} verdicts asked failed" in line
+    assert "Traceback" not in result.stderr

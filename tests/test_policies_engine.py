@@ -227,7 +227,7 @@ def test_drafter_knobs_are_validated_and_described():
     from relaxbench.decoding.drafters import DRAFTERS
 
     inputs = DrafterInputs(None, None)
-    with pytest.raises(ConfigError, match="^drafter 'ngram': need 1 <= min_ngram <= max_ngram$"):
+    with pytest.raises(ConfigError, match="^drafter 'ngram': need min_ngram <= max_ngram, got 5 > 3$"):
         DRAFTERS.get("ngram").build({"min_ngram": 5}, inputs)
     with pytest.raises(ConfigError, match="drafter 'ngram': unknown knob 'max_ngrams'; did you mean 'max_ngram'"):
         DRAFTERS.get("ngram").build({"max_ngrams": 2}, inputs)

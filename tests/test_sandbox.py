@@ -238,3 +238,85 @@ def test_printing_megabytes_fails():
         """)
     assert result.status == "output-limit" and not result.passed
     assert len(result.stdout) <= LIMITS.keep_output_bytes
+
+
+def socket_folder() -> Path:
+    """A folder outside every private tmpfs of the sandbox (/run for root: where daemons keep their sockets)."""
+    import tempfile
+
+    base = "/run" if ROOT else str(Path.home())
+    folder = Path(tempfile.mkdtemp(prefix="relaxbench-sock-", dir=base))
+    folder.chmod(0o755)
+    return folder
+
+
+def test_a_listening_unix_socket_outside_is_unreachable():
+    """The network namespace does not cover filesystem sockets: a world-writable Unix socket on the (read-only)
+    root would accept a connect. The seccomp filter refuses the socket itself; the listener sees nothing."""
+    import shutil
+
+    folder = socket_folder()
+    path = folder / "daemon.sock"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            path.chmod(0o777)
+            listener.listen(1)
+            result = run(f"""
+                import socket, sys
+                try:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(2)
+                    s.connect({str(path)!r})
+                except OSError as exc:
+                    print("refused:", exc)
+                    sys.exit(1)
+                print("connected")
+                sys.exit(0)
+                """)
+            listener.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                listener.accept()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert not result.passed and "refused: [Errno 13]" in result.stdout, result
+    assert result.containment["seccomp"] and result.containment["no_new_privs"]
+
+
+def test_no_new_privs_and_the_filter_are_in_force():
+    result = run("""
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        print(status["NoNewPrivs"].strip(), status["Seccomp"].strip())
+        import socket
+        a, b = socket.socketpair()  # unnamed pairs reach nothing: allowed (multiprocessing uses them)
+        a.sendall(b"x"); assert b.recv(1) == b"x"
+        """)
+    assert result.passed, result
+    assert result.stdout.split() == ["1", "2"]  # no_new_privs on; seccomp mode 2 (filter)
+
+
+@pytest.mark.skipif(not ROOT, reason="making a setuid-root binary needs root")
+def test_a_setuid_binary_gains_nothing():
+    """A setuid-root copy of the interpreter, on the root filesystem outside the private tmpfs: run from inside,
+    it stays the sandbox's uid (nosuid mounts, and no_new_privs besides)."""
+    import shutil
+
+    from relaxbench.scoring.sandbox import sandbox_interpreter
+
+    folder = socket_folder()
+    binary = folder / "suid-python"
+    try:
+        shutil.copy2(os.path.realpath(sandbox_interpreter()), binary)
+        os.chown(binary, 0, 0)
+        binary.chmod(0o4755)
+        result = run(f"""
+            import subprocess
+            out = subprocess.run([{str(binary)!r}, "-I", "-S", "-c", "import os; print(os.geteuid())"],
+                                 capture_output=True, text=True, timeout=4)
+            print(out.stdout.strip() or out.stderr.strip())
+            """)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert result.passed, result
+    assert result.stdout.strip() == str(result.containment["uid"]) != "0"
+    assert result.containment["nosuid_mounts"]

@@ -98,12 +98,16 @@ def test_rows_built_from_a_generation_round_trip_through_the_store(tmp_path: Pat
 
 
 def test_a_legacy_store_gains_the_judge_tables_and_keeps_its_rows(legacy_run: Path):
-    """The verdict cache is additive: opening a store written before it adds the three tables, changes no row, and
-    the run reads with no verdicts."""
+    """The verdict cache is additive: reading a store written before it (summary, report) writes nothing and reads
+    the run with no verdicts; opening it for writing adds the three tables and changes no row."""
+    from relaxbench.harness.store import Store
+
     db = legacy_run / "results.sqlite"
     before = rows(db, "SELECT * FROM samples ORDER BY sample_id")
     assert not rows(db, "SELECT name FROM sqlite_master WHERE name='judgments'")
     run = load_run(legacy_run)
+    assert not rows(db, "SELECT name FROM sqlite_master WHERE name='judgments'")  # the reader wrote nothing
+    Store(db).close()
     tables = {r["name"] for r in rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"judges", "judgments", "sample_judgments"} <= tables
     after = rows(db, "SELECT * FROM samples ORDER BY sample_id")  # added columns (the seed) come in as NULL

@@ -123,5 +123,5 @@ def load_run(path: str | Path, run_id: int | None = None) -> RunRecord:
         path = path / STORE_NAME
     if not path.is_file():
         raise DataError(f"{path}: no results store (run `relaxbench compare --out DIR` first)")
-    with Store(path) as store:
+    with Store(path, read_only=True) as store:  # summary and report never write, whatever state the file is in
         return read_run(store, run_id)

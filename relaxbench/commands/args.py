@@ -4,6 +4,7 @@ runtime and decoding flags several commands take."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 from relaxbench.models.device import configure_runtime
@@ -14,6 +15,37 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _integer(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--threads 0`` is refused, not read as torch's default)."""
+    return _integer(text, 1)
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    return _integer(text, 0)
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "auto", help: str | None = None) -> None:
@@ -30,7 +62,7 @@ def add_dtype_args(p: argparse.ArgumentParser, draft: bool = True, help: str | N
 
 
 def add_threads_arg(p: argparse.ArgumentParser, help: str | None = None) -> None:
-    p.add_argument("--threads", type=int, default=None, help=help or "torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, default=None, help=help or "torch CPU threads (default: torch's choice)")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -42,12 +74,13 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", "--k", type=int, default=None, help="draft tokens per round (default: the method's, else 5)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-k", "--k", type=positive_int, default=None,
+                   help="draft tokens per round (default: the method's, else 5)")
+    p.add_argument("--temperature", type=finite_float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=count, default=0)
+    p.add_argument("--top-p", type=finite_float, default=1.0)
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
+    p.add_argument("--seed", type=count, default=0)
 
 
 def add_wide_arg(p: argparse.ArgumentParser) -> None:

@@ -104,7 +104,9 @@ def suite_from_args(args: argparse.Namespace):
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
              "include_paths": tuple(args.include_path) if args.include_path else None, "executor": args.executor,
              "device_map": args.device_map, "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None}
-    fields.update({key: value for key, value in flags.items() if value is not None})
+    given = {key: value for key, value in flags.items() if value is not None}
+    validate(SuiteSpec, {"target": "-", "methods": ["-"], "tasks": ["-"], **given}, "compare", "flag")  # as typed
+    fields.update(given)
     executor_flags = {"address": args.ray_address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker,
                       "cpus_per_worker": args.cpus_per_worker}
     options = fields.get("executor_options")
@@ -214,13 +216,12 @@ def run_progress() -> RichProgress | LogProgress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.harness.executor import EXECUTORS, ModelSetup, RunContext
+    from relaxbench.harness.executor import EXECUTORS
     from relaxbench.harness.grading import GradedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
-    from relaxbench.harness.runner import register_job
-    from relaxbench.harness.store import open_store
-    from relaxbench.models.device import configure_runtime
-    from relaxbench.ui import console
+    from relaxbench.harness.store import STORE_NAME, Store
+    from relaxbench.models.device import check_device, configure_runtime
+    from relaxbench.sqlite_file import WriterLock
     from relaxbench.validation import validate
 
     suite = suite_from_args(args)
@@ -229,9 +230,10 @@ def run(args: argparse.Namespace) -> int:
     executor_type = EXECUTORS.get(suite.executor)  # a missing optional dependency fails here, in one line
     options = validate(executor_type.Options, suite.executor_options, f"executor {suite.executor!r}", "option")
     grader = grader_from_args(args)
+    check_device(suite.device)
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
-    err = console(stderr=True)
+    Store.check_writable(out_dir / STORE_NAME)  # a file, a read-only folder or a damaged store: refused here
     graded = [GradedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
               if (scorer := job.source.grader_scorer()) is not None]
     grader_device = None
@@ -241,6 +243,21 @@ def run(args: argparse.Namespace) -> int:
                               f"tasks has one ({', '.join(job.name for job in plan.jobs)})")
         grader_device = configure_runtime(suite.device, args.threads)  # the grader runs here, in the driver
         check_grading(grader, graded, grader_device)
+    lock = WriterLock(out_dir / STORE_NAME, " ".join(["relaxbench", *(getattr(args, "argv", None) or ["compare"])]))
+    with lock:  # one writer per store, held until the run, its grading and its report are done
+        return run_locked(args, suite, plan, out_dir, report_formats, executor_type, options, grader, graded,
+                          grader_device)
+
+
+def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, report_formats: tuple[str, ...],
+               executor_type: Any, options: Any, grader: Any, graded: list[Any], grader_device: str | None) -> int:
+    """The run itself, once the store's writer lock is held: load, generate, grade, tabulate, report."""
+    from relaxbench.harness.executor import ModelSetup, RunContext
+    from relaxbench.harness.runner import register_job
+    from relaxbench.harness.store import open_store
+    from relaxbench.ui import console
+
+    err = console(stderr=True)
     setup = ModelSetup(suite.target, suite.draft, plan.needs_draft_model(), suite.device, suite.dtype,
                        suite.draft_dtype, suite.device_map, args.threads, suite.warmup,
                        tuple(args.argv) if getattr(args, "argv", None) is not None else None)
@@ -279,12 +296,15 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
     """The report formats ``compare`` writes at the end (none for ``--report-format none``), validated early."""
     from relaxbench.report import check_budget, output_paths, parse_formats
 
-    if args.report_format.strip().lower() == "none":
-        return ()
     check_budget(args.budget)
+    if args.report_format.strip().lower() == "none":
+        if args.report_out is not None:
+            raise ConfigError(f"--report-out {args.report_out} with --report-format none: no report is written; "
+                              "drop one of them")
+        return ()
     formats = parse_formats(args.report_format)
     if args.report_out is not None:
-        output_paths(args.report_out, formats, args.report_out)
+        output_paths(args.report_out, formats, args.report_out, "--report-out")
     return formats
 
 

@@ -43,26 +43,24 @@ def method_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from relaxbench.arms import build_decoder, load_pair, resolve_k
-    from relaxbench.decoding.drafters import DRAFTERS
+    from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, resolve_k
     from relaxbench.decoding.loop import DecodeConfig
-    from relaxbench.decoding.prompts import encode_prompt
-    from relaxbench.errors import ConfigError
+    from relaxbench.decoding.prompts import check_fits_context, encode_prompt
     from relaxbench.ops.sampling import SamplingParams
     from relaxbench.ui import console
 
     device = runtime_from_args(args)
     method = method_from_args(args)
-    if method.policy != "none" and args.draft is None and DRAFTERS.get(method.drafter.kind).needs_draft_model:
-        raise ConfigError(f"method {method.name!r} (drafter {method.drafter.kind!r}) needs --draft NAME, "
-                          "or --draft ngram / --draft layerskip")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     decode = DecodeConfig(k=resolve_k(method, args.k), max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
     draft_name = None if method.policy == "none" else args.draft
+    check_method(method.name, method, draft_name, sampling)  # before any model loads
+    drafter = effective_drafter(method, draft_name)
     target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
-    decoder = build_decoder(method, target, draft, decode, draft_name)
     prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
+    check_fits_context(target, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
+    decoder = build_decoder(method, target, draft, decode, draft_name)
     result = decoder.generate(prompt_ids)
 
     out = console()

@@ -80,8 +80,8 @@ def check_grading(grader: Any, tasks: Sequence[Any], device: str) -> None:
     grader.check(device)
 
 
-def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: Any, device: str, progress: Any) -> None:
-    """Run the grading pass and say on stderr what it did and how long it took."""
+def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: Any, device: str, progress: Any) -> Any:
+    """Run the grading pass and say on stderr what it did and how long it took; its tally."""
     from relaxbench.harness.grading import grade_tasks
     from relaxbench.ui import console
 
@@ -96,3 +96,4 @@ def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: An
     if tally.failed:
         text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
     err.print(text, markup=False, highlight=False)
+    return tally

@@ -12,7 +12,7 @@ def add_report_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}out" if prefix else "--out", dest="report_out", default=None, metavar="PATH",
                    help="a folder for report.html/report.pdf, or a .html/.pdf file for one format "
                         "(default: reports/<run folder name>)")
-    p.add_argument("--budget", type=float, default=None, metavar="POINTS",
+    p.add_argument("--budget", type=float, default=None, metavar="POINTS",  # checked by report.check_budget
                    help="capability-loss budget for the summary's best method, in score points (default 1)")
     p.add_argument("--x-axis", dest="x_axis", default=None, metavar="measured|PROFILE",
                    help="the trade-off plot's x-axis: the measured speed-up (default) or a cost profile's proxy "

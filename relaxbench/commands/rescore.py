@@ -6,9 +6,10 @@ rescore after an interrupted or extended run pays for the new answers alone. The
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from relaxbench.commands.args import add_wide_arg, runtime_from_args
+from relaxbench.commands.args import add_wide_arg, positive_int, runtime_from_args
 from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_grader_args(r)
     r.add_argument("--device", default="auto", help="where a local grader runs: cpu, cuda, cuda:1 ... (default: cuda "
                                                     "if available)")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     add_report_args(r, prefix="report-")
     add_wide_arg(r)
     r.set_defaults(handler=run)
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.commands.compare import print_tables, report_formats_of, run_progress
     from relaxbench.harness.grading import stored_graded_tasks
     from relaxbench.harness.store import Store
+    from relaxbench.sqlite_file import WriterLock
 
     grader = grader_from_args(args)
     if grader is None:
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     report_formats = report_formats_of(args)
     path = store_path(args.run_dir)
     device = runtime_from_args(args)
-    with Store(path) as store:
+    with Store(path, read_only=True) as store:  # a damaged or empty store is refused here, untouched
         if args.run_id is None:
             runs = store.rows("SELECT run_id FROM runs ORDER BY updated_at DESC, run_id DESC LIMIT 1")
         else:
@@ -61,11 +63,16 @@ def run(args: argparse.Namespace) -> int:
             names = sorted({r["task"] for r in store.rows("SELECT task FROM cells WHERE run_id=?", (run_id,))})
             raise ConfigError(f"run {run_id} has no task with a grading protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench has one")
-        check_grading(grader, tasks, device)
-        grade_and_announce(store, run_id, tasks, grader, device, run_progress())
+    check_grading(grader, tasks, device)
+    with WriterLock(path, "relaxbench rescore"), Store(path) as store:  # the verdicts are written here, alone
+        tally = grade_and_announce(store, run_id, tasks, grader, device, run_progress())
     print_tables(path, run_id, wide=args.wide)
     if report_formats:
         from relaxbench.commands.report import write_and_announce
 
         write_and_announce(path.parent, ",".join(report_formats), args.report_out, args.budget, run_id)
+    if tally.failed:  # the tables show what was graded; the exit status says the grading is incomplete
+        print(f"relaxbench: error: {tally.failed} of the {tally.asked} verdicts asked failed; run rescore again "
+              "to ask for them", file=sys.stderr)
+        return 1
     return 0

@@ -69,8 +69,11 @@ def jsonl(row: Mapping[str, Any], index: int) -> TaskItem:
     _need(row, index, "prompt")
     prompt = row["prompt"]
     turns = (prompt,) if isinstance(prompt, str) else tuple(prompt) if isinstance(prompt, list) else None
-    if not turns or not all(isinstance(t, str) for t in turns):
-        raise DataError(f"row {index + 1}: 'prompt' must be a string or a non-empty list of strings")
+    if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise DataError(f"row {index + 1}: 'prompt' must be a non-empty string or a non-empty list of them")
+    for key in ("test", "entry_point"):  # code, and a name in it: a number or a list here is a mistake
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise DataError(f"row {index + 1}: {key!r} must be a string, got {type(row[key]).__name__}")
     optional = {key: (None if row.get(key) is None else str(row[key]))
                 for key in ("reference", "test", "entry_point", "category")}
     return TaskItem(str(row.get("id", index)), turns, fields=dict(row), **optional)

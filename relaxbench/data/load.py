@@ -16,25 +16,45 @@ from typing import Any
 from relaxbench.errors import DataError
 
 
+MAX_LINE_CHARS = 8 << 20  # a JSONL row over 8 Mi characters (~2M tokens) fits no model's context: refused unread
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL (optionally gzipped) file or a JSON list; errors name the file and the line."""
+    """Rows of a JSONL (optionally gzipped) file or a JSON list; errors name the file and the line. A JSONL line is
+    read up to ``MAX_LINE_CHARS``: a longer one is refused before it is held in memory or tokenized."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not a data file (give the .jsonl file, e.g. {path}/test.jsonl)")
     if not path.is_file():
         raise DataError(f"{path}: no such data file")
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
+            return _parse_rows(path, f)
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+
+
+def _parse_rows(path: Path, f: Any) -> list[dict[str, Any]]:
+    first = f.read(1)
+    while first and first.isspace():
+        first = f.read(1)
+    if first == "[":
+        text = first + f.read()
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
     else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
+        rows, number, pending = [], 0, first
+        while True:
+            line = pending + f.readline(MAX_LINE_CHARS)
+            pending = ""
+            if not line:
+                break
+            number += 1
+            if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
+                raise DataError(f"{path}:{number}: a line longer than {MAX_LINE_CHARS >> 20} Mi characters (more "
+                                "than any model's context holds); split or shorten the row")
             if not line.strip():
                 continue
             try:

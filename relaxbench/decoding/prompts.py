@@ -1,9 +1,12 @@
-"""Prompt formatting: chat templates for instruct models, raw text otherwise."""
+"""Prompt formatting: chat templates for instruct models, raw text otherwise; and whether a prompt fits the target's
+context with the tokens a generation adds."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from relaxbench.errors import ConfigError
 
 
 def encode_prompt(tokenizer: Any, prompt: str | Sequence[dict[str, str]], chat: bool = True,
@@ -24,3 +27,28 @@ def encode_prompt(tokenizer: Any, prompt: str | Sequence[dict[str, str]], chat: 
         return list(tokenizer(text + prefill, add_special_tokens=False)["input_ids"])
     text = "\n\n".join([m["content"] for m in messages] + ([prefill] if prefill else []))
     return list(tokenizer(text)["input_ids"])
+
+
+def context_window(model: Any) -> int | None:
+    """The positions a loaded model takes (its config's ``max_position_embeddings``); None when it states none."""
+    value = getattr(getattr(getattr(model, "model", None), "config", None), "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def prompt_room(model: Any, max_new_tokens: int, k: int) -> int | None:
+    """How many prompt tokens the model's context leaves beside ``max_new_tokens`` and a verify block (k + 1);
+    None when the model states no context."""
+    limit = context_window(model)
+    return None if limit is None else limit - max_new_tokens - k - 1
+
+
+def check_fits_context(model: Any, what: str, prompt_tokens: int, max_new_tokens: int, k: int) -> None:
+    """Refuse a generation whose prompt, ``max_new_tokens`` and a verify block (k + 1) exceed the model's context:
+    it would run past the model's positions (and a cost profile would size its grid for them)."""
+    limit = context_window(model)
+    need = prompt_tokens + max_new_tokens + k + 1
+    if limit is not None and need > limit:
+        raise ConfigError(f"{what}: the prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) + a "
+                          f"verify block (k + 1 = {k + 1}) need {need} positions, over the target's context of "
+                          f"{limit} (max_position_embeddings); lower --max-new-tokens or -k, shorten the prompt, or set the task's "
+                          "truncate_prompt")

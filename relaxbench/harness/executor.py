@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from relaxbench.harness.environment import describe_environment
 from relaxbench.harness.plan import RunPlan
-from relaxbench.harness.runner import ProgressSink, Worker, run_job
+from relaxbench.harness.runner import ProgressSink, Worker, check_prompts_fit, run_job
 from relaxbench.harness.store import Store
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec
@@ -106,6 +106,7 @@ class InProcessExecutor(Executor):
     def start(self, setup: ModelSetup, plan: RunPlan) -> None:
         self.setup = setup
         self.device, self.target, self.draft = setup.load(quiet=False)
+        check_prompts_fit(plan, self.target)
 
     def run(self, context: RunContext, progress: ProgressSink) -> None:
         store = context.store

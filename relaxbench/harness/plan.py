@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relaxbench.arms import effective_drafter, resolve_k
+from relaxbench.arms import check_method, effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
@@ -124,9 +124,6 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
                 raise ConfigError(f"arm {point.name!r} appears twice (from {seen[point.name]} and {name!r})")
             seen[point.name] = repr(name)
             drafter = effective_drafter(point, suite.draft)
-            if drafter is not None and drafter.kind == "model" and suite.draft is None:
-                raise ConfigError(f"method {point.name!r} drafts with a draft model: pass --draft NAME "
-                                  "(or --draft ngram for prompt lookup)")
             provenance = dict(make_policy(point.policy, point.knobs).provenance())  # knobs checked here, early
             arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k), provenance))
     return tuple(arms)
@@ -153,15 +150,7 @@ def check_task_options(suite: SuiteSpec) -> None:
 
 def build_plan(suite: SuiteSpec) -> RunPlan:
     """Validate the suite and load every task's items (no model is loaded here)."""
-    if suite.repeats < 1:
-        raise ConfigError(f"--repeats must be >= 1, got {suite.repeats}")
-    if suite.max_new_tokens is not None and suite.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {suite.max_new_tokens}")
-    if suite.k is not None and suite.k < 1:
-        raise ConfigError(f"-k must be >= 1, got {suite.k}")
-    arms = build_arms(suite)
-    if suite.limit is not None and suite.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {suite.limit}")
+    arms = build_arms(suite)  # the suite's own settings were checked when it was validated (SuiteSpec's bounds)
     check_task_options(suite)
     request = LoadRequest(target=suite.target, limit=suite.limit, limits=suite.limits, data_files=suite.data_files,
                           options=suite.model_dump())
@@ -178,9 +167,11 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
         generation = source.generation()
         # a task's own sampling (an lm-eval task's generation kwargs) applies unless the run sets one
         own = generation.sampling is not None and run_sampling == SamplingParams()
-        jobs.append(TaskJob(source, arms, suite.repeats_for(source.name, name),
-                            suite.max_new_tokens or generation.max_new_tokens,
-                            generation.sampling if own else run_sampling, suite.seed))
+        job = TaskJob(source, arms, suite.repeats_for(source.name, name), suite.max_new_tokens or
+                      generation.max_new_tokens, generation.sampling if own else run_sampling, suite.seed)
+        for arm in arms[1:]:  # the AR baseline has no drafter
+            check_method(arm.name, arm.method, suite.draft, job.sampling)
+        jobs.append(job)
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
 
 

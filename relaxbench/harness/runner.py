@@ -26,8 +26,9 @@ from relaxbench.data import TaskItem
 from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
+from relaxbench.decoding.prompts import check_fits_context, context_window, prompt_room
 from relaxbench.decoding.records import GenerationResult
-from relaxbench.harness.plan import Arm, TaskJob
+from relaxbench.harness.plan import Arm, RunPlan, TaskJob
 from relaxbench.harness.store import CellDefinition, SampleKey, SampleRow, Store
 from relaxbench.policies import POLICIES
 from relaxbench.profiles.measure import MACHINE_PROFILE, Grid, measure_profile, power_grid
@@ -38,6 +39,38 @@ WARMUP_TOKENS = 3  # a warm-up generation's new tokens: a draft round and a veri
 WARMUP_PROMPT_TOKENS = 8  # a warm-up generation's prompt: its first tokens (the profile warmed the model shapes)
 PROFILE_REPEATS = 3  # timed forwards per grid point of the session's machine profile (median), after 1 untimed
 PROFILE_PREFILL_REPEATS = 2  # timed prefills per length, none untimed (a sample's prefill is a first call too)
+
+
+def check_fits(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids: Sequence[int]) -> None:
+    """One sample's prompt against the target's context, with the job's max_new_tokens and largest draft length."""
+    check_fits_context(target, f"task {job.name!r} item {item.item_id!r} turn {turn + 1}", len(prompt_ids),
+                       job.max_new_tokens, job_k(job))
+
+
+def job_k(job: TaskJob) -> int:
+    return max((arm.k for arm in job.arms), default=0)
+
+
+def fit_prompt(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids: list[int]) -> list[int]:
+    """The prompt as it runs: unchanged when it fits the target's context; its last tokens when the task truncates
+    prompts (and some room is left); else refused (``check_fits``)."""
+    room = prompt_room(target, job.max_new_tokens, job_k(job))
+    if job.source.truncates_prompts and room is not None and 0 < room < len(prompt_ids):
+        return prompt_ids[-room:]
+    check_fits(job, target, item, turn, prompt_ids)
+    return prompt_ids
+
+
+def check_prompts_fit(plan: RunPlan, target: Any) -> None:
+    """Every item's first prompt checked against the target's context as soon as its tokenizer is loaded, before
+    the store is opened (later turns, which follow generated answers, are checked as they are encoded)."""
+    if context_window(target) is None:
+        return
+    for job in plan.jobs:
+        if job.source.likelihood_only:
+            continue
+        for item in job.items:
+            fit_prompt(job, target, item, 0, job.source.encode(target, item, 0, [], job.max_new_tokens))
 
 
 class ProgressSink(Protocol):
@@ -161,6 +194,7 @@ class TaskRun:
         self.scorer: Scorer = job.source.scorer()
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
         self.decoders: dict[str, SpeculativeDecoder] = {}
+        self.truncation_noted = False
         keys = self.keys()
         self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
                                    for item, repeat, turn in keys) for arm in job.arms}
@@ -243,7 +277,14 @@ class TaskRun:
     def _encode(self, item: TaskItem, turn: int, history: list[str]) -> list[int]:
         """Prompt ids for ``turn``: earlier turns with this arm's own answers, then this turn's message (the task
         source decides how)."""
-        return self.job.source.encode(self.w.target, item, turn, history, self.job.max_new_tokens)
+        prompt_ids = self.job.source.encode(self.w.target, item, turn, history, self.job.max_new_tokens)
+        fitted = fit_prompt(self.job, self.w.target, item, turn, prompt_ids)
+        if len(fitted) < len(prompt_ids) and not self.truncation_noted:  # said once per task
+            self.truncation_noted = True
+            self.progress.note(f"{self.job.name}: prompts longer than the target's context allows are cut to their "
+                               f"last {len(fitted)} tokens (truncate_prompt; first: item {item.item_id!r}, "
+                               f"{len(prompt_ids)} tokens)")
+        return fitted
 
     def _stored(self, arm: Arm, key: tuple[str, int, int]) -> Output | None:
         row = self.w.store.sample(self.cells[arm.name], key)

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from relaxbench.decoding.records import Counters, GenerationResult, RoundLog, per_position
 from relaxbench.errors import DataError
+from relaxbench.sqlite_file import SQLiteFile, dumps, now
 
 SCHEMA_VERSION = 1
 STORE_NAME = "results.sqlite"
@@ -196,14 +195,6 @@ CREATE TABLE IF NOT EXISTS sample_judgments (
         REFERENCES judgments (judge_hash, prompt_hash, answer_hash, draw)
 );
 """
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -377,55 +368,25 @@ class SampleRow:
                         accepted_at, drafted_at)
 
 
-class SQLiteFile:
-    """One SQLite file as relaxbench opens its stores: WAL (a reader never blocks the writer; a killed process
-    loses at most its open transaction), ``synchronous=NORMAL``, foreign keys on, rows by column name. Subclasses
-    (the results store, the judge-mining store) add their schema and queries."""
-
-    what = "SQLite store"  # how an unreadable file is described in the one-line error
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.conn = sqlite3.connect(self.path, timeout=30)
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            self.conn.execute("SELECT 1 FROM sqlite_master").fetchone()  # a file that is not SQLite fails here
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"{self.path}: not a {self.what} ({exc})") from None
-
-    def has_table(self, name: str) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone()
-        return row is not None
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> SQLiteFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self.conn:
-            yield self.conn
-
-
 class Store(SQLiteFile):
-    """A results store. Open it with ``Store(path)``; it creates the schema when the file is new."""
+    """A results store. ``Store(path)`` opens it for writing and creates the schema when the file is new;
+    ``Store(path, read_only=True)`` (summary, report, rescore's reading) writes nothing, ever."""
 
     what = "relaxbench results store"
 
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        super().__init__(path, read_only)
         version = self._schema_version()
         if version is not None and version != SCHEMA_VERSION:
+            self.close()
             raise DataError(f"{self.path}: store schema version {version}, this relaxbench reads {SCHEMA_VERSION}")
+        if read_only:
+            if version is None:
+                self.close()
+                raise DataError(f"{self.path}: not a relaxbench results store (no schema in it; a run killed before "
+                                "its first commit leaves none); it is left as it is")
+            self._shadow_missing()
+            return
         with self.conn:  # new tables and added columns, idempotently (see ADDED_COLUMNS)
             self.conn.executescript(SCHEMA)
             for table, column, declaration in ADDED_COLUMNS:
@@ -434,6 +395,24 @@ class Store(SQLiteFile):
                     self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
             if version is None:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _shadow_missing(self) -> None:
+        """A store written by an earlier version, read without writing: the tables it lacks are created empty in
+        the connection's TEMP schema and the columns it lacks read as NULL through TEMP views of the same name
+        (temporary objects are in memory and shadow the file's), so the queries see today's schema."""
+        with self.conn:
+            for statement in SCHEMA.split(";"):
+                table = _created_table(statement)
+                if table is not None and not self.has_table(table):
+                    self.conn.execute(statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE", 1))
+            added: dict[str, list[str]] = {}
+            for table, column, _ in ADDED_COLUMNS:
+                present = {r["name"] for r in self.conn.execute(f"PRAGMA main.table_info({table})")}
+                if present and column not in present:
+                    added.setdefault(table, []).append(column)
+            for table, columns in added.items():
+                nulls = ", ".join(f"NULL AS {column}" for column in columns)
+                self.conn.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {nulls} FROM main.{table}")
 
     def _schema_version(self) -> int | None:
         if not self.has_table("meta"):
@@ -596,6 +575,12 @@ class Store(SQLiteFile):
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return list(self.conn.execute(sql, params))
+
+
+def _created_table(statement: str) -> str | None:
+    """The table a ``CREATE TABLE IF NOT EXISTS name (...)`` statement of SCHEMA creates (None for other ones)."""
+    words = statement.split()
+    return words[5] if words[:5] == ["CREATE", "TABLE", "IF", "NOT", "EXISTS"] and len(words) > 5 else None
 
 
 def open_store(out_dir: str | Path) -> Store:

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 from relaxbench.errors import ConfigError
 from relaxbench.models.load import DEVICE_MAPS
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import (Flag, Integer, Number, Spec, SpecKind, Text, check_runnable, resolve_extends, validate,
+from relaxbench.validation import (Finite, Flag, Integer, Spec, SpecKind, Text, check_runnable, resolve_extends, validate,
                                    yaml_files)
 
 # fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
@@ -44,20 +44,21 @@ class SuiteSpec(Spec):
     draft: Text | None = None
     methods: tuple[Text, ...]
     tasks: tuple[Text, ...]
-    limit: Integer | None = None
-    repeats: Integer = 1
-    max_new_tokens: Integer | None = None  # overrides every task's own
-    k: Integer | None = None  # overrides every method's own
-    temperature: Number = 0.0
-    top_k: Integer = 0
-    top_p: Number = 1.0
-    seed: Integer = 0
+    limit: Integer | None = Field(None, ge=1)
+    repeats: Integer = Field(1, ge=1)
+    max_new_tokens: Integer | None = Field(None, ge=1)  # overrides every task's own
+    k: Integer | None = Field(None, ge=1)  # overrides every method's own
+    temperature: Finite = Field(0.0, ge=0)
+    top_k: Integer = Field(0, ge=0)
+    top_p: Finite = Field(1.0, gt=0, le=1)
+    seed: Integer = Field(0, ge=0)
     device: Text = "auto"
     dtype: Text = "auto"
     draft_dtype: Text = "auto"
-    warmup: Integer = 1
+    warmup: Integer = Field(1, ge=0)
     data_files: dict[str, str] = Field(default_factory=dict)
-    num_fewshot: Integer | None = None  # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
+    num_fewshot: Integer | None = Field(None, ge=0)
     include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
     apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
     limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)

@@ -38,7 +38,7 @@ try:
     )
 except ImportError as exc:  # the registry turns this into one line: executor 'ray' could not be loaded: ...
     raise ImportError(f"{exc}; install it with: pip install 'relaxbench[ray]'") from exc
-from pydantic import field_validator
+from pydantic import Field
 
 from relaxbench.errors import ConfigError, DataError, ModelError, RelaxbenchError, UnknownNameError
 from relaxbench.harness.executor import Executor, ModelSetup, RunContext
@@ -63,31 +63,13 @@ class RayOptions(Spec):
 
     address: Text | None = None  # None: a local cluster for this run
     workers: PositiveInteger | None = None  # None: as many as the cluster's free resources fit
-    gpus_per_worker: Number | None = None  # None: 1 on CUDA, 0 on CPU
-    cpus_per_worker: Number | None = None  # None: 1 on CUDA; on CPU --threads, else this machine's CPU count
-    restarts: Integer = 3  # how often Ray restarts a worker that died; a shard is tried at most restarts + 1 times
+    gpus_per_worker: Number | None = Field(None, ge=0)  # None: 1 on CUDA, 0 on CPU
+    # None: 1 on CUDA; on CPU --threads, else this machine's CPU count
+    cpus_per_worker: Number | None = Field(None, gt=0)
+    # how often Ray restarts a worker that died; a shard is tried at most restarts + 1 times
+    restarts: Integer = Field(3, ge=0)
     shards_per_worker: PositiveInteger = 4  # a task's missing items are cut into about this many shards per worker
 
-    @field_validator("gpus_per_worker")
-    @classmethod
-    def _gpus(cls, value: float | None) -> float | None:
-        if value is not None and value < 0:
-            raise ValueError(f"must be >= 0, got {value:g}")
-        return value
-
-    @field_validator("cpus_per_worker")
-    @classmethod
-    def _cpus(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError(f"must be > 0, got {value:g}")
-        return value
-
-    @field_validator("restarts")
-    @classmethod
-    def _restarts(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        return value
 
 
 # ------------------------------------------------------------------------------------------------ the cluster

@@ -34,6 +34,14 @@ def resolve_model(name: str) -> ModelLocation:
             raise ModelError(f"{name}: a directory but not a model checkpoint (no config.json)")
         return ModelLocation(name, "local", str(path.resolve()))
     if path.is_file() and path.suffix == ".gguf":
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError as exc:
+            raise ModelError(f"{name}: cannot read ({exc.strerror})") from None
+        if magic != b"GGUF":
+            raise ModelError(f"{name}: not a GGUF file (it does not start with 'GGUF'); give a .gguf model file, "
+                             "a checkpoint folder, a packaged alias or a hub id")
         return ModelLocation(name, "gguf", str(path.resolve()))
     if looks_like_path:
         raise ModelError(f"{name}: no such model directory or .gguf file")

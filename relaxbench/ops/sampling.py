@@ -7,6 +7,8 @@ reads is the distribution the drafter sampled from.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +26,8 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:  # NaN fails this too
+            raise ConfigError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:

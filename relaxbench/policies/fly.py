@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
 from relaxbench.ops.rejection import rejection_sample
@@ -112,15 +112,7 @@ class FLy(VerificationPolicy):
 
     class Knobs(Spec):
         theta: Number = 0.3  # entropy gate θ (nats); inf = exact match
-        window: Integer = 6  # W: the mismatch plus W − 1 following matches
-
-        @model_validator(mode="after")
-        def _check(self):
-            if self.window < 1:
-                raise ValueError("window must be >= 1")
-            if math.isnan(self.theta):
-                raise ValueError("theta must be a number")
-            return self
+        window: Integer = Field(6, ge=1)  # W: the mismatch plus W − 1 following matches
 
     def decide(self, block: Block) -> Verdict:
         theta, window = self.knobs.theta, self.knobs.window

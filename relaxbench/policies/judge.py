@@ -41,7 +41,7 @@ strict rule accepts.
 from __future__ import annotations
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
@@ -65,14 +65,9 @@ class ReflectiveJudge(VerificationPolicy):
                     "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt")
 
     class Knobs(Spec):
-        alpha: Number = 0.3
+        alpha: Number = Field(0.3, ge=0, le=1)
         prompt: Text = DEFAULT_REFLECTION
 
-        @model_validator(mode="after")
-        def _check(self):
-            if not 0 <= self.alpha <= 1:
-                raise ValueError("alpha must be in [0, 1]")
-            return self
 
     def __init__(self, knobs=None) -> None:
         super().__init__(knobs)

@@ -62,7 +62,7 @@ import functools
 import math
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
 from relaxbench.ops.rows import LazyRows, row_chunk
@@ -101,11 +101,6 @@ class Margin(VerificationPolicy):
         theta: Number = 0.9  # relaxation_threshold
         positive_top_only: Flag = False  # deviation, off by default: no relaxation where z1 <= 0
 
-        @model_validator(mode="after")
-        def _check(self):
-            if math.isnan(self.theta):
-                raise ValueError("theta must be a number")
-            return self
 
     def decide(self, block: Block) -> Verdict:
         if block.greedy or block.sampling.temperature <= MARS_GREEDY_TEMPERATURE:
@@ -162,13 +157,7 @@ class MarginGreedy(VerificationPolicy):
                     "(z1 <= 0: strict)")
 
     class Knobs(Spec):
-        theta: Number = 0.9
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not self.theta >= 0:
-                raise ValueError("theta must be >= 0")
-            return self
+        theta: Number = Field(0.9, ge=0)
 
     def decide(self, block: Block) -> Verdict:
         theta = self.knobs.theta
@@ -185,13 +174,7 @@ class MarginFirst(VerificationPolicy):
                     "AdaptiveSpec: promote the first mismatch of a block iff p(d)/p(top1) >= kappa")
 
     class Knobs(Spec):
-        kappa: Number = 0.5
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not self.kappa >= 0:
-                raise ValueError("kappa must be >= 0")
-            return self
+        kappa: Number = Field(0.5, ge=0)
 
     def decide(self, block: Block) -> Verdict:
         kappa = self.knobs.kappa

@@ -69,10 +69,10 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy, register_policy
@@ -148,13 +148,7 @@ class Mentored(RelaxedTarget):
                     "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+")
 
     class Knobs(Spec):
-        alpha: Number = 0.3
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not 0 <= self.alpha < 1:
-                raise ValueError("alpha must be in [0, 1)")
-            return self
+        alpha: Number = Field(0.3, ge=0, lt=1)
 
     def row_target(self, block, i, token):
         p = block.p_rows[i]
@@ -180,13 +174,7 @@ class Cactus(RelaxedTarget):
                     "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+")
 
     class Knobs(Spec):
-        delta: Number = 0.1
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not self.delta >= 0:
-                raise ValueError("delta must be >= 0")
-            return self
+        delta: Number = Field(0.1, ge=0)
 
     def row_target(self, block, i, token):
         p = block.p_rows[i]
@@ -207,11 +195,6 @@ class SpecCascadeOpt(RelaxedTarget):
     class Knobs(Spec):
         alpha: Number = -0.1
 
-        @model_validator(mode="after")
-        def _check(self):
-            if math.isnan(self.alpha):
-                raise ValueError("alpha must be a number")
-            return self
 
     def defer_to_target(self, p: torch.Tensor, q: torch.Tensor) -> bool:
         """``max q < max p − α·TV(p, q)`` for one row (α = −inf: always, without TV)."""
@@ -240,13 +223,7 @@ class SpecCascadeToken(RelaxedTarget):
                     revision=1)  # alpha = 0: the first argmax alone on tied maxima, as the reference
 
     class Knobs(Spec):
-        alpha: Number = 0.0
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not self.alpha <= 1:
-                raise ValueError("alpha must be <= 1 (alpha < 0 empties the top set: strict)")
-            return self
+        alpha: Number = Field(0.0, le=1)  # alpha < 0 empties the top set: strict
 
     def row_target(self, block, i, token):
         p = block.p_rows[i]
@@ -335,15 +312,7 @@ class FuzzySpeculative(RelaxedTarget):
 
     class Knobs(Spec):
         threshold: Number = 0.05
-        divergence: Text = "js"
-
-        @model_validator(mode="after")
-        def _check(self):
-            if self.divergence not in ("js", "kl"):
-                raise ValueError("divergence must be 'js' or 'kl'")
-            if math.isnan(self.threshold):
-                raise ValueError("threshold must be a number")
-            return self
+        divergence: Literal["js", "kl"] = "js"
 
     def row_target(self, block, i, token):
         p, q = block.p_rows[i], block.q_rows[i]
@@ -364,13 +333,7 @@ class StaticEnsemble(RelaxedTarget):
                     "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts")
 
     class Knobs(Spec):
-        w: Number = 0.95
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not 0 <= self.w <= 1:
-                raise ValueError("w must be in [0, 1]")
-            return self
+        w: Number = Field(0.95, ge=0, le=1)
 
     def row_target(self, block, i, token):
         w, p = self.knobs.w, block.p_rows[i]
@@ -387,16 +350,8 @@ class SpeculativeContrastive(RelaxedTarget):
                     "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support")
 
     class Knobs(Spec):
-        beta: Number = 0.1
-        alpha: Number = 0.0  # plausibility cut z_p >= max z_p + T ln(alpha); 0 = off
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not self.beta >= 0:
-                raise ValueError("beta must be >= 0")
-            if not 0 <= self.alpha <= 1:
-                raise ValueError("alpha must be in [0, 1]")
-            return self
+        beta: Number = Field(0.1, ge=0)
+        alpha: Number = Field(0.0, ge=0, le=1)  # plausibility cut z_p >= max z_p + T ln(alpha); 0 = off
 
     def row_target(self, block, i, token):
         temperature = block.sampling.temperature

@@ -17,7 +17,7 @@ which the reference's window does not append.
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
 from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
@@ -33,13 +33,7 @@ class LenientTopK(VerificationPolicy):
                     "lenient top-K: accept iff the draft is among the target's K most likely tokens")
 
     class Knobs(Spec):
-        top: Integer = 2  # K: how many of the target's most likely tokens are acceptable
-
-        @model_validator(mode="after")
-        def _check(self):
-            if self.top < 1:
-                raise ValueError("top must be >= 1")
-            return self
+        top: Integer = Field(2, ge=1)  # K: how many of the target's most likely tokens are acceptable
 
     def decide(self, block: Block) -> Verdict:
         top = self.knobs.top

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import (
@@ -70,13 +70,7 @@ class TrainedJudge(VerificationPolicy):
 
     class Knobs(Spec):
         head: Text  # a head file written by `relaxbench judge train`; no default: a head is trained per pair
-        tau: Number = 0.1
-
-        @model_validator(mode="after")
-        def _check(self):
-            if not 0 <= self.tau <= 1:
-                raise ValueError("tau must be in [0, 1]")
-            return self
+        tau: Number = Field(0.1, ge=0, le=1)
 
     def __init__(self, knobs: Any = None) -> None:
         super().__init__(knobs)

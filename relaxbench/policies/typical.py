@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import model_validator
+from pydantic import Field
 
 from relaxbench.ops.reductions import argmax
 from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
@@ -76,14 +76,8 @@ def medusa_accepts(probs: torch.Tensor, token: int, epsilon: float, delta: float
 
 
 class TypicalKnobs(Spec):
-    epsilon: Number = 0.09  # Medusa's posterior_threshold (the hard cap of the floor)
-    delta: Number = 0.3  # Medusa's posterior_alpha (the entropy-scaled factor)
-
-    @model_validator(mode="after")
-    def _check(self):
-        if not (self.epsilon >= 0 and self.delta >= 0):
-            raise ValueError("epsilon and delta must be >= 0")
-        return self
+    epsilon: Number = Field(0.09, ge=0)  # Medusa's posterior_threshold (the hard cap of the floor)
+    delta: Number = Field(0.3, ge=0)  # Medusa's posterior_alpha (the entropy-scaled factor)
 
 
 @register_policy

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from relaxbench.errors import ConfigError
 from relaxbench.profiles.spec import Curve
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import Number, Spec, Text, builtin_dir, load_yaml, validate
+from relaxbench.validation import Finite, Spec, Text, builtin_dir, load_yaml, validate
 
 DEVICES_FILE = "devices.yaml"
 
@@ -31,18 +31,13 @@ class Stack(Spec):
     decode step reaches, the fraction of dense peak FLOP/s a compute-bound forward (prefill) reaches, and a fixed
     cost per forward (kernel launches and the gaps between them)."""
 
-    achieved_bandwidth: Number
-    achieved_flops: Number
-    overhead_per_forward_s: Number
+    achieved_bandwidth: Finite = Field(gt=0, le=1)  # a fraction of the peak
+    achieved_flops: Finite = Field(gt=0, le=1)
+    overhead_per_forward_s: Finite = Field(ge=0)
     sources: dict[str, Text] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check(self) -> Stack:
-        for name in ("achieved_bandwidth", "achieved_flops"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be a fraction in (0, 1], got {getattr(self, name)}")
-        if self.overhead_per_forward_s < 0:
-            raise ValueError(f"overhead_per_forward_s must be >= 0, got {self.overhead_per_forward_s}")
+    def _sources(self) -> Stack:
         _sourced(self, ("achieved_bandwidth", "achieved_flops", "overhead_per_forward_s"))
         return self
 
@@ -51,18 +46,15 @@ class Device(Spec):
     """One accelerator's peak figures (per device; dense, no sparsity)."""
 
     name: Text
-    memory_bandwidth_tb_s: Number  # HBM/GDDR bandwidth, TB/s (10^12 bytes/s)
-    bf16_dense_tflops: Number  # dense bf16 tensor-core peak, TFLOP/s
-    memory_gb: Number  # memory per device, GB (10^9 bytes)
+    memory_bandwidth_tb_s: Finite = Field(gt=0)  # HBM/GDDR bandwidth, TB/s (10^12 bytes/s)
+    bf16_dense_tflops: Finite = Field(gt=0)  # dense bf16 tensor-core peak, TFLOP/s
+    memory_gb: Finite = Field(gt=0)  # memory per device, GB (10^9 bytes)
     stack: Stack | None = None  # the defaults' when None
     sources: dict[str, Text] = Field(default_factory=dict)
     notes: Text = ""
 
     @model_validator(mode="after")
-    def _check(self) -> Device:
-        for name in ("memory_bandwidth_tb_s", "bf16_dense_tflops", "memory_gb"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+    def _sources(self) -> Device:
         _sourced(self, ("memory_bandwidth_tb_s", "bf16_dense_tflops", "memory_gb"))
         return self
 
@@ -84,7 +76,7 @@ class Host(Spec):
     sources: dict[str, Text] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check(self) -> Host:
+    def _sources(self) -> Host:
         _sourced(self, ("ngram_lookup",))
         return self
 

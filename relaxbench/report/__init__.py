@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from relaxbench.errors import ConfigError
+from relaxbench.paths import check_can_write
 
 FORMATS = ("html", "pdf")
 DEFAULT_REPORTS_DIR = Path("reports")
@@ -44,15 +45,19 @@ def default_report_dir(run_dir: str | Path) -> Path:
     return DEFAULT_REPORTS_DIR / name
 
 
-def output_paths(run_dir: str | Path, formats: Sequence[str], out: str | Path | None) -> dict[str, Path]:
+def output_paths(run_dir: str | Path, formats: Sequence[str], out: str | Path | None,
+                 flag: str = "--out") -> dict[str, Path]:
     """Where each format goes: ``OUT/report.<fmt>`` for a folder; ``OUT`` itself when it names one file of the
-    single requested format (``--format pdf --out x.pdf``)."""
+    single requested format (``--format pdf --out x.pdf``). A path that cannot be written is refused here, in one
+    line naming ``flag``, before anything is read or drawn."""
     target = Path(out) if out is not None else default_report_dir(run_dir)
     if target.suffix.lower() in {f".{f}" for f in FORMATS}:
         if len(formats) != 1 or target.suffix.lower() != f".{formats[0]}":
             raise ConfigError(f"--out {target} is a .{target.suffix.lower()[1:]} file: give a folder when writing "
                               f"{', '.join(formats)}")
+        check_can_write(target, flag)
         return {formats[0]: target}
+    check_can_write(target, flag, folder=True)
     return {fmt: target / f"report.{fmt}" for fmt in formats}
 
 

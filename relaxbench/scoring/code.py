@@ -11,12 +11,14 @@ import re
 import secrets
 from collections.abc import Callable
 
+from pydantic import Field
+
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.agreement import AgreementScorer
 from relaxbench.scoring.answers import ExactMatchScorer
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
 from relaxbench.scoring.sandbox import Limits, run_python
-from relaxbench.validation import Integer, Number, Spec
+from relaxbench.validation import Finite, Integer, Spec
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 CLOSED_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(```|\Z)", re.DOTALL)  # FENCE; group 3: closed
@@ -83,8 +85,8 @@ def build_program(item: TaskItem, text: str, end_marker: str | None = None) -> s
 class SandboxArgs(Spec):
     """Limits of one sandboxed run: wall-clock seconds (the CPU limit follows it) and memory."""
 
-    timeout: Number = 10.0
-    memory_mb: Integer = Limits.memory_mb
+    timeout: Finite = Field(10.0, gt=0)
+    memory_mb: Integer = Field(Limits.memory_mb, ge=1)
 
     def limits(self) -> Limits:
         return Limits(wall_seconds=self.timeout, cpu_seconds=max(1, int(self.timeout)), memory_mb=self.memory_mb)

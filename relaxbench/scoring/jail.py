@@ -6,11 +6,15 @@ It is the only code that runs between the harness and untrusted code, so it is s
 2. enter new namespaces where the OS allows: mount + network + pid (+ user when not root). The new network
    namespace has no interfaces up, so nothing (loopback included) can be reached;
 3. fork an init: pid 1 of the new pid namespace, so when it exits the kernel kills every process left inside;
-4. in the init: private tmpfs on /tmp, /var/tmp, /dev/shm, /run/lock; the rest of the filesystem read-only; a
-   fresh /proc; a fresh work directory holding ``program.py``;
+4. in the init: private tmpfs on /tmp, /var/tmp, /dev/shm, /run/lock; every other mount read-only and nosuid
+   (a setuid binary gains nothing); a fresh /proc; a fresh work directory holding ``program.py``;
 5. fork the program's process (pid 2, with ordinary signal semantics) and there set resource limits (CPU s, address space, file size, processes, open files, no core dumps);
 6. as root, drop to an unprivileged uid/gid with no supplementary groups (root ignores RLIMIT_NPROC);
-7. exec the interpreter on the program with a scrubbed environment.
+7. set ``no_new_privs`` (no exec can raise privileges again: setuid bits and file capabilities are ignored) and
+   install a seccomp filter that refuses ``socket(AF_UNIX, ...)`` and ``io_uring_setup``: the network namespace
+   does not cover filesystem sockets, so without it a program could connect to any Unix-domain socket it can
+   reach on the read-only root (a daemon's ``/run/...sock``); socket pairs (``socketpair``) stay allowed;
+8. exec the interpreter on the program with a scrubbed environment.
 
 What was achieved is written as one JSON line to the status file descriptor before the exec (the harness records
 it); the init waits for the program, and the launcher for the init; both exit with the program's status (128 + signal
@@ -24,7 +28,9 @@ import ctypes
 import ctypes.util
 import json
 import os
+import platform
 import resource
+import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -33,6 +39,16 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+AF_UNIX = 1
+# per architecture: the seccomp audit arch, socket's and io_uring_setup's syscall numbers
+SYSCALLS = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+# classic BPF: load a word of seccomp_data, jump if equal / greater or equal, return
+LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+RET_KILL, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
+EACCES, EPERM = 13, 1
+X32_SYSCALL_BIT = 0x40000000
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -75,10 +91,11 @@ def private_filesystem(config: dict, facts: dict) -> str:
     """In the new mount namespace: read-only root, private tmpfs scratch areas, fresh /proc; return the work dir."""
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     try:
-        _mount("none", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        _mount("none", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
         facts["root_read_only"] = True
     except OSError:
         facts["root_read_only"] = False
+    facts["nosuid_mounts"] = nosuid_everywhere()
     size = f"size={config['tmpfs_mb']}m,mode=1777"
     for target in PRIVATE_TMP:
         if os.path.isdir(target):
@@ -92,6 +109,75 @@ def private_filesystem(config: dict, facts: dict) -> str:
     workdir = "/tmp/sandbox"
     os.mkdir(workdir, 0o700)
     return workdir
+
+
+MOUNT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": 8, "noatime": 1024,
+               "nodiratime": 2048, "relatime": 1 << 21}
+
+
+def nosuid_everywhere() -> bool:
+    """Remount every mount point read-only and nosuid, keeping its other flags (a mount's locked flags must be
+    kept, or the kernel refuses the remount); True when every remount took."""
+    ok = True
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        target = fields[4].encode().decode("unicode_escape")
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
+        for option in fields[5].split(","):
+            flags |= MOUNT_FLAGS.get(option, 0)
+        try:
+            _mount("none", target, None, flags)
+        except OSError:
+            ok = False
+    return ok
+
+
+def seccomp_filter() -> bytes | None:
+    """The BPF program (``struct sock_filter`` array) refusing ``socket(AF_UNIX, ...)`` with EACCES and
+    ``io_uring_setup`` with EPERM (io_uring can open sockets without the socket syscall); a foreign architecture's
+    or x32 syscall kills the process. None on an architecture this table lacks."""
+    arch = SYSCALLS.get(platform.machine())
+    if arch is None:
+        return None
+    audit_arch, socket_nr, io_uring_nr = arch
+    program = [
+        (LD_ABS, 0, 0, 4),  # seccomp_data.arch
+        (JEQ, 1, 0, audit_arch),
+        (RET, 0, 0, RET_KILL),
+        (LD_ABS, 0, 0, 0),  # seccomp_data.nr
+        (JGE, 5, 0, X32_SYSCALL_BIT),  # -> kill
+        (JEQ, 5, 0, io_uring_nr),  # -> EPERM
+        (JEQ, 1, 0, socket_nr),  # -> check the domain
+        (RET, 0, 0, RET_ALLOW),
+        (LD_ABS, 0, 0, 16),  # seccomp_data.args[0], its low 32 bits (little-endian): the domain
+        (JEQ, 3, 2, AF_UNIX),  # -> EACCES, else allow
+        (RET, 0, 0, RET_KILL),
+        (RET, 0, 0, RET_ERRNO | EPERM),
+        (RET, 0, 0, RET_ALLOW),
+        (RET, 0, 0, RET_ERRNO | EACCES),
+    ]
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+
+def lock_down(facts: dict) -> None:
+    """``no_new_privs``, then the seccomp filter (which needs it, unprivileged); what took goes into ``facts``."""
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    facts["no_new_privs"] = True
+    program = seccomp_filter()
+    if program is None:
+        facts["seccomp"] = False
+        return
+    filters = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(filters))
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    facts["seccomp"] = True
 
 
 def set_limits(config: dict) -> None:
@@ -157,6 +243,7 @@ def run_program(config: dict, workdir: str, drop: bool, status_fd: int, facts: d
             if 0 in os.getresuid() or 0 in os.getresgid():
                 raise RuntimeError("could not drop root")
         facts.update(uid=os.getuid(), gid=os.getgid(), dropped_privileges=drop, workdir=workdir)
+        lock_down(facts)
         report(status_fd, facts)
         os.set_inheritable(status_fd, False)  # closed by a successful exec; an exec failure is still reported
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}

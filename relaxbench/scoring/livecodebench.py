@@ -21,11 +21,13 @@ import json
 import secrets
 from typing import Any
 
+from pydantic import Field
+
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
 from relaxbench.scoring.sandbox import Limits, run_python
 from relaxbench.scoring.thinking import split_thinking
-from relaxbench.validation import Flag, Integer, Number, Spec
+from relaxbench.validation import Finite, Flag, Integer, Spec
 
 PREAMBLE = """\
 from string import *
@@ -153,10 +155,11 @@ def extract_last_block(text: str) -> str:
 
 
 class JudgeArgs(Spec):
-    timeout: Number = 6.0  # seconds per test
-    problem_timeout: Number = 60.0  # at most this many seconds per problem (plus interpreter start-ups)
-    startup_allowance: Number = 0.25  # seconds per test added to the problem limit for the interpreter's start
-    memory_mb: Integer = 4096
+    timeout: Finite = Field(6.0, gt=0)  # seconds per test
+    problem_timeout: Finite = Field(60.0, gt=0)  # at most this many seconds per problem (plus interpreter start-ups)
+    # seconds per test added to the problem limit for the interpreter's start
+    startup_allowance: Finite = Field(0.25, ge=0)
+    memory_mb: Integer = Field(4096, ge=1)
     strip_thinking: Flag = True
 
 

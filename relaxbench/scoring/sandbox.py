@@ -5,11 +5,14 @@ Containment, from the outside in:
 * a separate process tree started in a new session; the launcher (``jail.py``) is its own script, so nothing of
   the harness (imports, environment, open files) leaks into it;
 * new mount, network and pid namespaces where the OS allows (``unshare``; a user namespace too when not root):
-  no network interface is up, the filesystem is read-only except private tmpfs scratch areas, and when the
-  program's pid-1 init exits the kernel kills everything it left behind;
+  no network interface is up, every mount is read-only and nosuid except private tmpfs scratch areas, and when
+  the program's pid-1 init exits the kernel kills everything it left behind;
 * as root, the program runs as an unprivileged uid/gid with no supplementary groups (root ignores RLIMIT_NPROC
   and file permissions); the uid is dedicated to this harness process, so the process limit counts only sandbox
   processes and the clean-up sweep cannot hit anyone else's;
+* ``no_new_privs`` (no exec regains privileges: setuid bits and file capabilities are ignored) and a seccomp filter
+  refusing ``socket(AF_UNIX, ...)`` and ``io_uring_setup``, since the network namespace does not cover
+  filesystem sockets (a daemon's socket on the read-only root would accept a connect);
 * resource limits: CPU seconds, address space, file size, number of processes, open files, no core dumps;
 * a wall-clock timeout, after which the launcher's process group and the namespace's init are SIGKILLed, and an
   output cap (the program is killed once it has printed more than ``max_output_bytes``);

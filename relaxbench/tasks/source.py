@@ -42,6 +42,7 @@ class TaskSource(ABC):
     fingerprint: str  # a hash of the whole data set: a changed data file is noticed on resume
     scorer_name: str
     likelihood_only: bool = False
+    truncates_prompts: bool = False  # a prompt too long for the context keeps its last tokens instead of refused
 
     @abstractmethod
     def record(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, 
                                    resolve_extends, validate, yaml_files)
 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
-ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at")
+ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at", "truncate_prompt")
 ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
 
 
@@ -65,7 +65,8 @@ class TaskSpec(Spec):
     ``chat_template_args``: keyword arguments of the tokenizer's ``apply_chat_template`` (Qwen3's
     ``enable_thinking``); a suite's own are merged over them. ``stop`` ends generation at a string; ``cut_at``
     only cuts the scored text there (generation goes on to EOS or ``max_new_tokens``), as FLy's runs apply
-    lm-eval's ``until`` after generating."""
+    lm-eval's ``until`` after generating. ``truncate_prompt``: a prompt too long for the target's context is cut to
+    its last tokens (said once per task) instead of refused."""
 
     name: Text
     format: Text
@@ -79,6 +80,9 @@ class TaskSpec(Spec):
     stop: tuple[Text, ...] = ()
     cut_at: tuple[Text, ...] = ()
     max_new_tokens: PositiveInteger = 256
+    # a prompt longer than the target's context allows (with max_new_tokens and the verify block) keeps its last
+    # tokens instead of being refused (said once per task)
+    truncate_prompt: Flag = False
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
     # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,

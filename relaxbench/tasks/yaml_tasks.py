@@ -159,6 +159,7 @@ class YamlTask(TaskSource):
         self.items = tuple(items)
         self.fingerprint = fingerprint
         self.scorer_name = spec.scorer
+        self.truncates_prompts = spec.truncate_prompt
 
     def record(self) -> dict[str, Any]:
         return self.spec.to_record()

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from relaxbench.errors import DataError
-from relaxbench.harness.store import SQLiteFile, dumps, now
+from relaxbench.sqlite_file import SQLiteFile, dumps, now
 from relaxbench.trained_judges.search import Continuation, Mismatch, SearchState
 
 SCHEMA_VERSION = 1
@@ -132,6 +132,7 @@ class MiningStore(SQLiteFile):
     """Open with ``MiningStore(path)``; ``bind(key, config)`` fixes (or checks) the setup it holds."""
 
     what = "relaxbench mining store"
+    flag = "--store"
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)

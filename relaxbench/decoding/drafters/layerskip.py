@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters.base import DrafterInputs, register_drafter
@@ -63,7 +64,8 @@ class LayerSkipDrafter(LMDrafter):
     summary = "self-speculation: the target's first N layers + final norm + LM head (shared weights, own cache)"
 
     class Knobs(Spec):
-        layers: Integer | None = None  # leading decoder layers to draft with; default: half the target's depth
+        # leading decoder layers to draft with; default: half the target's depth
+        layers: Integer | None = Field(None, ge=1)
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)

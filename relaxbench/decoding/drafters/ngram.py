@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from relaxbench.decoding.cache import CachedLM, common_prefix_length
 from relaxbench.decoding.drafters.base import Drafter, DrafterInputs, Proposal, register_drafter
@@ -34,15 +34,13 @@ class NgramKnobs(Spec):
     """Prompt-lookup settings: n-gram sizes tried (max_ngram down to min_ngram) and tokens copied per match."""
 
     max_ngram: Integer = 3
-    min_ngram: Integer = 1
-    num_tokens: Integer = 10
+    min_ngram: Integer = Field(1, ge=1)
+    num_tokens: Integer = Field(10, ge=1)
 
     @model_validator(mode="after")
-    def _check(self):
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError("need 1 <= min_ngram <= max_ngram")
-        if self.num_tokens < 1:
-            raise ValueError("num_tokens must be >= 1")
+    def _order(self):
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"need min_ngram <= max_ngram, got {self.min_ngram} > {self.max_ngram}")
         return self
 
 
@@ -82,7 +80,7 @@ class NgramVerifiedByDraftLM(LMDrafter):
 
     class Knobs(NgramKnobs):  # FLy's defaults: n = 4 down to 1, 6 tokens
         max_ngram: Integer = 4
-        num_tokens: Integer = 6
+        num_tokens: Integer = Field(6, ge=1)
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)

@@ -1,0 +1,31 @@
+"""Whether a path can be written, checked before any expensive work, so a bad ``--out`` or ``--report-out`` is one
+line naming the path and what to do (not a traceback after the run)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from relaxbench.errors import DataError
+
+
+def check_can_write(path: str | Path, flag: str, folder: bool = False) -> None:
+    """``path`` (a file, or with ``folder`` a folder) can be created or overwritten: its nearest existing ancestor
+    is a writable folder, and the path itself, if present, is of the right kind and writable. ``flag`` names the
+    option that gave it."""
+    path = Path(path)
+    if path.exists():
+        if folder and not path.is_dir():
+            raise DataError(f"{path}: is a file, not a folder; give {flag} a folder")
+        if not folder and path.is_dir():
+            raise DataError(f"{path}: is a folder, not a file; give {flag} a file name")
+        if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+            raise DataError(f"{path}: read-only (cannot write it); make it writable or choose another {flag}")
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise DataError(f"{ancestor}: is a file, not a folder, so {path} cannot be created; choose another {flag}")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise DataError(f"{ancestor}: read-only folder (cannot create {path} in it); choose another {flag}")

@@ -1,0 +1,229 @@
+"""One SQLite file as relaxbench opens its stores (the results store, the judge-mining store).
+
+Writable: WAL (a reader never blocks the writer; a killed process loses at most its open transaction),
+``synchronous=NORMAL``, foreign keys on, rows by column name. Read-only (``summary``, ``report``, the reading part of
+``rescore``): opened with SQLite's ``mode=ro``, so nothing — no schema, no checkpoint — is ever written into the
+file or its WAL, whatever state a kill left them in. Either way the file is checked at open (``PRAGMA
+quick_check``): a damaged store is reported as damaged and left untouched, and every file-system failure (a
+folder that cannot be created, a read-only file or folder, a file that is not SQLite) is one line naming the path
+and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from relaxbench.errors import DataError
+from relaxbench.paths import check_can_write
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _header(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER))
+    except OSError:
+        return None
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+class SQLiteFile:
+    """A SQLite store file. Subclasses add their schema and queries; ``what`` names the kind of store in errors."""
+
+    what = "SQLite store"
+    flag = "--out"  # the option that names the store, for the messages
+
+    def __init__(self, path: str | Path, read_only: bool = False, flag: str | None = None) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self.flag = flag or type(self).flag
+        if read_only:
+            self.conn = self._open_read_only()
+            self._check_intact()
+        else:
+            self.check_writable(self.path)  # an existing file is checked read-only first: nothing is written to
+            self._prepare_folder()          # a damaged store, not even the checkpoint a writer's close runs
+            self.conn = self._open_writable()
+        self.conn.row_factory = sqlite3.Row
+
+    # -- opening ---------------------------------------------------------------------------------------------
+    def _prepare_folder(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataError(f"{self.path.parent}: cannot create the folder ({exc.strerror}); choose another "
+                            f"{self.flag}") from None
+
+    def _open_writable(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=30)
+            conn.execute("SELECT 1 FROM sqlite_master").fetchone()  # a file that is not SQLite fails here
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process, fast
+            conn.execute("PRAGMA foreign_keys=ON")
+            return conn
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from None
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise DataError(f"{self.path}: is a folder, not a {self.what} file")
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no {self.what} here")
+        wal = _wal(self.path)
+        if self.path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size):  # nothing is in it
+            raise DataError(f"{self.path}: an empty file (0 bytes), not a {self.what}; it is left as it is")
+        try:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+            conn.execute("SELECT 1 FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from None
+
+    @classmethod
+    def check_writable(cls, path: str | Path) -> None:
+        """Before expensive work: the store at ``path`` can be written (its folder, the file) and, if present, is
+        intact. Nothing is created or written."""
+        path = Path(path)
+        check_can_write(path.parent, cls.flag, folder=True)
+        check_can_write(path, cls.flag)
+        if path.exists() and (path.stat().st_size or _wal(path).exists()):
+            probe = SQLiteFile(path, read_only=True, flag=cls.flag)
+            probe.close()
+
+    def _check_intact(self) -> None:
+        """``PRAGMA quick_check``: a store with damaged pages is refused at open, before anything reads or writes."""
+        try:
+            result = [row[0] for row in self.conn.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise self._error(exc) from None
+        if result != ["ok"]:
+            self.conn.close()
+            raise DataError(f"{self.path}: damaged ({result[0]}); it is left as it is: restore it from a copy, or "
+                            f"start a new {self.flag}")
+        wal = _wal(self.path)
+        if not self.has_table_any() and wal.exists() and wal.stat().st_size > 0:
+            self.conn.close()  # SQLite reads nothing from the WAL: opening it for writing would reset it
+            raise DataError(f"{self.path}: damaged (its WAL, {wal.stat().st_size} bytes, holds nothing SQLite can "
+                            "read); both are left as they are: restore them from a copy, or start a new "
+                            f"{self.flag}")
+
+    def _error(self, exc: sqlite3.DatabaseError) -> DataError:
+        """The one line for a SQLite failure at open: read-only, damaged, or not SQLite at all."""
+        message = str(exc)
+        code = getattr(exc, "sqlite_errorcode", None)
+        if "readonly" in message or code == sqlite3.SQLITE_READONLY or not os.access(self.path, os.W_OK) \
+                and self.path.exists() and not self.read_only:
+            return DataError(f"{self.path}: read-only ({message}); make it writable or choose another {self.flag}")
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in message:
+            return DataError(f"{self.path}: cannot open ({message}); check that it and its folder are readable and "
+                             "writable")
+        header = _header(self.path)
+        if header is not None and header == SQLITE_HEADER:
+            return DataError(f"{self.path}: damaged ({message}); it is left as it is: restore it from a copy, or "
+                             f"start a new {self.flag}")
+        return DataError(f"{self.path}: not a {self.what} ({message})")
+
+    # -- use ---------------------------------------------------------------------------------------------------
+    def has_table_any(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+
+    def has_table(self, name: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone()
+        return row is not None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SQLiteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.conn:
+            yield self.conn
+
+
+class WriterLock:
+    """One writer per store: an exclusive ``flock`` on ``<store>.lock`` beside it, held while a command writes.
+
+    The operating system releases the lock when its process ends, however it ends (a SIGKILL included), so a
+    killed run never leaves a store locked; the file itself stays (removing it would let two processes lock two
+    different files of one name). It holds who has the lock — pid, host, start time, command — so a second
+    writer is refused at once with a line that names the running one."""
+
+    def __init__(self, store_path: str | Path, command: str) -> None:
+        self.path = Path(store_path).with_name(Path(store_path).name + ".lock")
+        self.command = command
+        self.fd: int | None = None
+
+    def acquire(self) -> WriterLock:
+        import fcntl
+        import socket
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DataError(f"{self.path}: cannot create the store's lock file ({exc.strerror}); choose a writable "
+                            "--out") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise DataError(f"{self.path.with_suffix('')}: already being written by {holder}; wait for it to end "
+                            "or give another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, dumps({"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(),
+                            "command": self.command}).encode())
+        os.fsync(fd)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what it wrote into the lock file."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        info = json.loads(os.read(fd, 65536).decode() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if not info:
+        return "another process (starting: it has not written its details yet)"
+    return (f"pid {info.get('pid')} on {info.get('host')} since {info.get('started_at')} "
+            f"({str(info.get('command', ''))[:120]})")
