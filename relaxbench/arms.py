@@ -15,6 +15,7 @@ from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.arm import check_arm
+from relaxbench.policies.span import gate
 from relaxbench.validation import validate
 
 DEFAULT_K = 5
@@ -91,7 +92,7 @@ def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str 
 def build_decoder(method: MethodSpec, target: Any, draft: Any | None, decode: DecodeConfig,
                   draft_name: str | None = None) -> SpeculativeDecoder:
     """A decoder for ``method`` with the decoding settings ``decode`` (its ``k`` from ``resolve_k``)."""
-    policy = make_policy(method.policy, method.knobs)
+    policy = gate(make_policy(method.policy, method.knobs), method.relax_in, method.thinking_tags)
     drafter_spec = effective_drafter(method, draft_name)
     if drafter_spec is not None and DRAFTERS.get(drafter_spec.kind).needs_draft_model and draft is None:
         raise ConfigError(f"method {method.name!r} (drafter {drafter_spec.kind!r}) needs a draft model: "

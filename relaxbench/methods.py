@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -34,6 +34,9 @@ class DrafterSpec(Spec):
     knobs: dict[str, Any] = Field(default_factory=dict)
 
 
+ADDED_METHOD_FIELDS = ("relax_in", "thinking_tags")  # left out of records and keys while unset
+
+
 class MethodSpec(Spec):
     """A method variant. ``source`` is the file it came from (not part of a run's identity)."""
 
@@ -42,6 +45,10 @@ class MethodSpec(Spec):
     knobs: dict[str, Any] = Field(default_factory=dict)
     drafter: DrafterSpec = Field(default_factory=DrafterSpec)
     k: PositiveInteger | None = None
+    # where the rule relaxes (policies/span.py): all, thinking (between the thinking tags) or answer; None: the
+    # rule's own default; thinking_tags: the (open, close) tags, default <think> and </think>
+    relax_in: Literal["all", "thinking", "answer"] | None = None
+    thinking_tags: tuple[Text, Text] | None = None
     sweep: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
     description: Text = ""
     source: Text = ""
@@ -95,12 +102,17 @@ class MethodSpec(Spec):
         return "k" in self.sweep
 
     def record(self) -> dict[str, Any]:
-        """The full spec as stored with a cell (description and source file included)."""
-        return self.model_dump()
+        """The full spec as stored with a cell (description and source file included; fields added later only when
+        set, so an older method's record and run key are unchanged)."""
+        data = self.model_dump()
+        for added in ADDED_METHOD_FIELDS:
+            if data[added] is None:
+                data.pop(added)
+        return data
 
     def identity(self) -> dict[str, Any]:
         """What decides an arm's results: the spec less its description and source file."""
-        data = self.model_dump()
+        data = self.record()
         data.pop("source")
         data.pop("description")
         return data

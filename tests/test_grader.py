@@ -57,6 +57,8 @@ MODEL = "grader-model"
     ("[[11]]", 11.0),  # not clamped
     ("[[0]]", 0.0),
     ("[[07]]", 7.0),  # FastChat's literal_eval raises here; read as 7 (a documented deviation)
+    ("[[\u0967]]", 1.0),  # Devanagari one: FastChat's \d matches it and literal_eval raises; read by its value
+    ("Rating: [\u0667]", 7.0),  # Arabic-Indic seven, through the backup pattern
     ("", UNPARSEABLE),
 ])
 def test_the_rating_is_parsed_as_fastchat_does(text, rating):
@@ -315,8 +317,9 @@ def fidelity_run(tmp_path_factory, questions) -> tuple[Path, str]:
 
     err = io.StringIO()
     with redirect_stderr(err):
-        code = main(["compare", *TINY, "--methods", "exact,typical", "--tasks", "mt-bench", "--data-file",
-                     f"mt-bench={data}", "--max-new-tokens", "8", "--out", str(out), "--report-format", "none"])
+        code = main(["compare", *TINY, "--methods", "exact,typical", "--override-task-sampling", "--tasks",
+                     "mt-bench", "--data-file", f"mt-bench={data}", "--max-new-tokens", "8", "--out", str(out),
+                     "--report-format", "none"])
     assert code == 0, err.getvalue()
     return out, err.getvalue()
 
@@ -327,6 +330,15 @@ def run_copy(fidelity_run, tmp_path: Path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(fidelity_run[0], copy)
     return copy
+
+
+def test_the_report_says_when_the_suite_overrides_fastchats_generation(fidelity_run):
+    from relaxbench.report.content import load_report
+
+    [row] = load_report(fidelity_run[0]).tasks_table.rows
+    cells = {cell.metric: cell.text for cell in row.cells}
+    assert cells["max_new_tokens"] == "8 (the suite's, over the task's own 1024)"
+    assert cells["decoding"] == "greedy (the suite's, over the task's own sampling)"
 
 
 def test_without_a_judge_mt_bench_is_fidelity_only_and_says_so_once(fidelity_run, tmp_path: Path):
@@ -481,8 +493,8 @@ def test_compare_with_a_judge_resumes_and_judges_without_regenerating(run_copy, 
     before = rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id")
     server = server_factory(lambda body, n: (200, completion(verdict_for(body)), 0.0, {}))
     data = fidelity_run[0].parent / "mt-bench-two.jsonl"
-    result = run_main(capsys, "compare", *TINY, "--methods", "exact,typical", "--tasks", "mt-bench", "--data-file",
-                      f"mt-bench={data}", "--max-new-tokens", "8", "--out", str(run_copy),
+    result = run_main(capsys, "compare", *TINY, "--methods", "exact,typical", "--override-task-sampling", "--tasks",
+                      "mt-bench", "--data-file", f"mt-bench={data}", "--max-new-tokens", "8", "--out", str(run_copy),
                       *endpoint_args(server))
     assert result.returncode == 0, result.stderr
     assert rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id") == before
@@ -614,8 +626,8 @@ def test_bad_judge_configuration_is_one_line_before_any_generation(tmp_path: Pat
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
     out = tmp_path / "out"
-    base = ["compare", *TINY, "--methods", "exact", "--tasks", "mt-bench", "--limit", "1", "--out", str(out),
-            "--report-format", "none"]
+    base = ["compare", *TINY, "--methods", "exact", "--override-task-sampling", "--tasks", "mt-bench", "--limit", "1",
+            "--out", str(out), "--report-format", "none"]
     cases = [
         (["--grader", "no-such-grader-model"], ("unknown grader model 'no-such-grader-model'",)),
         (["--grader-endpoint", closed, "--grader-model", MODEL], ("unreachable",)),
@@ -641,8 +653,8 @@ def test_bad_judge_configuration_is_one_line_before_any_generation(tmp_path: Pat
 
 
 def test_an_unknown_local_judge_from_a_real_process(cli, tmp_path: Path):
-    result = cli("compare", *TINY, "--methods", "exact", "--tasks", "mt-bench", "--limit", "1", "--out",
-                 str(tmp_path / "out"), "--grader", "no-such-grader-model")
+    result = cli("compare", *TINY, "--methods", "exact", "--override-task-sampling", "--tasks", "mt-bench", "--limit",
+                 "1", "--out", str(tmp_path / "out"), "--grader", "no-such-grader-model")
     assert_one_line_error(result, "unknown grader model 'no-such-grader-model'")
     assert not (tmp_path / "out").exists()
 

@@ -87,9 +87,9 @@ def test_counters_and_speedups_match_hand_computation(fixture_store: Path):
     assert summary.n_units == 2 and fast.n_samples == 2
     assert fast.mean_acceptance_length == pytest.approx(11 / 4)  # 4+1+5+1 emitted over 4 rounds
     assert fast.acceptance_rate == pytest.approx(8 / 14)  # 3+0+4+1 accepted of 4+4+4+2 drafted
-    # position 0: drafted in 4 rounds, accepted in 3; position 1: 4 rounds, 2 accepted; 2: 3 of 3... by hand:
-    # rounds (4,3) (4,0) (4,4) (2,1): pos0 3/4, pos1 2/4, pos2 2/3, pos3 1/3
-    assert fast.acceptance_by_position == pytest.approx((3 / 4, 2 / 4, 2 / 3, 1 / 3))
+    # vLLM's convention, accepted at position i / rounds with a draft (4): rounds (4,3) (4,0) (4,4) (2,1) accept
+    # position 0 in 3 rounds, 1 in 2, 2 in 2, 3 in 1 (the last round drafted only 2: not accepted at 2 or 3)
+    assert fast.acceptance_by_position == pytest.approx((3 / 4, 2 / 4, 2 / 4, 1 / 4))
     assert fast.relaxed_fraction == pytest.approx(1 / 11)
     assert fast.output_length_ratio == pytest.approx(11 / 12)  # AR emitted 6 + 6
     assert fast.speedup_total.value == pytest.approx(3.0)  # (2 + 4) / (1 + 1)
@@ -196,7 +196,9 @@ def test_counters_add_and_define_each_ratio_once():
     assert total.accepted_per_position == (2, 1, 1, 0) and total.drafted_per_position == (3, 3, 2, 2)
     assert total.mean_acceptance_length == 3.0 and total.acceptance_rate == 0.4
     assert total.relaxed_fraction == pytest.approx(1 / 9)  # relaxed / emitted, everywhere
-    assert total.acceptance_by_position == pytest.approx((2 / 3, 1 / 3, 1 / 2, 0.0))
+    assert total.drafts == 3 and total.acceptance_by_position == pytest.approx((2 / 3, 1 / 3, 1 / 3, 0.0))
+    # it sums to the mean accepted drafts per round with a draft, as vLLM's mean acceptance length - 1
+    assert sum(total.acceptance_by_position) == pytest.approx(total.accepted / total.drafts)
     ar = Counters.of_rounds([0, 0], [0, 0], [0, 0], emitted=2)
     assert ar.mean_acceptance_length == 1.0 and ar.acceptance_rate is None and ar.acceptance_by_position == ()
     assert Counters().mean_acceptance_length is None and Counters().relaxed_fraction is None

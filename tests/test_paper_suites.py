@@ -39,6 +39,8 @@ def tiny_suite(name: str, **changes) -> SuiteSpec:
     fields.update(target="tiny-random-target", draft="tiny-random-draft", dtype="float64", draft_dtype="float64",
                   data_files={task: str(PAPERS / f"{FIXTURES[task]}.jsonl") for task in fields["tasks"]}, limit=1,
                   max_new_tokens=8, warmup=0, **changes)
+    if fields.get("thinking_budget"):  # Xia et al.'s forcing, scaled down: at 4 tokens, a one-byte closing text
+        fields.update(thinking_budget=4, thinking_budget_text="!")
     return SuiteSpec(**fields)
 
 
@@ -81,6 +83,22 @@ def test_paper_suite_runs_on_the_tiny_models(name: str, tmp_path: Path, tiny_tar
         [sample] = cell.samples
         assert "why" in sample.score_details, (cell.task, cell.arm, sample.score_details)
         assert sample.seed is not None
+        # the xia suites force the end of thinking at the (scaled-down) budget: the tiny model never writes one
+        assert sample.forced_tokens in (None, 1) and (sample.forced_tokens == 1) is (
+            plan.suite.thinking_budget > 0 and (sample.stop_reason == "length" or sample.forced_tokens == 1))
+
+
+def test_the_xia_suites_force_the_end_of_thinking_as_xia_et_al_do():
+    from relaxbench.decoding.budget import XIA_CLOSING_TEXT
+
+    for name in ("xia-paper", "xia-paper-8b"):
+        path = suite_path(name)
+        suite = SuiteSpec(**suite_file_fields(load_yaml(path), str(path)))
+        assert suite.thinking_budget == 32768 and suite.thinking_budget_text is None
+    assert XIA_CLOSING_TEXT.endswith("directly now.\n</think>\n\n")
+    for name in ("default", "full", "fly-paper"):
+        path = suite_path(name)
+        assert not suite_file_fields(load_yaml(path), str(path)).get("thinking_budget")
 
 
 def test_paper_suites_are_listed(capsys):

@@ -458,6 +458,7 @@ GREEDY_LADDERS = {
     "margin-first": [("kappa", [math.inf, 0.9, 0.5, 0.1, 0.0])],
     "typical-greedy": [("epsilon", [math.inf, 0.3, 0.09, 0.02, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.05, 0.0])],
     "topk": [("top", [1, 2, 3, 5, 48])],
+    "relaxed-topk-delta": [("delta", [0.0, 0.05, 0.3, 0.6, 1.0]), ("topk", [1, 2, 5, 10, 48])],
 }
 SAMPLING_LADDERS = {
     "mentored": [("alpha", [0.0, 0.3, 0.7, 0.95])],
@@ -467,6 +468,7 @@ SAMPLING_LADDERS = {
     "ensemble": [("w", [1.0, 0.95, 0.9, 0.8, 0.0])],
     "fly": [("theta", [math.inf, 0.6, 0.3, 0.0]), ("window", [8, 6, 3, 1])],
     "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.0])],
+    "sglang-threshold": [("threshold_acc", [1.0, 0.8, 0.5, 0.2, 0.0]), ("threshold_single", [1.0, 0.8, 0.5, 0.0])],
 }
 
 

@@ -202,13 +202,14 @@ def test_a_lossless_arm_that_differs_from_ar_is_diagnosed(tmp_path: Path, tiny_t
         ar = tiny_target.model.generate(torch_tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):]
         reference = ar.tolist()
         other = reference[:2] + [(reference[2] + 1) % 256] + reference[3:]
-        matches, divergence = task_run._against_baseline(exact_arm, Output(prompt, other, ""),
+        item = plan.jobs[0].items[0]
+        matches, divergence = task_run._against_baseline(exact_arm, item, Output(prompt, other, ""),
                                                          Output(prompt, reference, ""))
         assert matches == 0 and divergence["position"] == 2 and divergence["near_tie"] is False
         assert divergence["top2_gap"] > divergence["tolerance"]
-        assert task_run._against_baseline(exact_arm, Output(prompt, reference, ""),
+        assert task_run._against_baseline(exact_arm, item, Output(prompt, reference, ""),
                                           Output(prompt, reference, "")) == (1, None)
-        assert task_run._against_baseline(ar_arm, Output(prompt, reference, ""), None) == (None, None)
+        assert task_run._against_baseline(ar_arm, item, Output(prompt, reference, ""), None) == (None, None)
 
 
 def torch_tensor(rows):
@@ -230,3 +231,59 @@ def test_a_completion_that_exits_before_the_tests_does_not_pass():
         assert result.details["returncode"] == 0  # the process did exit cleanly ...
         assert not result.passed and not result.details["reached_end_of_tests"]  # ... but the tests never ran
     assert scorer.score(item, row["canonical_solution"], ScoringContext(0)).details["reached_end_of_tests"]
+
+
+def test_mt_bench_generates_as_fastchat_does():
+    """FastChat's gen_model_answer.py: up to 1024 new tokens, the temperature of the question's category from
+    common.py's temperature_config (0.7 when unlisted), greedy below 1e-4, the temperature alone (no top-k/top-p)."""
+    from relaxbench.ops.sampling import SamplingParams
+    from relaxbench.tasks.yaml_tasks import YamlTask
+
+    spec = load_task("mt-bench")
+    assert spec.max_new_tokens == 1024
+    task = YamlTask(spec, [], "-")
+    expected = {"writing": 0.7, "roleplay": 0.7, "extraction": 0.0, "math": 0.0, "coding": 0.0, "reasoning": 0.0,
+                "stem": 0.1, "humanities": 0.1, "arena-hard-200": 0.7}
+    for category, temperature in expected.items():
+        assert task.item_sampling(TaskItem("x", ("q",), category=category)) == SamplingParams(temperature)
+    assert YamlTask(load_task("gsm8k"), [], "-").item_sampling(TaskItem("x", ("q",), category="math")) is None
+
+
+def test_a_suite_may_override_mt_bench_sampling_and_the_plan_records_it():
+    from relaxbench.harness.plan import build_plan
+    from relaxbench.harness.suite import SuiteSpec
+    from relaxbench.ops.sampling import SamplingParams
+
+    base = {"target": "tiny-random-target", "draft": "tiny-random-draft", "tasks": ["mt-bench"], "limit": 80}
+    [job] = build_plan(SuiteSpec(**base, methods=["speculative-sampling"])).jobs
+    categories = {item.item_id: item.category for item in job.items}
+    assert job.sampling == SamplingParams() and job.overridden == ()
+    assert {categories[i] for i in job.item_sampling} == {"writing", "roleplay", "stem", "humanities"}
+    writing = next(i for i, c in categories.items() if c == "writing")
+    math = next(i for i, c in categories.items() if c == "math")
+    assert job.sampling_for(writing) == SamplingParams(0.7) and job.sampling_for(math).greedy
+    assert job.sample_seed(math, 0, 0) == 0 and job.sample_seed(writing, 0, 0) != 0  # derived under sampling only
+    record = job.decode_record(job.arms[1])
+    assert record["sampling_by_category"]["stem"]["temperature"] == 0.1 and "math" not in record["sampling_by_category"]
+    # the run's own sampling, or the override flag, wins, and the plan says the task's own was overridden
+    for extra in ({"temperature": 0.5}, {"override_task_sampling": True, "max_new_tokens": 64}):
+        [job] = build_plan(SuiteSpec(**base, methods=["speculative-sampling"], **extra)).jobs
+        assert job.item_sampling == {} and "sampling" in job.overridden
+        assert job.decode_record(job.arms[1])["overrides_task"] == list(job.overridden)
+    assert "max_new_tokens" in job.overridden and job.max_new_tokens == 64
+    # a greedy-only rule on a task that samples some items fails before any model loads, saying what to do
+    with pytest.raises(ConfigError, match="override_task_sampling: true"):
+        build_plan(SuiteSpec(**base, methods=["margin-greedy"]))
+    assert build_plan(SuiteSpec(**base, methods=["margin-greedy"], override_task_sampling=True)).jobs
+
+
+def test_the_report_words_per_category_sampling():
+    from relaxbench.report.content import decoding_text
+
+    decode = {"sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}, "seed": 3,
+              "sampling_by_category": {"stem": {"temperature": 0.1, "top_k": 0, "top_p": 1.0},
+                                       "writing": {"temperature": 0.7, "top_k": 0, "top_p": 1.0}}}
+    assert decoding_text(decode, False) == ("the task's own per category: stem T=0.1; writing T=0.7; other "
+                                            "categories greedy, seed=3")
+    assert decoding_text({"sampling": {"temperature": 0.6, "top_k": 20, "top_p": 0.95}, "seed": 7}, True) == \
+        "T=0.6, top-k=20, top-p=0.95, seed=7 (the suite's, over the task's own sampling)"

@@ -111,6 +111,15 @@ def gsm_source(n_items: int = 1) -> YamlTask:
     return task("synthetic-gsm", "gsm8k", "gsm8k", items)
 
 
+def test_the_c_grid_is_autojudges_as_the_docstring_states():
+    """(√10)^-14 … (√10)^-1, then 1, 3, 10, 50, 100: AutoJudge's grid, 19 values, increasing."""
+    from relaxbench.trained_judges.train import C_GRID
+
+    assert len(C_GRID) == 19 and list(C_GRID) == sorted(C_GRID)
+    assert C_GRID[:14] == pytest.approx([10 ** (e / 2) for e in range(-14, 0)])
+    assert C_GRID[14:] == (1.0, 3.0, 10.0, 50.0, 100.0)
+
+
 def test_search_finds_exactly_the_hand_checked_mismatches():
     target, draft = scripted_pair(GSM_TARGET, GSM_DRAFT)
     prompt, reference, found, state = search(gsm_source(), target, draft)

@@ -38,6 +38,7 @@ from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
 from relaxbench.profiles import Profile, Unpriced
 from relaxbench.scoring.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
+from relaxbench.scoring.repetition import ends_in_loop
 from relaxbench.tasks import stored_task_facts
 
 POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
@@ -50,7 +51,8 @@ Unit = tuple[str, int]
 METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("MAL", "emitted tokens / verification rounds (bonus included; AR = 1.0)"),
     ("acceptance rate", "accepted draft tokens / drafted tokens"),
-    ("acceptance at position i", "rounds that accepted draft position i / rounds that drafted position i"),
+    ("acceptance at position i", ("rounds that accepted draft position i / rounds with a draft (vLLM's "
+                                  "num_accepted_tokens_per_pos / num_drafts)")),
     ("relaxed fraction", "relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)"),
     ("output-length ratio", "method output tokens / AR output tokens, summed over units"),
     ("speed-up (total)", "sum of AR times / sum of method times over units"),
@@ -81,6 +83,16 @@ METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
              "every arm of the task finished are used"),
     ("truncated", "samples whose generation stopped at max_new_tokens (cut at the budget) / samples"),
+    ("no answer", ("samples in which the task's scorer found no answer (nothing extracted, or the output ended inside "
+                   "its thinking) / samples; '-' where the scorer has no notion of an answer (agreement, a grader)")),
+    ("ends in a loop", ("samples whose output ends in at least 3 back-to-back copies of one unit of up to 256 tokens, "
+                        "spanning at least 15 tokens (a closing EOS left out) / samples")),
+    ("failure Δ vs AR", ("mean over units of (the arm's share of failing repeats − AR's), in percentage points, with "
+                         "its paired-bootstrap 95% CI; the output-length ratio's CI resamples units likewise")),
+    ("relaxed in / outside the span", ("a rule gated by relax_in: relaxed acceptances / emitted tokens inside the "
+                                       "thinking span (<think> .. </think>) and outside it")),
+    ("forced", ("samples whose thinking reached the thinking budget unclosed, so the forced closing text and "
+                "</think> were appended and the answer generated after it")),
     # the benchmarks' own quantities (relaxbench bench ...): named apart, since none of them is the speed-up above
     ("decode-rate ratio", ("relaxbench bench efficiency: an arm's decode tokens/s / that of the AR run just before "
                            "it on the same prompt, decode time = total time − prefill; median over (prompt, "
@@ -155,6 +167,32 @@ class GroupScore:
 
 
 @dataclass(frozen=True)
+class FailureRate:
+    """How often an arm's samples fail one way (no answer, cut at the budget, ending in a loop): the count over
+    the paired samples, the rate (mean over units of each unit's share of its repeats, as avg@n) and the paired
+    difference of those shares to AR, with its 95% CI (a fraction; the tables show percentage points)."""
+
+    count: int
+    samples: int
+    rate: float | None
+    delta: Estimate
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The failure measures of one arm, each paired against AR: no answer (the task's scorer found none; None
+    where the scorer has no notion of an answer), cut at the token budget, ending in a repetition loop
+    (``scoring.repetition``), the output-length ratio with its CI, and samples whose thinking was cut at a thinking
+    budget and closed by the forced text (``decoding.budget``)."""
+
+    no_answer: FailureRate | None
+    cut: FailureRate
+    loop: FailureRate
+    length_ratio: Estimate
+    forced: int = 0
+
+
+@dataclass(frozen=True)
 class CellSummary:
     task: str
     arm: str
@@ -193,6 +231,10 @@ class CellSummary:
     drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
     repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
     proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
+    failures: Failures | None = None  # None for a target-alone task (nothing generated)
+    # a span-gated rule (relax_in): relaxed acceptances / emitted tokens inside the thinking span and outside it
+    relaxed_in_span: float | None = None
+    relaxed_outside_span: float | None = None
 
     @property
     def truncated(self) -> int:
@@ -373,8 +415,10 @@ def _first(group: list[SampleRow]) -> SampleRow:
 
 
 def is_greedy(cell: CellRecord) -> bool:
-    """Whether the cell decoded greedily (temperature 0): its repeats are one output, re-timed."""
-    return float((cell.decode.get("sampling") or {}).get("temperature", 0.0)) == 0.0
+    """Whether the cell decoded greedily (temperature 0, every item category too): its repeats are one output,
+    re-timed."""
+    samplings = [cell.decode.get("sampling") or {}, *(cell.decode.get("sampling_by_category") or {}).values()]
+    return all(float(s.get("temperature", 0.0)) == 0.0 for s in samplings)
 
 
 def detail_metrics(cell: CellRecord) -> tuple[str, ...]:
@@ -480,7 +524,75 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
         score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None),
         drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
         repeats=repeats,
-        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {})
+        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {},
+        failures=summarize_failures(cell, groups, base_groups, units),
+        relaxed_in_span=span_fractions(samples)[0], relaxed_outside_span=span_fractions(samples)[1])
+
+
+def sample_ends_in_loop(sample: SampleRow) -> bool:
+    """Whether the sample's output ends in a repetition loop (a closing EOS token is not part of the output's
+    text, so it is left out of the check)."""
+    ids = sample.output_ids[:-1] if sample.stop_reason == "eos" else sample.output_ids
+    return ends_in_loop(ids)
+
+
+def failure_rate(units: list[Unit], groups: Mapping[Unit, list[SampleRow]], base_groups: Mapping[Unit, list[SampleRow]],
+                 failed: Callable[[SampleRow], bool | None]) -> FailureRate | None:
+    """One failure measure of an arm paired against AR over ``units`` (None when ``failed`` is None throughout:
+    the measure does not apply to the task)."""
+    def shares(group: list[SampleRow]) -> float | None:
+        flags = [f for s in group if (f := failed(s)) is not None]
+        return statistics.fmean(flags) if flags else None
+
+    pairs = [(a, b) for u in units if (a := shares(groups[u])) is not None and (b := shares(base_groups[u])) is not None]
+    if not pairs and units:
+        return None
+    arm, base = np.array([a for a, _ in pairs], dtype=float), np.array([b for _, b in pairs], dtype=float)
+    flagged = [f for u in units for s in groups[u] if (f := failed(s)) is not None]
+    return FailureRate(int(sum(flagged)), len(flagged), float(arm.mean()) if len(arm) else None,
+                       mean_difference(arm, base))
+
+
+def summarize_failures(cell: CellRecord, groups: Mapping[Unit, list[SampleRow]],
+                       base_groups: Mapping[Unit, list[SampleRow]], units: list[Unit]) -> Failures:
+    answered = stored_task_facts(cell.task, cell.task_spec, cell.scorer).answered
+
+    def no_answer(sample: SampleRow) -> bool | None:
+        if answered is None:
+            return None
+        found = answered(sample.score_details)
+        return None if found is None else not found
+
+    loops = {id(s): sample_ends_in_loop(s) for u in units for group in (groups[u], base_groups[u]) for s in group}
+    tokens = np.array([statistics.fmean(s.n_output_tokens for s in groups[u]) for u in units], dtype=float)
+    base_tokens = np.array([statistics.fmean(s.n_output_tokens for s in base_groups[u]) for u in units], dtype=float)
+    if units and base_tokens.sum() > 0:
+        low, high = (None, None) if cell.is_baseline else bootstrap_interval((tokens, base_tokens), ratio_of_totals)
+        length = Estimate(float(tokens.sum() / base_tokens.sum()), low, high)
+    else:
+        length = Estimate(None)
+    cut = failure_rate(units, groups, base_groups, lambda s: s.stop_reason == "length")
+    loop = failure_rate(units, groups, base_groups, lambda s: loops[id(s)])
+    empty = FailureRate(0, 0, None, Estimate(None))
+    return Failures(no_answer=failure_rate(units, groups, base_groups, no_answer), cut=cut or empty,
+                    loop=loop or empty, length_ratio=length,
+                    forced=sum(1 for u in units for s in groups[u] if s.forced_tokens))
+
+
+def span_fractions(samples: Sequence[SampleRow]) -> tuple[float | None, float | None]:
+    """(relaxed / emitted inside the thinking span, the same outside it) over the rounds a span-gated rule
+    recorded; (None, None) for an ungated rule."""
+    inside_emitted = inside_relaxed = outside_emitted = outside_relaxed = 0
+    for s in samples:
+        if s.round_emitted_in_span is None or s.round_relaxed_in_span is None:
+            continue
+        for emitted, relaxed, e_in, r_in in zip(s.round_emitted, s.round_relaxed, s.round_emitted_in_span,
+                                                s.round_relaxed_in_span):
+            if e_in is None or r_in is None:
+                continue
+            inside_emitted, inside_relaxed = inside_emitted + e_in, inside_relaxed + r_in
+            outside_emitted, outside_relaxed = outside_emitted + emitted - e_in, outside_relaxed + relaxed - r_in
+    return _ratio(inside_relaxed, inside_emitted), _ratio(outside_relaxed, outside_emitted)
 
 
 def complete_units(cells: Sequence[CellRecord]) -> list[Unit]:

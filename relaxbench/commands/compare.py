@@ -48,6 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--top-k", type=int, default=None)
     c.add_argument("--top-p", type=float, default=None)
     c.add_argument("--seed", type=int, default=None)
+    c.add_argument("--thinking-budget", type=int, default=None, metavar="N",
+                   help="Xia et al.'s thinking-budget forcing: at N new tokens a sample still thinking gets their "
+                        "closing text and </think> appended, then its answer is generated (0: off; on in the "
+                        "xia-paper suites)")
+    c.add_argument("--override-task-sampling", action="store_true", default=None,
+                   help="decode every task with the run's sampling (greedy unless --temperature), over a task's own "
+                        "(MT-Bench's temperature per category, an lm-eval task's generation kwargs)")
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
     c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (docs/cluster.md; "
                                                     "needs relaxbench[ray])")
@@ -101,6 +108,7 @@ def suite_from_args(args: argparse.Namespace):
     flags = {"target": args.target, "draft": args.draft, "methods": args.methods, "tasks": args.tasks,
              "limit": args.limit, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "k": args.k,
              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+             "override_task_sampling": args.override_task_sampling, "thinking_budget": args.thinking_budget,
              "warmup": args.warmup, "num_fewshot": args.num_fewshot, "apply_chat_template": args.apply_chat_template,
              "include_paths": tuple(args.include_path) if args.include_path else None, "executor": args.executor,
              "device_map": args.device_map, "profiles": tuple(args.profiles) if getattr(args, "profiles", None) else None}

@@ -110,6 +110,16 @@ def aime(row: Mapping[str, Any], index: int) -> TaskItem:
                     fields=dict(row))
 
 
+@FORMATS.register("jbb-behaviors")
+def jbb_behaviors(row: Mapping[str, Any], index: int) -> TaskItem:
+    """JailbreakBench's JBB-Behaviors (``JailbreakBench/JBB-Behaviors``, config ``behaviors``, splits ``harmful``
+    and ``benign``): ``Index``, ``Goal`` (the request, the prompt), ``Target``, ``Behavior``, ``Category``,
+    ``Source``."""
+    _need(row, index, "Goal", "Category")
+    return TaskItem(str(row.get("Index", index + 1)), (str(row["Goal"]),), category=str(row["Category"]),
+                    fields=dict(row))
+
+
 @FORMATS.register("acp-progression")
 def acp_progression(row: Mapping[str, Any], index: int) -> TaskItem:
     """ACPBench Hard's progression task (``ibm-research/acp_bench``, ``acp_prog_gen``): ``context``,

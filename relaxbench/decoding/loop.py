@@ -98,7 +98,8 @@ class SpeculativeDecoder:
             if self.drafter is not None:
                 self.drafter.commit(context)
             rounds.add(int(drafts.shape[0]), verdict.n_accepted, verdict.n_relaxed, int(new.shape[0]),
-                       t1 - t0, t2 - t1, t4 - t3, n_extra, proposal.forwards, proposal.lookups)
+                       t1 - t0, t2 - t1, t4 - t3, n_extra, proposal.forwards, proposal.lookups,
+                       verdict.emitted_in_span, verdict.relaxed_in_span)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start

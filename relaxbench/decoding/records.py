@@ -80,9 +80,17 @@ class Counters:
         return _ratio(self.relaxed, self.emitted)
 
     @property
+    def drafts(self) -> int:
+        """Rounds that drafted at least one token (vLLM's ``num_drafts``)."""
+        return self.drafted_per_position[0] if self.drafted_per_position else 0
+
+    @property
     def acceptance_by_position(self) -> tuple[float, ...]:
-        """Rounds that accepted draft position i / rounds that drafted it, per position."""
-        return tuple(a / d for a, d in zip(self.accepted_per_position, self.drafted_per_position) if d)
+        """vLLM's per-position acceptance rate (``vllm/v1/spec_decode/metrics.py``: ``num_accepted_tokens_per_pos /
+        num_drafts``): rounds that accepted draft position i / rounds with a draft, i.e. P(accepted length > i).
+        A round whose draft was shorter than i + 1 (the budget's last rounds, a short n-gram match) counts as not
+        accepting position i, as in vLLM."""
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
 
 
 @dataclass
@@ -103,10 +111,16 @@ class RoundLog:
     extra: list[int] = field(default_factory=list)
     draft_forwards: list[tuple[int, ...]] = field(default_factory=list)
     lookups: list[int] = field(default_factory=list)
+    # a span-gated rule's counts inside the thinking span (None in rounds of an ungated rule)
+    emitted_in_span: list[int | None] = field(default_factory=list)
+    relaxed_in_span: list[int | None] = field(default_factory=list)
 
     def add(self, drafted: int, accepted: int, relaxed: int, emitted: int,
             t_draft: float, t_verify: float, t_policy: float, extra: int = 0,
-            draft_forwards: tuple[int, ...] = (), lookups: int = 0) -> None:
+            draft_forwards: tuple[int, ...] = (), lookups: int = 0, emitted_in_span: int | None = None,
+            relaxed_in_span: int | None = None) -> None:
+        self.emitted_in_span.append(emitted_in_span)
+        self.relaxed_in_span.append(relaxed_in_span)
         self.drafted.append(drafted)
         self.accepted.append(accepted)
         self.relaxed.append(relaxed)
@@ -131,6 +145,7 @@ class GenerationResult:
     rounds: RoundLog
     time_prefill: float
     time_total: float
+    forced_tokens: int = 0  # output tokens a thinking budget appended (decoding/budget.py); no round emitted them
 
     @property
     def n_rounds(self) -> int:
@@ -142,9 +157,9 @@ class GenerationResult:
 
     @property
     def counters(self) -> Counters:
-        """This generation's counters (tokens counted from the output ids)."""
+        """This generation's counters (tokens counted from the output ids, less those a thinking budget forced)."""
         r = self.rounds
-        return Counters.of_rounds(r.drafted, r.accepted, r.relaxed, self.n_emitted)
+        return Counters.of_rounds(r.drafted, r.accepted, r.relaxed, self.n_emitted - self.forced_tokens)
 
     @property
     def tokens_per_second(self) -> float:
@@ -159,4 +174,5 @@ class GenerationResult:
             "rounds": asdict(self.rounds),
             "time_prefill": self.time_prefill,
             "time_total": self.time_total,
+            **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),
         }

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from relaxbench.arms import check_method, effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
+from relaxbench.decoding.budget import ThinkingBudget
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
@@ -58,6 +59,11 @@ class TaskJob:
     max_new_tokens: int
     sampling: SamplingParams
     seed: int
+    # the task's own sampling of items whose sampling differs from ``sampling`` (MT-Bench's per category)
+    item_sampling: Mapping[str, SamplingParams] = field(default_factory=dict)
+    # the task's own decoding the suite overrode ("max_new_tokens", "sampling"), for the report to say so
+    overridden: tuple[str, ...] = ()
+    thinking_budget: ThinkingBudget | None = None  # Xia et al.'s forcing (decoding/budget.py); None: off
 
     @property
     def name(self) -> str:
@@ -67,16 +73,39 @@ class TaskJob:
     def items(self) -> tuple[Any, ...]:
         return self.source.items
 
-    def decode_config(self, arm: Arm) -> DecodeConfig:
-        """The arm's decoding settings (the run seed; each sample's generation is seeded with ``sample_seed``)."""
-        return DecodeConfig(k=arm.k, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
+    def sampling_for(self, item_id: str | None) -> SamplingParams:
+        """The sampling of one item (the task's own for that item, else the job's)."""
+        return self.item_sampling.get(item_id, self.sampling) if item_id is not None else self.sampling
+
+    def samplings(self) -> tuple[SamplingParams, ...]:
+        """Every distinct sampling this job decodes with, the job's first."""
+        return tuple(dict.fromkeys((self.sampling, *self.item_sampling.values())))
+
+    def decode_config(self, arm: Arm, item_id: str | None = None) -> DecodeConfig:
+        """The arm's decoding settings for an item (the run seed; each sample's generation is seeded with
+        ``sample_seed``)."""
+        return DecodeConfig(k=arm.k, max_new_tokens=self.max_new_tokens, sampling=self.sampling_for(item_id),
                             stop_strings=self.source.generation().stop, seed=self.seed)
+
+    def decode_record(self, arm: Arm) -> dict[str, Any]:
+        """The decoding settings stored with a cell: the job's, the items' own where they differ (by category),
+        and which of the task's own settings the suite overrode."""
+        record: dict[str, Any] = asdict(self.decode_config(arm))
+        if self.item_sampling:
+            by_category = {item.category: asdict(self.sampling_for(item.item_id)) for item in self.items
+                           if item.item_id in self.item_sampling}
+            record["sampling_by_category"] = dict(sorted(by_category.items()))
+        if self.overridden:
+            record["overrides_task"] = list(self.overridden)
+        if self.thinking_budget is not None:
+            record["thinking_budget"] = self.thinking_budget.record()
+        return record
 
     def sample_seed(self, item_id: str, turn: int, repeat: int) -> int:
         """The seed of one sample's random stream. Under sampling it is derived from the run seed and the sample's
         key, so every (item, turn, repeat) draws its own stream (repeats are independent samples) and every arm
         draws the same stream for it; under greedy decoding it is the run seed, as it always was."""
-        if self.sampling.greedy:
+        if self.sampling_for(item_id).greedy:
             return self.seed
         return derive_seed(self.seed, self.name, item_id, turn, repeat)
 
@@ -124,7 +153,11 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
                 raise ConfigError(f"arm {point.name!r} appears twice (from {seen[point.name]} and {name!r})")
             seen[point.name] = repr(name)
             drafter = effective_drafter(point, suite.draft)
-            provenance = dict(make_policy(point.policy, point.knobs).provenance())  # knobs checked here, early
+            policy = make_policy(point.policy, point.knobs)  # knobs checked here, early
+            if point.relax_in is not None and policy.modes.lossless:
+                raise ConfigError(f"method {point.name!r}: relax_in applies to relaxed rules; {point.policy!r} is "
+                                  "lossless")
+            provenance = dict(policy.provenance())
             arms.append(Arm(point.name, point, method.name, drafter, resolve_k(point, suite.k), provenance))
     return tuple(arms)
 
@@ -165,14 +198,55 @@ def build_plan(suite: SuiteSpec) -> RunPlan:
     jobs = []
     for name, source in given:
         generation = source.generation()
-        # a task's own sampling (an lm-eval task's generation kwargs) applies unless the run sets one
-        own = generation.sampling is not None and run_sampling == SamplingParams()
-        job = TaskJob(source, arms, suite.repeats_for(source.name, name), suite.max_new_tokens or
-                      generation.max_new_tokens, generation.sampling if own else run_sampling, suite.seed)
+        # a task's own sampling (an lm-eval task's generation kwargs, a YAML task's temperature per category)
+        # applies unless the run sets one or the suite overrides it
+        runs_own = run_sampling == SamplingParams() and not suite.override_task_sampling
+        sampling = generation.sampling if runs_own and generation.sampling is not None else run_sampling
+        per_item = {item.item_id: own for item in source.items if (own := source.item_sampling(item)) is not None}
+        overridden = []
+        if suite.max_new_tokens is not None and suite.max_new_tokens != generation.max_new_tokens:
+            overridden.append("max_new_tokens")
+        if not runs_own and (generation.sampling is not None or per_item) and \
+                ({generation.sampling, *per_item.values()} - {None, run_sampling}):
+            overridden.append("sampling")
+        item_sampling = {i: s for i, s in per_item.items() if s != sampling} if runs_own else {}
+        job = TaskJob(source, arms, suite.repeats_for(source.name, name),
+                      suite.max_new_tokens or generation.max_new_tokens, sampling, suite.seed, item_sampling,
+                      tuple(overridden), thinking_budget(suite))
+        if job.thinking_budget is not None:
+            try:
+                job.thinking_budget.check(job.max_new_tokens)
+            except ConfigError as exc:
+                raise ConfigError(f"task {job.name!r}: {exc}") from None
         for arm in arms[1:]:  # the AR baseline has no drafter
             check_method(arm.name, arm.method, suite.draft, job.sampling)
+        check_modes(job)
         jobs.append(job)
     return RunPlan(suite, tuple(jobs), run_key(suite, arms, sources))
+
+
+def thinking_budget(suite: SuiteSpec) -> ThinkingBudget | None:
+    """The suite's thinking budget (None when off)."""
+    if suite.thinking_budget < 0:
+        raise ConfigError(f"--thinking-budget must be >= 0 (0: off), got {suite.thinking_budget}")
+    if not suite.thinking_budget:
+        return None
+    if suite.thinking_budget_text is not None:
+        return ThinkingBudget(suite.thinking_budget, suite.thinking_budget_text)
+    return ThinkingBudget(suite.thinking_budget)
+
+
+def check_modes(job: TaskJob) -> None:
+    """Every arm's rule supports every decoding mode the task uses (a task that samples some items, as MT-Bench's
+    per-category temperatures do, needs rules that run under sampling): checked before any model loads."""
+    modes = {"greedy" if s.greedy else "sampling" for s in job.samplings()}
+    for arm in job.arms:
+        missing = sorted(modes - set(POLICIES.get(arm.method.policy).modes))
+        if missing:
+            how = (" (the task's own temperatures sample some items: decode it with the run's sampling with "
+                   "--override-task-sampling, override_task_sampling: true in a suite)" if job.item_sampling else "")
+            raise ConfigError(f"method {arm.name!r} (policy {arm.method.policy!r}) does not support {missing[0]} "
+                              f"decoding, which task {job.name!r} uses{how}")
 
 
 def check_held_out(arms: tuple[Arm, ...], sources: list[TaskSource]) -> None:

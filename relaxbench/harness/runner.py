@@ -16,13 +16,14 @@ is an in-memory view of one shard (shard.py) whose writes stream back to the dri
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.data import TaskItem
+from relaxbench.decoding.budget import generate_with_budget
 from relaxbench.decoding.cache import forward, new_cache
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import SpeculativeDecoder
@@ -31,6 +32,7 @@ from relaxbench.decoding.records import GenerationResult
 from relaxbench.harness.plan import Arm, RunPlan, TaskJob
 from relaxbench.harness.store import CellDefinition, SampleKey, SampleRow, Store
 from relaxbench.policies import POLICIES
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.profiles.measure import MACHINE_PROFILE, Grid, measure_profile, power_grid
 from relaxbench.scoring import Score, Scorer, ScoringContext
 from relaxbench.timing import Clock
@@ -137,13 +139,12 @@ class Worker:
 
 def cell_definition(job: TaskJob, position: int, arm: Arm) -> CellDefinition:
     policy = POLICIES.get(arm.method.policy)
-    decode = job.decode_config(arm)
     return CellDefinition(
         task=job.name, arm=arm.name, position=position, is_baseline=arm.is_baseline,
         method=arm.base_method, policy=arm.method.policy, lossless=bool(policy.modes.lossless),
         knobs=dict(arm.method.knobs),
         method_spec={**arm.method.record(), **({"provenance": dict(arm.provenance)} if arm.provenance else {})},
-        drafter=None if arm.drafter is None else arm.drafter.model_dump(), k=arm.k, decode=asdict(decode),
+        drafter=None if arm.drafter is None else arm.drafter.model_dump(), k=arm.k, decode=job.decode_record(arm),
         task_spec=job.source.record(), scorer=job.source.scorer_name, data_fingerprint=job.source.fingerprint)
 
 
@@ -193,7 +194,7 @@ class TaskRun:
         self.items = job.items if items is None else tuple(items)
         self.scorer: Scorer = job.source.scorer()
         self.done = {arm.name: worker.store.done_keys(self.cells[arm.name]) for arm in job.arms}
-        self.decoders: dict[str, SpeculativeDecoder] = {}
+        self.decoders: dict[tuple[str, SamplingParams], SpeculativeDecoder] = {}  # per arm and sampling
         self.truncation_noted = False
         keys = self.keys()
         self.todo = {arm.name: sum((item.item_id, turn, repeat) not in self.done[arm.name]
@@ -209,8 +210,10 @@ class TaskRun:
         if not any(self.todo.values()):
             return
         for arm in self.job.arms:
-            self.decoders[arm.name] = build_decoder(arm.method, self.w.target, self.w.draft,
-                                                    self.job.decode_config(arm), self.w.draft_name)
+            for sampling in self.job.samplings():
+                self.decoders[arm.name, sampling] = build_decoder(
+                    arm.method, self.w.target, self.w.draft, replace(self.job.decode_config(arm), sampling=sampling),
+                    self.w.draft_name)
         first_prompt = self._encode(self.job.items[0], 0, [])
         self._measure_machine(first_prompt)  # once per session
         self._warm_up(first_prompt)  # once per arm and session
@@ -225,15 +228,17 @@ class TaskRun:
         shape the arms use."""
         prompt = prompt_ids[:WARMUP_PROMPT_TOKENS]
         for arm in self.job.arms:
-            if arm.name in self.w.warmed:
-                continue
-            cfg = self.job.decode_config(arm)
-            decoder = build_decoder(arm.method, self.w.target, self.w.draft,
-                                    replace(cfg, max_new_tokens=min(WARMUP_TOKENS, cfg.max_new_tokens)),
-                                    self.w.draft_name)
-            for _ in range(self.w.warmup):
-                decoder.generate(prompt)
-            self.w.warmed.add(arm.name)
+            for sampling in self.job.samplings():
+                key = arm.name if sampling == self.job.sampling else f"{arm.name} {sampling}"
+                if key in self.w.warmed:
+                    continue
+                cfg = replace(self.job.decode_config(arm), sampling=sampling)
+                decoder = build_decoder(arm.method, self.w.target, self.w.draft,
+                                        replace(cfg, max_new_tokens=min(WARMUP_TOKENS, cfg.max_new_tokens)),
+                                        self.w.draft_name)
+                for _ in range(self.w.warmup):
+                    decoder.generate(prompt)
+                self.w.warmed.add(key)
 
     def profile_grid(self, prompt_ids: list[int]) -> Grid:
         """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 token and
@@ -244,7 +249,7 @@ class TaskRun:
         draft_sizes = {1, 2}
         lookups = False
         for arm in self.job.arms:
-            decoder = self.decoders[arm.name]
+            decoder = self.decoders[arm.name, self.job.sampling]
             if arm.k:
                 extra = decoder.policy.extra_verify_tokens(torch.zeros(arm.k, dtype=torch.long))
                 verify.add(arm.k + 1 + (0 if extra is None else int(extra.shape[0])))
@@ -302,7 +307,11 @@ class TaskRun:
                 history = [self._history(arm, item, t, repeat) for t in range(turn)]
                 self.w.store.mark_started(self.w.session_id)
                 prompt_ids = self._encode(item, turn, history)
-                result = self.decoders[arm.name].generate(prompt_ids, seed=self.job.sample_seed(*key))
+                decoder = self.decoders[arm.name, self.job.sampling_for(item.item_id)]
+                seed = self.job.sample_seed(*key)
+                budget = self.job.thinking_budget
+                result = (decoder.generate(prompt_ids, seed=seed) if budget is None else
+                          generate_with_budget(decoder, prompt_ids, budget, seed))
                 out = self._finish(arm, item, repeat, turn, result, baseline)
                 self.progress.advance(self.job.name, arm.name)
             if arm.is_baseline:
@@ -318,7 +327,7 @@ class TaskRun:
         """Score, compare with AR, and commit one sample."""
         out = Output(result.prompt_ids, result.output_ids, result.text)
         out.score = self._score(arm, item, repeat, turn, out, baseline)
-        matches, divergence = self._against_baseline(arm, out, baseline)
+        matches, divergence = self._against_baseline(arm, item, out, baseline)
         self.w.store.add_sample(SampleRow.from_generation(
             result, cell_id=self.cells[arm.name], session_id=self.w.session_id, item_id=item.item_id,
             item_index=self.job.items.index(item), turn=turn, repeat=repeat, category=item.category,
@@ -340,13 +349,14 @@ class TaskRun:
         context = ScoringContext(turn, None if arm.is_baseline or baseline is None else baseline.text, logprob)
         return self.scorer.score(item, out.text, context)
 
-    def _against_baseline(self, arm: Arm, out: Output, baseline: Output | None) -> tuple[int | None, Any]:
+    def _against_baseline(self, arm: Arm, item: TaskItem, out: Output,
+                          baseline: Output | None) -> tuple[int | None, Any]:
         """Did this arm reproduce AR? For a lossless rule under greedy decoding a difference is diagnosed
         (numerical near-tie or not); it is reported, never counted as relaxation."""
         if arm.is_baseline or baseline is None:
             return None, None
         matches = out.output_ids == baseline.output_ids
-        lossless = POLICIES.get(arm.method.policy).modes.lossless and self.job.sampling.greedy
+        lossless = POLICIES.get(arm.method.policy).modes.lossless and self.job.sampling_for(item.item_id).greedy
         if matches or not lossless:
             return int(matches), None
         if out.prompt_ids != baseline.prompt_ids:

@@ -51,6 +51,11 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("samples", "round_extra", "TEXT"),  # tokens the policy appended to each verify forward
     ("samples", "round_draft_forwards", "TEXT"),  # per round: new tokens fed per draft-model forward
     ("samples", "round_lookups", "TEXT"),  # per round: n-gram lookups
+    # tokens appended to the output by thinking-budget forcing (decoding/budget.py), not emitted by any round
+    ("samples", "forced_tokens", "INTEGER"),
+    # per round, a span-gated rule's (policies/span.py) emitted tokens and relaxed acceptances inside the thinking span
+    ("samples", "round_emitted_in_span", "TEXT"),
+    ("samples", "round_relaxed_in_span", "TEXT"),
 )
 
 SCHEMA = """
@@ -225,7 +230,7 @@ LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no 
 # how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1
 _LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_accepted", "round_relaxed",
                            "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy", "round_extra",
-                           "round_lookups"})
+                           "round_lookups", "round_emitted_in_span", "round_relaxed_in_span"})
 _NESTED_LIST_COLUMNS = frozenset({"round_draft_forwards"})
 _OBJECT_COLUMNS = frozenset({"score_details", "divergence"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
@@ -279,6 +284,9 @@ class SampleRow:
     round_extra: tuple[int, ...] | None = None
     round_draft_forwards: tuple[tuple[int, ...], ...] | None = None
     round_lookups: tuple[int, ...] | None = None
+    forced_tokens: int | None = None  # the forced end-of-thinking text's tokens in output_ids (None: none)
+    round_emitted_in_span: tuple[int | None, ...] | None = None  # span-gated rules only (None otherwise)
+    round_relaxed_in_span: tuple[int | None, ...] | None = None
     sample_id: int | None = None  # assigned by the store
 
     @classmethod
@@ -292,7 +300,7 @@ class SampleRow:
             cell_id=cell_id, session_id=session_id, item_id=item_id, item_index=item_index, turn=turn, repeat=repeat,
             category=category, created_at=now(), prompt_ids=tuple(result.prompt_ids),
             output_ids=tuple(result.output_ids), output_text=result.text, stop_reason=result.stop_reason,
-            n_prompt_tokens=len(result.prompt_ids), n_output_tokens=counters.emitted, n_rounds=counters.rounds,
+            n_prompt_tokens=len(result.prompt_ids), n_output_tokens=len(result.output_ids), n_rounds=counters.rounds,
             n_drafted=counters.drafted, n_accepted=counters.accepted, n_relaxed=counters.relaxed,
             time_total=result.time_total, time_prefill=result.time_prefill, time_draft=sum(rounds.t_draft, 0.0),
             time_verify=sum(rounds.t_verify, 0.0), time_policy=sum(rounds.t_policy, 0.0),
@@ -301,7 +309,9 @@ class SampleRow:
             round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
             round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
             matches_baseline=matches_baseline, divergence=divergence, seed=seed, round_extra=tuple(rounds.extra),
-            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups))
+            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups),
+            forced_tokens=result.forced_tokens or None,
+            round_emitted_in_span=_gated(rounds.emitted_in_span), round_relaxed_in_span=_gated(rounds.relaxed_in_span))
 
     @classmethod
     def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
@@ -362,10 +372,16 @@ class SampleRow:
 
     @property
     def counters(self) -> Counters:
-        """This sample's counters: the stored totals, and per-position counts from the per-round columns."""
+        """This sample's counters: the stored totals (emitted: the output's tokens less any forced by a thinking
+        budget), and per-position counts from the per-round columns."""
         accepted_at, drafted_at = per_position(self.round_drafted, self.round_accepted)
-        return Counters(self.n_output_tokens, self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
+        return Counters(self.n_output_tokens - (self.forced_tokens or 0), self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
                         accepted_at, drafted_at)
+
+
+def _gated(column: list[int | None]) -> tuple[int | None, ...] | None:
+    """A span-gated rule's per-round column, or None when no round has a value (not stored)."""
+    return tuple(column) if any(v is not None for v in column) else None
 
 
 class Store(SQLiteFile):

@@ -20,7 +20,7 @@ VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "i
                    "limits", "task_repeats", "executor", "executor_options", "device_map", "profiles")
 
 # fields added to the suite after runs were stored: part of the key only when set
-ADDED_KEY_FIELDS = ("chat_template_args",)
+ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling", "thinking_budget", "thinking_budget_text")
 
 
 def split_names(value: Any, what: str) -> tuple[str, ...]:
@@ -52,6 +52,13 @@ class SuiteSpec(Spec):
     top_k: Integer = Field(0, ge=0)
     top_p: Finite = Field(1.0, gt=0, le=1)
     seed: Integer = Field(0, ge=0)
+    # the run's sampling for every task, over a task's own (an lm-eval task's generation kwargs, MT-Bench's
+    # temperature per category), which otherwise applies whenever the run leaves temperature, top_k, top_p unset
+    override_task_sampling: Flag = False
+    # Xia et al.'s thinking-budget forcing (decoding/budget.py): at this many new tokens a sample still thinking gets
+    # the closing text and </think> appended, then its answer is generated (0: off)
+    thinking_budget: Integer = Field(0, ge=0)
+    thinking_budget_text: Text | None = None  # the closing text (default: Xia et al.'s, ending in </think>)
     device: Text = "auto"
     dtype: Text = "auto"
     draft_dtype: Text = "auto"

@@ -42,6 +42,10 @@ class Verdict:
     n_accepted: int  # length of the accepted draft prefix, 0..k
     next_token: int  # correction token (n < k) or bonus token (n == k)
     n_relaxed: int = 0  # accepted tokens that strict verification would have rejected
+    # a rule gated to a span of the text (policies/span.py): of the emitted tokens (accepted drafts and the next
+    # token) those inside the thinking span, and of the relaxed acceptances those inside it (None: not gated)
+    emitted_in_span: int | None = None
+    relaxed_in_span: int | None = None
 
 
 def accepted_prefix_length(accept: torch.Tensor) -> int:

@@ -12,6 +12,8 @@ from relaxbench.policies import (  # noqa: F401  (each import registers its rule
     margin,
     none,
     relaxed_target,
+    relaxed_topk_delta,
+    sglang_threshold,
     speculative_sampling,
     topk,
     trained_judge,

@@ -98,6 +98,8 @@ class Modes:
     in at every setting, such as FLy's sampling mode); the tests hold every rule to it.
     ``greedy_is_exact``: under greedy decoding the rule is exact match at every knob setting, as its reference.
     ``greedy_drafts``: the rule verifies the drafter's top-1 path even when the run samples (its authors' drafts).
+    ``relax_in``: where the rule relaxes unless a method says otherwise ('all', or 'thinking' as TensorRT-LLM's
+    relaxed acceptance does; ``policies/span.py``).
     Iterating over, or testing membership in, a ``Modes`` means its supported modes."""
 
     supported: frozenset[str] = frozenset(MODES)
@@ -106,6 +108,7 @@ class Modes:
     lossy: frozenset[str] = frozenset()
     greedy_is_exact: bool = False
     greedy_drafts: bool = False
+    relax_in: str = "all"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "supported", frozenset(self.supported))

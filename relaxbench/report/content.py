@@ -64,6 +64,7 @@ from relaxbench.report.tables import (
     Row,
     Table,
     est,
+    failures_brief,
     fmt,
     knobs_text,
     measured_by,
@@ -223,9 +224,11 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
             Cell("-" if top is None else f"{top.arm}: {speed_ci(ranking.speed(top))}, {delta} "
                                          f"{pts_ci(top.score_delta)}", "fastest"),
             Cell("-" if ref is None else f"{ref.arm}: {speed_ci(ranking.speed(ref))}", "lossless"),
+            Cell(failures_brief(chosen) if ranked else "-", "failures"),
         )))
     columns = with_proxy_columns(("task", "n", "measured by", "AR score", "best within budget", "speed-up [95% CI]",
-                                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference"),
+                                  "Δ vs AR, pts [95% CI]", "acc. retained", "fastest overall", "lossless reference",
+                                  "failures of the pick, Δ vs AR"),
                                  "speed-up [95% CI]", profiles)
     basis = ("the measured speed-up (Σ AR time / Σ method time)" if ranking.profile is None else
              f"the proxy speed-up on {ranking.profile} (Σ AR proxy time / Σ method proxy time)")
@@ -234,6 +237,8 @@ def summary_table(summaries: Sequence[TaskSummary], budget: float, ranking: Rank
                  f"Best = the highest {basis} among arms whose mean score difference to AR is at least −{budget:g} "
                  "point(s); AR when none of them is faster than AR. Speed-up = measured on this machine; proxy "
                  "NAME = priced on cost profile NAME. Fastest overall and lossless reference by the same speed-up. "
+                 "Failures of the pick: its no-answer, cut-at-budget and loop shares minus AR's, in percentage "
+                 "points (the task's failure table has their CIs). "
                  "Scores in points (pass rate in %, an LLM grader's rating × 10, agreement × 100). A task scored only "
                  "for fidelity to AR (agreement with AR's output, no grader) is not ranked: its capability was not "
                  "measured.")
@@ -432,6 +437,34 @@ def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
                               "actually used (with --draft ngram, prompt lookup replaces a draft model).")
 
 
+def _sampling_text(sampling: Mapping[str, Any]) -> str:
+    temperature = sampling.get("temperature", 0.0)
+    if not temperature:
+        return "greedy"
+    cuts = [f"top-k={sampling.get('top_k')}" if sampling.get("top_k") else "",
+            f"top-p={sampling.get('top_p')}" if sampling.get("top_p", 1.0) != 1.0 else ""]
+    return ", ".join([f"T={temperature}", *filter(None, cuts)])
+
+
+def decoding_text(decode: Mapping[str, Any], overridden: bool) -> str:
+    """A task's decoding as run: the cell's sampling, the items' own per category where they differ, and whether
+    the suite overrode the task's own sampling."""
+    text = _sampling_text(decode.get("sampling") or {})
+    by_category = decode.get("sampling_by_category") or {}
+    if by_category:
+        text = (f"the task's own per category: {'; '.join(f'{c} {_sampling_text(v)}' for c, v in by_category.items())}"
+                f"; other categories {text}")
+    if any(v.get("temperature") for v in [decode.get("sampling") or {}, *by_category.values()]):
+        text += f", seed={decode.get('seed')}"
+    if overridden:
+        text += " (the suite's, over the task's own sampling)"
+    budget = decode.get("thinking_budget")
+    if budget:
+        text += (f"; thinking budget {budget.get('tokens')} tokens (a sample still thinking there gets the closing "
+                 "text and its answer is generated after it: Xia et al.'s forcing)")
+    return text
+
+
 def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Table, Table]:
     latest = run.environment[-1] if run.environment else {}
     suite = run.suite
@@ -454,14 +487,14 @@ def setup_tables(run: RunRecord, summaries: Sequence[TaskSummary]) -> tuple[Tabl
     for summary in summaries:
         cell = next(c for c in run.cells_of(summary.task) if c.is_baseline)
         decode, task = cell.decode, cell.task_spec
-        sampling = decode.get("sampling") or {}
-        temperature = sampling.get("temperature", 0.0)
-        decoding = "greedy" if not temperature else (f"T={temperature}, top-k={sampling.get('top_k')}, "
-                                                     f"top-p={sampling.get('top_p')}, seed={decode.get('seed')}")
+        overrides = set(decode.get("overrides_task") or ())
+        tokens = str(decode.get("max_new_tokens", "-"))
+        if "max_new_tokens" in overrides:
+            tokens += f" (the suite's, over the task's own {task.get('max_new_tokens')})"
         rows.append(Row(summary.task, (
             Cell(summary.task, "task"), Cell(str(task.get("description") or "-"), "description"),
             Cell(measured_by(summary), "scorer"), num(str(summary.n_units), "n_units", summary.n_units),
-            num(str(decode.get("max_new_tokens", "-")), "max_new_tokens", None), Cell(decoding, "decoding"),
+            num(tokens, "max_new_tokens", None), Cell(decoding_text(decode, "sampling" in overrides), "decoding"),
             Cell(", ".join(repr(s) for s in decode.get("stop_strings") or ()) or "-", "stop"),
         )))
     tasks = Table("tasks-table", "Tasks and decoding settings",

@@ -45,9 +45,10 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "acceptance rate, accepted / drafted tokens."),
     "positions": (
         "Acceptance by draft position",
-        "For each draft position i (1 = the first drafted token), the share of rounds that drafted position i "
-        "and accepted it: rounds with ≥ i accepted tokens / rounds with ≥ i drafted tokens. Position i is accepted "
-        "only when 1..i-1 were, so with a fixed k a curve never rises; relaxed rules lift it."),
+        "For each draft position i (1 = the first drafted token), vLLM's per-position acceptance rate: rounds that "
+        "accepted position i / rounds with a draft (vLLM's num_accepted_tokens_per_pos / num_drafts), so the curve "
+        "is P(accepted length ≥ i) and sums to the mean accepted drafts per round. Position i is accepted only when "
+        "1..i-1 were, so a curve never rises; relaxed rules lift it."),
     "length": (
         "Output-length change",
         "Output-length ratio = the arm's output tokens / AR's output tokens, summed over the same units (1.0 = "
@@ -308,7 +309,7 @@ def acceptance_by_position(summary: TaskSummary, palette: Mapping[str, str]) -> 
             drawn += 1
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("draft position i")
-    ax.set_ylabel("P(accepted at i | drafted at i)")
+    ax.set_ylabel("accepted at i / rounds with a draft")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"{summary.task}: acceptance by draft position", fontsize=10, loc="left")
     if drawn:

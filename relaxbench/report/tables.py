@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, GraderSummary, TaskSummary
+from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
 
 
 @dataclass(frozen=True)
@@ -373,9 +373,71 @@ def category_table(summary: TaskSummary) -> Table | None:
                  f"{fidelity} averaged over units (first repeat).", essential=CATEGORY_ESSENTIAL)
 
 
+FAILURE_COLUMNS = ("method", "no answer", "Δ no answer, pp [95% CI]", "cut at budget", "Δ cut, pp [95% CI]",
+                   "ends in a loop", "Δ loop, pp [95% CI]", "length ratio [95% CI]", "forced",
+                   "relaxed frac. in / out of thinking")
+
+
+def rate_text(rate: FailureRate | None) -> str:
+    """A failure count over the paired samples, 'n/N (share)'; '-' where the measure does not apply."""
+    if rate is None or not rate.samples:
+        return "-"
+    return f"{rate.count}/{rate.samples} ({rate.count / rate.samples:.0%})"
+
+
+def rate_delta_text(rate: FailureRate | None, is_baseline: bool) -> str:
+    """The paired difference of failure shares to AR in percentage points, with its CI."""
+    return "-" if rate is None or is_baseline else pts_ci(rate.delta)
+
+
+def failure_cells(cell: CellSummary) -> tuple[Cell, ...]:
+    f = cell.failures
+    if f is None:
+        return tuple(Cell("-", numeric=True) for _ in FAILURE_COLUMNS[1:])
+    out: list[Cell] = []
+    for name, rate in (("no_answer", f.no_answer), ("cut", f.cut), ("loop", f.loop)):
+        out.append(Cell(rate_text(rate), f"failures.{name}", None if rate is None else rate.rate, numeric=True))
+        delta = Estimate(None) if rate is None or cell.is_baseline else rate.delta
+        out.append(est(rate_delta_text(rate, cell.is_baseline), f"failures.{name}.delta", delta))
+    out.append(est(fmt_ci(f.length_ratio, ".3f"), "failures.length_ratio", f.length_ratio))
+    out.append(num(str(f.forced), "failures.forced", f.forced))
+    span = ("-" if cell.relaxed_in_span is None and cell.relaxed_outside_span is None else
+            f"{fmt(cell.relaxed_in_span, '.1%')} / {fmt(cell.relaxed_outside_span, '.1%')}")
+    out.append(Cell(span, "relaxed_in_span", cell.relaxed_in_span, numeric=True))
+    return tuple(out)
+
+
+def failure_table(summary: TaskSummary) -> Table:
+    """How each arm fails, paired against AR: no answer, cut at the budget, ending in a loop, output length, and
+    samples closed by a forced end of thinking. A rule that is fast because it stops early or loops shows here."""
+    rows = tuple(Row(c.arm, (Cell(c.arm, "arm"), *failure_cells(c)), emphasis=c.is_baseline) for c in summary.cells)
+    return Table(f"{summary.task}-failures", f"{summary.task}: failure modes per arm, paired against AR",
+                 FAILURE_COLUMNS, rows,
+                 "Over the paired samples. No answer = the task's scorer found none (nothing extracted, or the output "
+                 "ended inside its thinking; '-' where the scorer has no notion of an answer); cut at budget = stopped "
+                 "at max_new_tokens; ends in a loop = the output ends in ≥ 3 back-to-back copies of one unit of up to "
+                 "256 tokens, spanning ≥ 15 tokens; Δ = mean over units of the arm's failing share minus AR's, in "
+                 "percentage points, with a 95% paired-bootstrap CI; length ratio = output tokens / AR output "
+                 "tokens (CI over units); forced = samples whose thinking hit the thinking budget and was closed by "
+                 "the forced text; relaxed frac. in / out of thinking = a span-gated rule's (relax_in) relaxed "
+                 "acceptances / emitted tokens inside <think> .. </think> and outside it.")
+
+
+def failures_brief(cell: CellSummary) -> str:
+    """The failure Δs of one arm in a few words (the summary table's column)."""
+    f = cell.failures
+    if f is None or cell.is_baseline:
+        return "-"
+    parts = [f"{label} {pts(rate.delta.value, signed=True)}" for label, rate in
+             (("no answer", f.no_answer), ("cut", f.cut), ("loop", f.loop))
+             if rate is not None and rate.delta.value is not None]
+    return ", ".join(parts) + " pp" if parts else "-"
+
+
 def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
+                                                                          failure_table(summary),
                                                                           diagnostics_table(summary)]
     grader = grader_table(summary)
     if grader is not None:

@@ -17,6 +17,7 @@ from relaxbench.scoring import (  # noqa: F401  (registration)
     llm_grader,
     patterns,
     recall,
+    refusal,
 )
 from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 

@@ -4,6 +4,7 @@ normalised exact match against a reference."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from relaxbench.data.items import TaskItem
@@ -55,6 +56,9 @@ class Gsm8kScorer(Scorer):
         return Score(float(passed), passed, {"reference": reference, "strict_answer": strict,
                                              "flexible_answer": flexible, "strict_match": results["strict"],
                                              "flexible_match": results["flexible"]})
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return details.get(f"{self.args.primary}_answer") is not None
 
     def outcome(self, item: TaskItem, score: Score) -> Any:
         """The extracted answer itself (AutoJudge's GSM8K rule compares answers, not correctness)."""

@@ -64,6 +64,12 @@ class Scorer:
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         raise NotImplementedError
 
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        """Whether the scorer found an answer in the output it scored (``details`` as stored): False for "no
+        answer" (nothing extracted, or the output ended inside its thinking), None where the scorer has no notion
+        of an answer (agreement with AR, a judge). Read from stored details, so every stored run has it."""
+        return False if details.get("thinking") == "unclosed" else None
+
     # -- what mining a trained judge's labels reads (relaxbench judge mine) ---------------------------------------
     def has_outcome(self, item: TaskItem) -> bool:
         """Whether scores of ``item`` carry an automatic outcome (pass/fail, an extracted answer); agreement with

@@ -14,7 +14,8 @@ read with balanced braces. ``boxes: flat`` restores their pattern exactly.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
@@ -113,3 +114,6 @@ class BoxedIntegerScorer(Scorer):
         if split is not None:
             details.update(split.details())
         return Score(float(passed), passed, details)
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return details.get("thinking") != "unclosed" and details.get("answer") is not None

@@ -9,6 +9,8 @@ parenthesised letter anywhere. Letters are A-D, case-insensitive; the answer is 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
@@ -61,3 +63,6 @@ class ChoiceScorer(Scorer):
         if split is not None:
             details.update(split.details())
         return Score(float(passed), passed, details)
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return details.get("thinking") != "unclosed" and details.get("answer") is not None

@@ -13,6 +13,8 @@ too) may be read differently in edge cases.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
@@ -63,6 +65,9 @@ class ProgressionScorer(Scorer):
         why = "both lists equal the gold effects" if passed else f"{' and '.join(wrong)} effects differ"
         return Score(float(passed), passed, {"positive": sorted(got["positive"]), "negative": sorted(got["negative"]),
                                              "lists_found": len(lists), "why": why})
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return details.get("positive") is not None
 
 
 def _clean(atom: str) -> str:

@@ -19,7 +19,8 @@ scripts call (same formula, ``|a - b| <= atol + rtol * |b|`` element-wise over n
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from relaxbench.data.items import TaskItem
 from relaxbench.scoring.base import Score, Scorer, ScoringContext, register_scorer
@@ -91,6 +92,9 @@ class MbppPlusScorer(Scorer):
     def run(self, item: TaskItem, code: str, tests: str) -> Score:
         limits = self.args.limits() if tests == self.args.tests else OTHER_LIMITS[tests]
         return run_to_end(lambda marker: self.program(item, code, tests, marker), limits)
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return bool(details.get("code_chars"))
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         code = extract_code(text)

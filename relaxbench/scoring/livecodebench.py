@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -182,6 +183,9 @@ class LiveCodeBenchScorer(Scorer):
                                 "inputs": list(item.fields["inputs"]), "outputs": list(item.fields["outputs"]),
                                 "fn_name": item.fields.get("fn_name"), "timeout": self.args.timeout}
         return f"SPEC_JSON = {json.dumps(json.dumps(spec))}\n" + JUDGE
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        return details.get("thinking") != "unclosed" and bool(details.get("code_chars"))
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
         split = split_thinking(text) if self.args.strip_thinking else None

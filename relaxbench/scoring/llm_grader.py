@@ -16,8 +16,10 @@ rating of 7 is 70 points and Δ vs AR reads in the same points as every other ta
 
 Deviations, each deliberate:
 
-* A verdict whose number ``ast.literal_eval`` cannot read (``[[07]]``: FastChat raises and stops) is read with
-  ``float`` (7.0).
+* A verdict whose number ``ast.literal_eval`` cannot read is read with ``float`` where FastChat raises and stops:
+  ``[[07]]`` (a leading zero) is 7.0, and non-ASCII decimal digits, which FastChat's ``\d`` matches as Python's
+  ``re`` does for any Unicode digit, are read by their value (``[[१]]``, Devanagari one, is 1.0; ``[[٧]]`` is 7.0).
+  Both are rare grader slips; reading them keeps the verdict rather than stopping the whole grading phase.
 * A grader call that fails after its retries is not recorded (FastChat records ``$ERROR$``, rating -1): nothing is
   cached, the sample counts as "not graded", and the next ``relaxbench rescore`` asks again. Either way the sample
   is left out of the averages.

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import field_validator
 
@@ -110,3 +111,7 @@ class PatternScorer(Scorer):
                        flexible_answer=answers["flexible"], strict_match=matched["strict"],
                        flexible_match=matched["flexible"], primary=primary, why=why)
         return Score(float(matched[primary]), matched[primary], details)
+
+    def answered(self, details: Mapping[str, Any]) -> bool | None:
+        primary = details.get("primary", self.args.primary)
+        return details.get("thinking") != "unclosed" and details.get(f"{primary}_answer") not in (None, FALLBACK)

@@ -13,7 +13,7 @@ relaxbench's own YAML tasks (``yaml_tasks``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +61,11 @@ class TaskSource(ABC):
         """Prompt ids of ``turn`` of ``item`` for ``target`` (a loaded model), after this arm's own answers to the
         earlier turns (``history``), leaving room for ``max_new_tokens`` where the source keeps prompts short."""
 
+    def item_sampling(self, item: TaskItem) -> SamplingParams | None:
+        """The task's own sampling for ``item`` when it varies by item (MT-Bench's temperature per category);
+        None: the task's ``generation().sampling`` or the run's applies."""
+        return None
+
     def grader_scorer(self) -> Scorer | None:
         """The graded scorer that grades the task's capability after generation when a grader is given (None: the
         task has no grading protocol)."""
@@ -99,12 +104,14 @@ class LoadRequest:
 @dataclass(frozen=True)
 class TaskFacts:
     """What the analysis needs to know of a stored task, read back from its record: whether it was scored by the
-    target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), and what
-    its own scorer measures ("capability", or "fidelity" to the AR output)."""
+    target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), what
+    its own scorer measures ("capability", or "fidelity" to the AR output), and whether a sample's stored details
+    say the scorer found an answer (``Scorer.answered``; None: the task has no notion of one)."""
 
     likelihood_only: bool = False
     detail_metrics: tuple[str, ...] = ()
     measure: str = "capability"
+    answered: Callable[[Mapping[str, Any]], bool | None] | None = None
 
 
 class TaskLoader(Protocol):

@@ -11,11 +11,12 @@ from pydantic import Field, field_validator, model_validator
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import (Flag, PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml,
+from relaxbench.validation import (Finite, Flag, PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml,
                                    resolve_extends, validate, yaml_files)
 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
-ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at", "truncate_prompt")
+ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at", "truncate_prompt", "temperature",
+                     "temperature_by_category")
 ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
 
 
@@ -66,7 +67,13 @@ class TaskSpec(Spec):
     ``enable_thinking``); a suite's own are merged over them. ``stop`` ends generation at a string; ``cut_at``
     only cuts the scored text there (generation goes on to EOS or ``max_new_tokens``), as FLy's runs apply
     lm-eval's ``until`` after generating. ``truncate_prompt``: a prompt too long for the target's context is cut to
-    its last tokens (said once per task) instead of refused."""
+    its last tokens (said once per task) instead of refused.
+
+    ``temperature_by_category`` and ``temperature``: the task's own sampling temperature per item category, and for
+    the categories it does not list (FastChat's MT-Bench ``temperature_config`` and its 0.7 default; below 1e-4 is
+    greedy, as FastChat's ``do_sample``). They apply when the run sets no sampling of its own (a suite's
+    ``temperature``, ``top_k``, ``top_p`` at their defaults and ``override_task_sampling`` off); top-k and top-p are
+    then off, since FastChat passes the temperature alone."""
 
     name: Text
     format: Text
@@ -83,6 +90,8 @@ class TaskSpec(Spec):
     # a prompt longer than the target's context allows (with max_new_tokens and the verify block) keeps its last
     # tokens instead of being refused (said once per task)
     truncate_prompt: Flag = False
+    temperature: Finite | None = Field(None, ge=0)
+    temperature_by_category: dict[str, Finite] = Field(default_factory=dict)
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
     # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,
@@ -101,6 +110,21 @@ class TaskSpec(Spec):
             raise ValueError("must be a list of non-empty strings")
         return value
 
+    @field_validator("temperature_by_category")
+    @classmethod
+    def _temperatures(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [k for k, t in value.items() if t < 0]
+        if bad:
+            raise ValueError(f"temperatures must be >= 0 ({bad[0]!r}: {value[bad[0]]})")
+        return value
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> float | None:
+        if value is not None and value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
     @field_validator("fewshot")
     @classmethod
     def _fewshot(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
@@ -108,6 +132,12 @@ class TaskSpec(Spec):
             if not isinstance(example.get("target"), str):
                 raise ValueError(f"example {i + 1} needs 'target' (the assistant's answer, a string)")
         return value
+
+    def own_temperature(self, category: str | None) -> float | None:
+        """The task's own temperature for an item of ``category`` (None: the task has none, the run's applies)."""
+        if category is not None and category in self.temperature_by_category:
+            return self.temperature_by_category[category]
+        return self.temperature
 
     def to_record(self) -> dict[str, Any]:
         """The spec as stored with every cell of the task. The grader fields are left out: they do not change what
@@ -117,7 +147,7 @@ class TaskSpec(Spec):
         key)."""
         data = self.model_dump(exclude={"grader", "grader_args"})
         for key in ADDED_TASK_FIELDS:
-            if not data[key]:
+            if data[key] is None or (not data[key] and key != "temperature"):
                 data.pop(key)
         for key in ADDED_SOURCE_FIELDS:
             if not data["source"][key]:

@@ -16,9 +16,13 @@ from relaxbench.data.formats import FORMATS
 from relaxbench.data.generate import GENERATORS
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.errors import ConfigError, DataError, RelaxbenchError
+from relaxbench.ops.sampling import SamplingParams
 from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
 from relaxbench.tasks.source import Generation, LoadRequest, TaskFacts, TaskSource
 from relaxbench.tasks.spec import TaskSpec, load_task
+
+
+GREEDY_BELOW = 1e-4  # FastChat gen_model_answer.py: do_sample = temperature >= 1e-4
 
 
 def _data_file_hint(task: TaskSpec) -> str:
@@ -171,6 +175,14 @@ class YamlTask(TaskSource):
         scorer = make_scorer(self.spec.scorer, self.spec.scorer_args)
         return TaskTextScorer(scorer, self.spec) if self.spec.gen_prefix is not None or self.spec.cut_at else scorer
 
+    def item_sampling(self, item: TaskItem) -> SamplingParams | None:
+        """The task's own temperature for the item's category (FastChat: greedy below 1e-4, else the temperature
+        alone: no top-k, no top-p); None when the task has none."""
+        temperature = self.spec.own_temperature(item.category)
+        if temperature is None:
+            return None
+        return SamplingParams(0.0 if temperature < GREEDY_BELOW else temperature)
+
     def grader_scorer(self) -> Scorer | None:
         return None if self.spec.grader is None else make_scorer(self.spec.grader, self.spec.grader_args)
 
@@ -209,7 +221,11 @@ class YamlTaskLoader:
         if scorer not in SCORERS:
             return TaskFacts()
         cls = SCORERS.get(scorer)
-        return TaskFacts(False, cls.detail_metrics, cls.measure)
+        try:
+            answered = cls(record.get("scorer_args") or {}).answered
+        except RelaxbenchError:  # arguments an earlier version accepted: no answer check rather than no report
+            answered = None
+        return TaskFacts(False, cls.detail_metrics, cls.measure, answered)
 
     def names(self, given: Sequence[str]) -> dict[str, list[str]]:
         """The task names each given name stands for (validation before any data is read)."""

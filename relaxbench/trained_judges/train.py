@@ -2,7 +2,7 @@
 
 The fitting is scikit-learn's, as in AutoJudge's ``src/train_head_gsm8k.py`` (l.46–128): ``StandardScaler`` then
 ``LogisticRegression(C=C)`` (lbfgs, L2, ``max_iter=100``, no class weights), with C from AutoJudge's grid
-``(√10)^-13 … (√10)^0`` plus ``1, 3, 10, 50, 100``, chosen by held-out ROC-AUC. scikit-learn rather than torch:
+``(√10)^-14 … (√10)^-1`` plus ``1, 3, 10, 50, 100`` (19 values), chosen by held-out ROC-AUC. scikit-learn rather than torch:
 it *is* the reference implementation, a small well-kept dependency (the ``judges`` extra), and fits a few thousand
 rows in seconds on a CPU.
 
