@@ -1,4 +1,5 @@
-"""Conformance: every rule against the semantics of the reference its module docstring names.
+"""Conformance: every rule against the semantics of the reference its ``origin`` names. docs/conformance.md maps
+each branch of each reference to the cases here.
 
 Two kinds of checks, all written here from the references' semantics (our own cases; no reference code copied):
 
@@ -76,6 +77,17 @@ def test_every_policy_names_its_fidelity_and_reference():
         assert registration_problems(cls) == [], name  # the registration check states these rules
 
 
+def test_readme_policy_table_has_a_reference_column_for_every_policy():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    header = next(line for line in readme.splitlines() if line.startswith("| policy |"))
+    assert "reference" in header
+    for name in POLICIES.names():  # a rule's row may still be under an alias (the README is generated elsewhere)
+        spellings = [name, *POLICIES.aliases_of(name)]
+        assert any(re.search(rf"^\| `{re.escape(n)}` \|", readme, re.MULTILINE) for n in spellings), name
+
+
 # -- processing: lazily computed rows, the run's order and MARS's order ---------------------------------------------
 @pytest.mark.parametrize("sampling", [GREEDY, T1, TRUNCATED, SamplingParams(0.7, top_p=0.5)])
 def test_rows_computed_one_at_a_time_equal_the_batched_rows_bit_for_bit(sampling):
@@ -111,7 +123,7 @@ def test_a_block_is_freed_as_soon_as_the_round_is_over():
     target, draft, extra, drafts = sampling_case(7)
     gc.disable()
     try:
-        for name in ("speculative-sampling", "casc-opt", "fuzzy", "judge", "typical", "margin", "fly"):
+        for name in ("speculative-sampling", "casc-opt", "fuzzy", "reflective", "typical", "margin", "fly"):
             policy = make_policy(name)
             policy.bind(PolicyEnv(CountingTokenizer(), VS, torch.device("cpu")))
             b = block(target, drafts, T1, draft, extras={"extra_logits": torch.as_tensor(extra, dtype=torch.float32)})
@@ -591,11 +603,11 @@ def slow_family(name, knobs, target, draft, drafts, sampling, extra=None) -> np.
             beta, t = knobs["beta"], sampling.temperature
             scores = ((1 + beta) * target[i] - beta * draft[i]) / t
             pis.append(np_softmax(np.where(p[i] > 0, scores, -np.inf)))
-        elif name == "judge":
+        elif name == "reflective":
             alpha = knobs["alpha"]
             fused = (1 - alpha) * target[i] + alpha * extra[2 + i]  # the row read after R (3 tokens), d_1..d_{i−1}
             pis.append(np.maximum(p[i], np_softmax(np_process(fused, sampling))))
-    if name == "judge":
+    if name == "reflective":
         return rejection_np(p, q, x, [pis[i][x[i]] for i in range(k)], p, p[k])
     return rejection_np(p, q, x, [pis[i][x[i]] for i in range(k)], pis, p[k])
 
@@ -713,7 +725,7 @@ FAMILY_CASES = [
     ("fuzzy", {"threshold": 0.3}),
     ("ensemble", {"w": 0.8}),
     ("contrastive", {"beta": 0.5}),
-    ("judge", {"alpha": 0.5}),
+    ("reflective", {"alpha": 0.5}),
 ]
 STAT_SAMPLINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=4, top_p=0.9)]
 TRIALS = 2500
@@ -724,7 +736,7 @@ TRIALS = 2500
 def test_q_based_rules_follow_their_formula_in_distribution(name, knobs, sampling):
     target, draft, extra, drafts = sampling_case(7)
     assert all(np_softmax(np_process(draft[i], sampling))[d] > 0 for i, d in enumerate(drafts))  # drafts q can draw
-    extras = {"extra_logits": torch.as_tensor(extra, dtype=torch.float32)} if name == "judge" else None
+    extras = {"extra_logits": torch.as_tensor(extra, dtype=torch.float32)} if name == "reflective" else None
     expected = slow_family(name, knobs, target, draft, drafts, sampling, extra)
     assert_same_distribution(outcome_counts(name, knobs, target, draft, drafts, sampling, TRIALS, extras), expected)
 
@@ -835,5 +847,5 @@ def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():
     typical, exact = (plan_module._arm_identity(arm) for arm in built.arms if arm.method.policy in ("typical", "exact"))
     assert typical["policy_revision"] == POLICIES.get("typical").origin.revision >= 1
     assert "policy_revision" not in exact
-    for name in ("typical", "margin", "fly", "casc-tok"):  # the rules whose verdicts changed (revision 1)
+    for name in ("typical", "margin", "fly", "casc-tok"):  # rules whose verdicts changed once stored
         assert POLICIES.get(name).origin.revision >= 1, name

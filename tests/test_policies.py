@@ -25,7 +25,7 @@ from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict
 from relaxbench.policies.fly import top3_entropy, window_candidates
-from relaxbench.policies.judge import ReflectiveJudge
+from relaxbench.policies.reflective import ReflectiveVerification
 
 GREEDY = SamplingParams()
 
@@ -274,8 +274,8 @@ class WordTokenizer:
         return [len(word) % V for word in text.split()]
 
 
-def bound_judge(**knobs) -> ReflectiveJudge:
-    judge = make_policy("judge", knobs)
+def bound_judge(**knobs) -> ReflectiveVerification:
+    judge = make_policy("reflective", knobs)
     judge.bind(PolicyEnv(WordTokenizer(), V, torch.device("cpu")))
     return judge
 
@@ -409,7 +409,7 @@ def greedy_inputs(name: str, seed: int) -> Block:
 
 def make_bound(name: str, knobs: dict):
     policy = make_policy(name, knobs)
-    if isinstance(policy, ReflectiveJudge):
+    if isinstance(policy, ReflectiveVerification):
         policy.bind(PolicyEnv(WordTokenizer(), 48, torch.device("cpu")))
     return policy
 
@@ -474,7 +474,7 @@ SAMPLING_LADDERS = {
 
 def test_every_relaxed_rule_is_in_a_monotonicity_ladder_or_documented_as_not_monotone():
     # mixing weights (judge, casc-tok, contrastive), and MARS's gate, which can also reject: see their docstrings
-    not_monotone = {"judge", "casc-tok", "contrastive", "margin"}
+    not_monotone = {"reflective", "casc-tok", "contrastive", "margin"}
     assert set(RELAXED) == set(GREEDY_LADDERS) | set(SAMPLING_LADDERS) | not_monotone
 
 
@@ -506,9 +506,9 @@ def test_sampling_loosening_never_lowers_acceptance_with_the_same_uniforms(name)
 
 
 def test_judge_never_accepts_less_than_the_strict_rule():
-    judge = make_bound("judge", {"alpha": 0.7})
+    judge = make_bound("reflective", {"alpha": 0.7})
     for seed in range(60):
-        block = greedy_inputs("judge", seed)
+        block = greedy_inputs("reflective", seed)
         assert judge.verify(block).n_accepted >= make_policy("exact").verify(block).n_accepted
     sampling = SamplingParams(1.0)
     for seed in range(60):

@@ -114,7 +114,7 @@ def test_modes_record():
     ("fly", T1, (GREEDY, False, False)),  # greedy drafts, point masses: no q
     ("margin", T1, (GREEDY, True, False)),  # greedy drafts, reads q when the drafter has one
     ("margin", GREEDY, (GREEDY, False, False)),
-    ("judge", T1, (T1, True, False)),  # samples its drafts, so the drafter keeps its logits
+    ("reflective", T1, (T1, True, False)),  # samples its drafts, so the drafter keeps its logits
     ("autojudge", GREEDY, (GREEDY, False, True)),  # reads the draft model's hidden states
 ])
 def test_drafter_duties(name, sampling, duties):
@@ -203,7 +203,7 @@ def test_sub_block_keeps_the_reflective_rows_aligned():
     m = 3  # the reflection prompt's length: extra tokens are [R (3), d_1..d_5]
     extra = torch.randn(m + block.k, block.target_logits.shape[-1], generator=torch.Generator().manual_seed(1))
     block = Block(block.draft_tokens, block.target_logits, None, GREEDY, None, {"extra_logits": extra})
-    policy = make_policy("judge")
+    policy = make_policy("reflective")
     policy.bind(PolicyEnv(ThreeTokens(), 12, torch.device("cpu")))
     rows = policy.reflective_logits(block)
     for start, stop in [(0, 5), (2, 5), (1, 3), (4, 4)]:
@@ -213,3 +213,14 @@ def test_sub_block_keeps_the_reflective_rows_aligned():
 
 def test_verdict_is_the_public_result_type():
     assert Verdict(1, 2) == Verdict(1, 2, 0)
+
+
+def test_a_method_is_checked_before_any_model_loads():
+    from relaxbench.arms import check_method
+    from relaxbench.methods import load_method
+
+    check_method("cactus", load_method("cactus"), "some-draft-model", T1)
+    with pytest.raises(ConfigError, match="'cactus' needs draft-model probabilities.*'ngram'"):
+        check_method("cactus", load_method("cactus"), "ngram", T1)  # --draft ngram stands in for the draft model
+    with pytest.raises(ConfigError, match="'margin-greedy' does not support sampling"):
+        check_method("margin-greedy", load_method("margin-greedy"), "some-draft-model", T1)

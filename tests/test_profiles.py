@@ -324,7 +324,7 @@ def test_the_engine_records_each_rounds_drafter_work_and_extra_tokens(tiny_targe
     for forwards, lookups, drafted in zip(r.draft_forwards, r.lookups, r.drafted):
         assert lookups == len(forwards)  # one n-gram lookup per draft-LM forward
         assert drafted == 0 or all(n >= 1 for n in forwards)
-    judge = build_decoder(load_method("judge"), tiny_target, tiny_draft, DecodeConfig(k=3, max_new_tokens=12))
+    judge = build_decoder(load_method("reflective"), tiny_target, tiny_draft, DecodeConfig(k=3, max_new_tokens=12))
     reflection = len(judge.policy.reflection)
     r = judge.generate(prompt).rounds
     assert all(e == (reflection + d if d else 0) for e, d in zip(r.extra, r.drafted))

@@ -18,7 +18,7 @@ from tests.test_distribution import chi_square_pvalue, empirical_joint, exact_jo
 N_SAMPLES = 250
 SETTINGS = [SamplingParams(1.0), SamplingParams(0.8, top_k=3, top_p=0.9)]
 LOSSLESS_AT_STRICT = sorted(name for name, cls in POLICIES.items()
-                            if not cls.modes.lossless and Need.DRAFT_PROBS in cls.needs) + ["judge"]
+                            if not cls.modes.lossless and Need.DRAFT_PROBS in cls.needs) + ["reflective"]
 
 
 @pytest.mark.parametrize("index,name", list(enumerate(LOSSLESS_AT_STRICT)), ids=LOSSLESS_AT_STRICT)

@@ -37,6 +37,7 @@ class PolicyFacts:
     strict_knobs: Mapping[str, Any]  # the setting at which the rule is its lossless baseline
     lossless: bool
     module: str
+    aliases: tuple[str, ...] = ()  # other names the rule answers to (e.g. its name before a rename)
 
 
 REQUIRED = object()
@@ -46,13 +47,16 @@ def policy_facts(cls) -> PolicyFacts:
     """The one reader of a policy class's declarations for the listings (``list policies`` and its Markdown)."""
     from pydantic_core import PydanticUndefined
 
+    from relaxbench.policies import POLICIES
+
     origin, modes = cls.origin, cls.modes
     knobs = {name: (REQUIRED if field.default is PydanticUndefined else field.default)
              for name, field in cls.Knobs.model_fields.items()}
     return PolicyFacts(
         name=cls.name, summary=origin.summary, reference=origin.reference, fidelity=origin.fidelity.value,
         modes=frozenset(modes.supported), greedy_is_exact=bool(modes.greedy_is_exact), lossy_modes=frozenset(modes.lossy),
-        knobs=knobs, strict_knobs=dict(modes.strict_knobs), lossless=bool(modes.lossless), module=cls.__module__)
+        knobs=knobs, strict_knobs=dict(modes.strict_knobs), lossless=bool(modes.lossless), module=cls.__module__,
+        aliases=tuple(POLICIES.aliases_of(cls.name)))
 
 
 def policy_description(cls) -> str:
@@ -60,7 +64,8 @@ def policy_description(cls) -> str:
     facts = policy_facts(cls)
     exact = facts.greedy_is_exact and "greedy" in facts.modes
     modes = ", ".join(sorted(facts.modes)) + ("; greedy: exact match" if exact else "")
-    return f"{facts.fidelity} — {facts.summary} [{modes}]; {facts.reference}"
+    also = f"; also named {', '.join(facts.aliases)}" if facts.aliases else ""
+    return f"{facts.fidelity} — {facts.summary} [{modes}]; {facts.reference}{also}"
 
 
 def _value(value: Any) -> str:
@@ -102,7 +107,8 @@ def policy_row(facts: PolicyFacts) -> list[str]:
         sampling = "refused"
     else:
         sampling = "yes (lossy at every setting)" if "sampling" in facts.lossy_modes else "yes"
-    return [f"`{facts.name}`", facts.summary, f"{facts.fidelity}: {facts.reference}", knobs, strict, greedy,
+    name = f"`{facts.name}`" + "".join(f" (alias `{alias}`)" for alias in facts.aliases)
+    return [name, facts.summary, f"{facts.fidelity}: {facts.reference}", knobs, strict, greedy,
             sampling]
 
 

@@ -8,9 +8,9 @@ baseline (``strict``): ``lossless_verdict`` and ``strict_policy``.
 from relaxbench.policies import (  # noqa: F401  (each import registers its rules)
     exact,
     fly,
-    judge,
     margin,
     none,
+    reflective,
     relaxed_target,
     relaxed_topk_delta,
     sglang_threshold,

@@ -1,48 +1,25 @@
 """FLy (arXiv 2511.22972, ICLR 2026): entropy-gated, window-deferred acceptance of draft mismatches.
 
-Reference: AMD-AGI/FLy @ 6667ae8, ``fly/models/FLy.py`` (last changed in 39ed6f8) — chain mode:
-``SPDGenerate.generate_chunks`` (L867–), ``_batch_verification`` (L129–146), ``rej_by_entropy`` (L403–411),
-``calculate_topk_entropy`` (L358–371), the gate switch in ``__init__`` (L82–83); defaults from
-``fly_config/FLy_Llama3_70b.json`` (``spd_k=15, win_len=6, entropy_thre=0.3``).
+Reference: AMD-AGI/FLy @ 6667ae8, ``fly/models/FLy.py``, chain mode: ``SPDGenerate.generate_chunks``,
+``_batch_verification``, ``rej_by_entropy``, ``calculate_topk_entropy`` and the gate switch in ``__init__``; defaults
+from ``fly_config/FLy_Llama3_70b.json`` (k = 15, W = 6, θ = 0.3). The line-by-line mapping to the reference and the
+tests is in docs/conformance.md.
 
-Rule, per draft position ``i`` (0-based) of a block of ``k`` drafts:
+A mismatch ``d_i`` followed by ``W − 1`` matches with ``i + W < k`` (on the original matches; no cascading) is
+accepted unless the top-3 entropy of the full softmax of the target's raw logits is below θ (strict; NaN with fewer
+than 3 finite logits never revokes); for θ ≤ 0.01 the gate is off and the window alone decides; θ = inf is exact match
+(our strict end). The accepted length is the leading run; the next token the target's argmax. Sampling: greedy drafts,
+``d_i`` matches when it equals one of two samples from ``softmax(z / T)`` (the temperature only), the correction token
+is the first sample, the bonus one sample; drawn in closed form through the shared rejection sampler with point-mass
+drafts (``u < 1 − (1 − p(d))²``; after a rejection ``p`` without ``d``). ``n_relaxed`` counts acceptances the
+one-sample test would have rejected, with the same uniforms.
 
-* ``m_i``: the draft matches the target (greedy: ``d_i = argmax z_i``, L136).
-* ``H_i = −Σ_{top-3 j} p_ij ln p_ij`` over the three largest probabilities of the *full* softmax of the raw target
-  logits (L358–371: not renormalised; natural log; at most ln 3 ≈ 1.10). The authors take it from the raw logits in
-  both modes, so it ignores temperature, top-k and top-p. A row with fewer than 3 finite logits has a −inf among its
-  top-3 log-probabilities, and ``exp(−inf)·(−inf)`` is NaN: ``H_i`` is NaN there, as in the reference.
-* ``win_i = not m_i and m_{i+1} .. m_{i+W−1} all true and i + W < k`` — the pattern [F, T×(W−1)] matched on the
-  original matches (L1097–1115). A second mismatch inside the window rejects the first one; the window never reaches
-  past the block, so mismatches in the last ``W`` positions are judged strictly; forgiveness does not cascade.
-* ``acc_i = m_i or (win_i and not H_i < θ)`` (L1094–1095, L1121–1122: a window-forgiven mismatch is revoked iff
-  ``H_i < θ``, strict): ``H_i == θ`` passes, and a NaN entropy never revokes. The accepted length is the leading run
-  of ``acc``; the next token is the target's argmax at the first rejected position (a bonus token when all ``k``
-  are accepted).
+Deviations (why, in docs/conformance.md):
 
-The gate is on iff ``θ > 0.01`` (L82–83 keep ``entropy_thre`` only above 1e-2; every later use is a truthiness
-test): for ``θ ≤ 0.01`` — 0 and negative values included — no mismatch is ever revoked and the window alone decides.
-``θ = inf`` rejects every mismatch, so the rule is exactly ``exact`` (an infinite ``entropy_thre``, the strict end we
-add: the reference has no knob for it). Loosening: smaller ``θ`` or smaller ``W``.
-
-Sampling (``_batch_verification`` at T > 0, lossy even before the window): drafts are greedy (L1060; the policy asks
-the engine for them); the target draws two samples from ``softmax(z_i / T)`` — the temperature only
-(``sample_with_temperature``, L42–55), so the run's top-k/top-p do not enter the rule — and ``m_i = d_i ∈ {s1, s2}``;
-the correction token is ``s1``. We draw this in closed form through the shared rejection sampler with point-mass
-drafts: ``m_i`` is ``u_i < 1 − (1 − p_i(d_i))²`` (the probability that one of two independent samples hits ``d_i``),
-and after a rejection ``s1`` follows ``p`` with ``d_i`` removed — the same joint distribution as two independent
-samples. The bonus token is one sample from ``softmax(z_k / T)`` (L1082–1083). ``n_relaxed`` counts acceptances the
-one-sample test ``u_i < p_i(d_i)`` (strict speculative sampling of a greedy draft) would have rejected, with the same
-uniforms.
-
-Deviations, deliberate: the entropy is computed in double from float32 logits (the authors' runs use the model's
-dtype, often bf16, which matters only at the θ edge); the two target samples are drawn in closed form (same
-distribution, different random numbers); tree mode (``verify_tree_paths``, L729–862, which has no entropy gate) and
-``abla_no_window`` are not offered.
-
-Both modes share one relaxation (``fly_relaxation``), computed over the block at once; the entropy is computed only
-at window candidates before the first mismatch that is not one (no later position can change the verdict), with
-the normaliser summed in double.
+* the entropy in double from float32 logits (the authors: the model's dtype, often bf16);
+* the two target samples drawn in closed form (same distribution, different random numbers);
+* no tree mode (``verify_tree_paths``) and no ``abla_no_window``;
+* θ = inf as the strict end (the reference has no such knob value).
 """
 
 from __future__ import annotations

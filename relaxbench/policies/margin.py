@@ -1,59 +1,29 @@
 """Margin rules: accept a draft when the target's own preference for its top token over the runner-up is slim.
 
 ``margin`` — MARS (arXiv 2601.15498), as reference: 5SSjw/MARS @ 8909b41, ``mars/model/utils.py``
-``evaluate_posterior`` (L594–731), called from ``EaModel.eagenerate`` (``mars/model/ea_model.py`` L214–310) with
-the processor of ``prepare_logits_processor`` (utils.py L298–318). For a chain of k drafts, line by line:
+``evaluate_posterior``, called from ``EaModel.eagenerate`` with the processor of ``prepare_logits_processor``; the
+draft probabilities as ``retrieve_probs``. At temperature ≤ 1e-5 it is exact match, as the authors'. Above, per draft
+position in order: the gate ``z2 / (z1 + 1e-10) > θ`` on the processed logits (temperature, then top-p, then top-k);
+gate on: accept iff the draft is one of the two top tokens, else draw from the full ``p``; gate off: accept iff
+``u ≤ min(1, p(d)/q(d))`` (q untempered, at least 1e-10; 1 without a draft distribution), else draw from ``p`` with
+the draft's mass reduced to ``max(0, p − q)``; the bonus from ``p``. Drafts are the drafter's top-1 path. The
+line-by-line mapping to the reference and the tests is in docs/conformance.md.
 
-* temperature ≤ 1e-5 (``eagenerate`` L230–234 sets no logits processor; ``evaluate_posterior`` L622–635): exact
-  match on the raw logits, next token the argmax. The authors do not relax at temperature 0, so neither does
-  ``margin`` (see ``margin-greedy`` for the paper's rule applied to greedy decoding).
-* temperature T > 0, per draft position i in order (L637–723), stopping at the first rejection:
-  - ``z = processor(z_i)``, the processed logits (L646–649): divided by T, then top-p, then top-k when the run sets
-    them — HF's ``TemperatureLogitsWarper``, ``TopPLogitsWarper``, ``TopKLogitsWarper`` in that order (top-p
-    *before* top-k, unlike the run's own order); ``p = softmax(z)`` (L650);
-  - ``z1, z2`` and their indices = ``topk(z, 2)`` (L653); ratio ``z2 / (z1 + 1e-10)`` in double (L656);
-    the gate is ``ratio > θ`` (L657; strict). No guard for ``z1 ≤ 0``: two negative logits give a ratio above 1
-    (the gate is on however wide the gap), and ``z1 < 0`` with ``z2 = −inf`` (cut by top-k/top-p) gives ``+inf``;
-    ``z1 > 0 > z2`` or ``z1 = 0`` give a ratio below any θ ≥ 0. With fewer than 2 tokens the gate is off (L670–674);
-  - gate on (L688–700): accept iff ``d_i`` is one of the two ``topk`` indices — no random number, no probability
-    check (a token cut to p = 0 can be accepted when the ratio is ``+inf``). On a rejection the next token is drawn
-    from the full ``p`` of that position (L724–729; the draft itself included);
-  - gate off (L701–723): accept iff ``u ≤ min(1, p(d_i)/q(d_i))`` with ``u ~ U[0, 1)`` and ``q(d_i)`` the draft
-    model's probability of its token, at least 1e-10 (``retrieve_probs``: the *untempered* softmax of the draft
-    logits, without top-k/top-p, ``cnets.py`` L713–720), or 1 when the drafter has no distribution
-    (``retrieve_probs is None``). On a rejection ``p(d_i)`` becomes ``max(0, p(d_i) − q(d_i))`` and the next token is
-    drawn from ``p`` renormalised (L719–729). (A rejection implies ``p(d_i) < q(d_i)``, so ``d_i`` loses all its mass:
-    the residual is ``p`` without ``d_i``, not ``(p − q)+``.)
-  - bonus token, all k accepted: drawn from the processed ``p`` of the last row (L724–729).
-  Default θ = 0.9 (``relaxation_threshold`` in ``evaluate_posterior`` L599, ``eagenerate`` L224, and the evaluation
-  scripts; the "0.87" of the docstring is stale). θ = inf switches the gate off; then the rule is the authors' own
-  rejection test, which is lossy too (its residual is not ``(p − q)+``), so the sampling mode has no lossless end.
-* Drafts: EAGLE's tree expands the draft head's top-k; a chain's analogue is the drafter's top-1 path, so the policy
-  asks the engine for greedy drafts (``greedy_drafts``) and reads their untempered probabilities.
-* ``n_relaxed`` counts drafts the gate accepted that the gate-off test would have rejected with the same uniform.
+Deviations (why, in docs/conformance.md):
 
-Deviations, deliberate: a chain, not a tree (sibling candidates, their deduplication and the −1 padding, L676–687,
-have no counterpart); float32 processed logits from the engine's logits (the authors run the model's dtype) and the
-engine's own random numbers (the authors draw ``random.random()`` and ``torch.multinomial``); ties for the runner-up
-are broken by ``torch.topk`` as in the reference, but on CPU (the authors run on GPU, whose order among exactly
-equal logits may differ). Knob ``positive_top_only`` (off by default; not in the authors' code) switches the gate off
-where ``z1 ≤ 0``, where the ratio no longer measures a margin.
+* a chain, not a tree (no sibling candidates, deduplication or padding);
+* float32 processed logits from the engine's logits;
+* the engine's random numbers (the authors': ``random.random()``, ``torch.multinomial``);
+* ties for the runner-up broken by ``torch.topk`` on CPU (the authors run on GPU);
+* knob ``positive_top_only`` (off by default; not in the authors' code): no gate where ``z1 ≤ 0``.
 
-``margin-greedy`` — variant: the paper's rule applied to greedy decoding; not in the authors' code. Per position:
-accept if ``d_i`` is the argmax; else accept if ``d_i`` holds the second-largest raw logit (``z_d = z_(2)``; a tie
-with the third counts as top-2) and ``z_(1) > 0`` and ``z_(2)/z_(1) > θ`` (default 0.9); else reject; next token
-the argmax. The ``z_(1) ≤ 0`` guard is ours (the ratio is meaningless there). ``θ ≥ 1`` is strict (exact match).
+``margin-greedy`` — variant: the paper's rule applied to greedy decoding; not in the authors' code. Accept the argmax,
+or a draft holding the second-largest raw logit (a tie with the third counts) when ``z_(1) > 0`` (our guard) and
+``z_(2)/z_(1) > θ``; next token the argmax; ``θ ≥ 1`` is strict.
 
-``margin-first`` — AdaptiveSpec's margin rule (arXiv 2609.02897, "Margins, Not Windows"), as paper (no public code
-found). Only the **first** mismatch ``j`` of the block may be promoted: accept ``d_j`` iff ``p(d_j)/p(top1_j) ≥ κ``,
-i.e. ``z_d − z_(1) ≥ ln κ`` (computed from logits; no softmax). Every other position is exact match, so the block
-goes on past ``j`` only while the drafts keep matching. The paper tunes κ per model and task (its default is
-unverified); ours is 0.5. ``κ > 1`` is strict (``inf`` in the YAMLs). AdaptiveSpec's dynamic tree is a drafter
-feature and is not part of this rule. Greedy only (the paper defines no sampling rule); ratios and gaps in double.
-
-Loosening: smaller θ (``margin-greedy``; in ``margin``'s sampling mode a smaller θ turns the gate on at more
-positions, where it can also *reject* a draft outside the top 2 that the rejection test would have accepted, so
-it is not monotone); smaller κ.
+``margin-first`` — AdaptiveSpec's margin rule (arXiv 2609.02897), as paper (no public code found): only the first
+mismatch ``j`` of the block may be promoted, iff ``z_d − z_(1) ≥ ln κ``; every other position is exact match; κ = 0.5
+is ours (the paper tunes it); ``κ > 1`` is strict. Greedy only.
 """
 
 from __future__ import annotations

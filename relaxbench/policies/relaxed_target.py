@@ -1,67 +1,24 @@
 """The sampling-mode "relaxed target" family (Xia, Ribar, Balanca, arXiv 2607.08690, their §2 table).
 
-Reference: graphcore-research/relaxed-spec-dec-repro @ c28353f, ``vllm_overlay/files/v1/sample/rejection_sampler.py``
-(last changed in ca3fdd9): ``rejection_sample`` (the greedy rows L2347–2364; the relaxed rows L2374–), the accept
-kernel ``rejection_random_sample_kernel`` (L3419–3527) and the recovery kernel (L3555–3645), and per rule the helpers
-named below; paper grids from ``scripts/run_paper_grid.py`` (L100–143) and ``vllm_overlay/files/config/speculative.py``.
+Reference: graphcore-research/relaxed-spec-dec-repro @ c28353f, ``vllm_overlay/files/v1/sample/rejection_sampler.py``:
+``rejection_sample``, its accept and recovery kernels, and per rule the helpers named on each class. The mapping of
+the reference's branches to this code and to the conformance tests is in docs/conformance.md.
 
-Each rule defines a relaxed target ``π(q, p)`` from the processed target ``p`` and draft ``q`` (after the run's
-temperature/top-k/top-p, ``apply_sampling_constraints`` L677–681) and runs the shared rejection sampler against it:
-accept ``x ~ q`` with probability ``min(1, π_accept(x)/q(x))``, else sample ``norm((π_residual − q)+)``; the bonus
-token comes from ``p`` (the reference's default ``target_p``). All need the full draft distribution ``q``
-(``Need.DRAFT_PROBS``). ``n_relaxed`` counts acceptances that speculative sampling against ``p`` would have rejected
-with the same uniforms. Each rule builds ``π`` row by row, only up to the first rejection (``row_target``): the
-acceptance reads ``π`` at the draft token, and the full row is built for the rejected position only.
+Each rule defines a relaxed target ``π(q, p)`` from the processed target ``p`` and draft ``q`` and runs the shared
+rejection sampler against it: accept ``x ~ q`` with probability ``min(1, π_accept(x)/q(x))``, else sample
+``norm((π_residual − q)+)``; the bonus token comes from ``p``. Each rule builds ``π`` row by row, only up to the first
+rejection (``row_target``). Greedy decoding is exact match for every rule but ``contrastive``, which is sampling-only,
+as the reference. ``n_relaxed`` counts acceptances that speculative sampling against ``p`` would have rejected with
+the same uniforms.
 
-Greedy decoding: as the reference, every rule but ``contrastive`` is exact match (greedy rows never reach the
-relaxed kernel, ``rejection_greedy_sample_kernel`` L3361–3414); ``contrastive`` (SCD) raises on greedy rows there
-(L2319–2329) and is sampling-only here.
+Deviations (why, in docs/conformance.md):
 
-Rule — π — lossless at — paper grid:
-
-* ``mentored`` (``lossy_spec_decode_beta1_accept_ratio`` L1527–1557): accept iff ``u ≤ p/((1−α)q)``; residual
-  ``(p−q)+``. Lossless at α = 0; 0 ≤ α < 1; grid α ∈ {0.3, 0.7, 0.95}.
-* ``cactus`` (``apply_cactus_constraint`` L2714–2743, ``cactus_accept_ratio`` L1623): ``H_x(x) = γ = min(p +
-  √(2δp(1−p)), 1)``, ``H_x(y) = p(y)(1−γ)/(1−p(x))`` (factor 1 when p(x) = 1); accept with ``γ/q``, residual
-  ``(H_x−q)+``. Lossless at δ = 0; δ ≥ 0; grid δ ∈ {0.1, 0.25, 1, 10}.
-* ``casc-opt`` (``spec_cascade_opt_defer_mask`` L2072–2098): ``π = p`` (defer) iff ``max q < max p − α·TV(p, q)``
-  (strict <; TV = Σ(p − q)+), else ``π = q``; maxima from the processed distributions (the reference's default
-  gate "processed"). Lossless at α = −inf; grid α ∈ {−0.1, 0, 0.05}.
-* ``casc-tok`` (``spec_cascade_tok3_top_mask_from_logits`` L1999–2024, ``apply_spec_cascade_tok3_constraint``
-  L2027–2040): ``T_α = {v: z(v) ≥ max z + ln(1−α)}`` on the raw (pre-temperature) logits (the default top set
-  "paper"), finite logits only; ``π = q·1[T] + η·p`` with ``η = q(T̄)``. α = 0 is *not* strict: T is the single
-  argmax (the first index among tied maxima, L2015–2020); α = 1: every finite token. Lossless at α < 0 (T empty); grid α ∈ {0, 0.35, 0.8}.
-* ``fuzzy`` (``fsd_divergence_scores`` L1745–1773, ``rfsd_use_draft_mask`` L1822–1831): ``π = q`` iff
-  ``D(p, q) ≤ T`` (non-strict; rFSD), else ``p``; D = JS (the grid's) or KL(p‖q), logs of ``max(·, float32 tiny)``.
-  Lossless at T = 0 (q only where q = p); grid T ∈ {0.05, 0.2, 0.3}.
-* ``ensemble`` (``static_ensemble_accept_ratio`` L1496–1524): ``π = w·p + (1−w)·q``; accept ratio
-  ``(1−w) + w·p/q``; residual ∝ ``(p−q)+`` (L1723–1742). Lossless at w = 1; grid w ∈ {0.95, 0.9, 0.8};
-  w = 0 accepts every draft.
-* ``contrastive`` (``apply_scd_constraint`` L1347–1417; support ``scd_expert_toppk_gated`` L2574–2575):
-  ``π ∝ exp(((1+β)z_p − βz_q)/T)`` on the support of ``p`` (the target's top-k/top-p support), with ``z_p`` the raw
-  target logits and ``z_q`` the raw draft logits; optionally cut to ``z_p ≥ max z_p + T·ln α`` (``scd_alpha``,
-  L1305–1344). Lossless at β = 0; grid β ∈ {0.1, 0.5, 1}. Sampling only.
-
-Defaults are the mildest point of each paper grid. Deviations from the reference, deliberate:
-
-* the accept test is ``u·q(x) < π(x)`` (strict; the reference's kernel tests ``π/q ≥ u``): they differ only where
-  ``u`` equals the ratio exactly, an event of probability 0;
-* the recovered token is drawn from the normalised residual by inverse CDF (the reference takes the argmax of
-  ``residual / exponential noise``, the same distribution);
-* ``casc-tok`` accepts α < 0 (an empty top set, so ``π = p``: its lossless end; the reference requires 0 ≤ α ≤ 1);
-* ``contrastive``'s support is ``p > 0`` (the reference's is the finite processed logits: they differ only where a
-  finite logit's probability underflows to 0 in float32), the α cut is an option (α = 0 switches it off) and its
-  bonus token comes from ``p`` (the reference's paper runs draw it from ``π`` with one more drafter pass,
-  ``relaxed_T_qp`` L800–1000, which this engine does not run); a −inf draft logit on the support (a draft vocabulary
-  narrower than the target's, padded by the engine) takes the row's smallest finite draft logit (the reference
-  raises);
-* sums over the vocabulary (TV, η, D) are taken row by row, so at a large vocabulary they round differently from
-  batched sums (the verdicts are the same but at exact ties).
-
-Note on ``contrastive``: at equal target and draft temperatures ``π ∝ p^(1+β)·q^(−β)``, and ``π(x) > p(x)`` only
-where ``p(x) > q(x)``, where speculative sampling accepts anyway; so with the same uniforms it never accepts a
-draft that speculative sampling rejects (``n_relaxed`` stays 0). It relaxes the *target* — the residual and hence
-the output distribution — not the acceptance test.
+* strict accept test ``u·q(x) < π(x)`` (differs only where ``u`` equals the ratio, probability 0);
+* the recovered token drawn by inverse CDF (the reference's exponential-noise argmax: the same distribution);
+* ``casc-tok`` accepts α < 0 (an empty top set: its lossless end);
+* ``contrastive``: support ``p > 0``; the α cut optional; the bonus token from ``p``; a padded −inf draft logit
+  takes the row's smallest finite one;
+* vocabulary sums (TV, η, D) taken row by row (rounding differs from batched sums only at exact ties).
 """
 
 from __future__ import annotations
@@ -140,7 +97,7 @@ def accepts_p_or_q(block: Block, i: int, token: int, scaled_u: torch.Tensor, tar
 
 @register_policy
 class Mentored(RelaxedTarget):
-    """Mentored decoding with β = 1 (Tran-Thien 2023; the reference's ``lossy_spec_decode_beta1``)."""
+    """Mentored decoding with β = 1 (Tran-Thien 2023): ``lossy_spec_decode_beta1_accept_ratio``."""
 
     name = "mentored"
     modes = Modes(strict_knobs={"alpha": 0.0}, greedy_is_exact=True)
@@ -166,7 +123,8 @@ def cactus_row(p_row: torch.Tensor, token: int, gamma: torch.Tensor) -> torch.Te
 
 @register_policy
 class Cactus(RelaxedTarget):
-    """CACTUS (Hao & Mou, arXiv 2604.04987): boost the drafted token's target mass within a KL-like budget δ."""
+    """CACTUS (Hao & Mou, arXiv 2604.04987): boost the drafted token's target mass within a KL-like budget δ
+    (``apply_cactus_constraint``, ``cactus_accept_ratio``)."""
 
     name = "cactus"
     modes = Modes(strict_knobs={"delta": 0.0}, greedy_is_exact=True)
@@ -185,7 +143,8 @@ class Cactus(RelaxedTarget):
 
 @register_policy
 class SpecCascadeOpt(RelaxedTarget):
-    """Speculative cascades, the [OPT] deferral rule (Narasimhan et al., arXiv 2405.19261)."""
+    """Speculative cascades, the [OPT] deferral rule (Narasimhan et al., arXiv 2405.19261):
+    ``spec_cascade_opt_defer_mask``."""
 
     name = "casc-opt"
     modes = Modes(strict_knobs={"alpha": -math.inf}, greedy_is_exact=True)
@@ -214,7 +173,8 @@ class SpecCascadeOpt(RelaxedTarget):
 
 @register_policy
 class SpecCascadeToken(RelaxedTarget):
-    """Speculative cascades, the token-level rule ("Tok3")."""
+    """Speculative cascades, the token-level rule ("Tok3"): ``spec_cascade_tok3_top_mask_from_logits``,
+    ``apply_spec_cascade_tok3_constraint``. α = 0 is not strict (the single first argmax); α < 0 is."""
 
     name = "casc-tok"
     modes = Modes(strict_knobs={"alpha": -1.0}, greedy_is_exact=True)
@@ -303,7 +263,8 @@ def divergence(p: torch.Tensor, q: torch.Tensor, kind: str) -> torch.Tensor:
 
 @register_policy
 class FuzzySpeculative(RelaxedTarget):
-    """Reducible Fuzzy SD (Holsman et al., arXiv 2502.20704): use the draft's distribution where it is close."""
+    """Reducible Fuzzy SD (Holsman et al., arXiv 2502.20704): use the draft's distribution where it is close
+    (``fsd_divergence_scores``, ``rfsd_use_draft_mask``)."""
 
     name = "fuzzy"
     modes = Modes(strict_knobs={"threshold": 0.0}, greedy_is_exact=True)
@@ -325,7 +286,8 @@ class FuzzySpeculative(RelaxedTarget):
 
 @register_policy
 class StaticEnsemble(RelaxedTarget):
-    """Static ensemble ``w·p + (1−w)·q`` (the DIVERSED paper's baseline); w = 0 is the always-accept baseline."""
+    """Static ensemble ``w·p + (1−w)·q`` (the DIVERSED paper's baseline; ``static_ensemble_accept_ratio``); w = 0
+    is the always-accept baseline."""
 
     name = "ensemble"
     modes = Modes(strict_knobs={"w": 1.0}, greedy_is_exact=True)
@@ -342,7 +304,10 @@ class StaticEnsemble(RelaxedTarget):
 
 @register_policy
 class SpeculativeContrastive(RelaxedTarget):
-    """Speculative contrastive decoding (SCD): the target contrasted against the draft as an amateur."""
+    """Speculative contrastive decoding (SCD): the target contrasted against the draft as an amateur
+    (``apply_scd_constraint``, ``scd_expert_toppk_gated``). It relaxes the target — the residual and so the output
+    distribution — not the acceptance test: with the same uniforms it never accepts what speculative sampling
+    rejects."""
 
     name = "contrastive"
     modes = Modes(supported={"sampling"}, strict_knobs={"beta": 0.0})  # greedy refused: the reference raises there

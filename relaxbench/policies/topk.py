@@ -1,18 +1,15 @@
 """Lenient top-K: accept ``d_i`` iff it is among the target's K most likely tokens.
 
-Reference: garipovroma/autojudge @ 8a4beb1, ``eval/generation_utils.py`` ``run_spec_dec_top_k`` (L17–): the baseline
-accepts a draft that matches the target's argmax or is among ``topk(target_logits, K).indices`` (L87, L105–106),
-takes the leading run (L109), and replaces the first rejected draft by the target's argmax (L111–118); greedy
-drafts, greedy only.
+Reference: garipovroma/autojudge @ 8a4beb1, ``eval/generation_utils.py`` ``run_spec_dec_top_k``: accept a draft that
+matches the target's argmax or is among its top K, take the leading run, replace the first rejected draft by the
+target's argmax; greedy drafts, greedy only (sampling is a configuration error). The knob is ``top`` (K; named so as
+not to clash with the draft length ``k``); ``K = 1`` is exact match. The mapping to the reference and the tests is in
+docs/conformance.md.
 
-The knob is ``top`` (K; named so as not to clash with the draft length ``k``). ``K = 1`` is defined as exact match
-(the argmax's tie-break decides), so it equals ``exact``. Loosening: larger K. Greedy only — the baseline has no
-sampling rule, so sampling is a configuration error. The correction token is the target's argmax.
+Deviations (why, in docs/conformance.md):
 
-Deviations, deliberate: membership is by value — ``d`` is in the top K when its raw logit is at least the K-th
-largest, so a tie with the K-th counts as in (the reference takes ``torch.topk``'s indices, whose order among exactly
-equal logits is unspecified); when all k drafts are accepted the engine emits the target's next token (the bonus),
-which the reference's window does not append.
+* membership by value: a tie with the K-th largest logit counts as in (the reference: ``torch.topk``'s indices);
+* the bonus token is emitted when all k drafts are accepted (the reference's window does not append it).
 """
 
 from __future__ import annotations

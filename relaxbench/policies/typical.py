@@ -1,47 +1,23 @@
 """Typical acceptance (Medusa, Cai et al., arXiv 2401.10774) as Medusa's default path runs it, and a greedy variant.
 
-Reference: FasterDecoding/Medusa @ e2a5d20, ``medusa/model/utils.py`` (last changed in 2b89814):
-``evaluate_posterior`` (L436–529) with ``sampling='typical'`` and ``fast=True`` — the default there and in
-``MedusaModelABC.medusa_generate`` (``medusa/model/medusa_model.py`` L249) — and ``generate_candidates``
-(L258–307), which picks the token that follows the accepted drafts.
+``typical`` — as reference: FasterDecoding/Medusa @ e2a5d20, ``medusa/model/utils.py`` ``evaluate_posterior`` with
+``sampling='typical'`` and ``fast=True`` (the default there and in ``MedusaModelABC.medusa_generate``), and
+``generate_candidates`` for the token that follows the accepted drafts. At temperature 0 it is exact match. Above,
+per draft position: ``p = softmax(z / T)`` (the temperature only), ``H = −Σ p·ln(p + 1e-5)`` (Medusa's epsilon), accept
+iff ``p(d) > min(ε, δ·exp(−H))`` (strict); the accepted length is the leading run and the next token the argmax of
+the raw logits, with no random number. Defaults ε = 0.09, δ = 0.3 (what ``medusa_generate`` passes). Drafts are the
+drafter's top-1 path. The line-by-line mapping to the reference and the tests is in docs/conformance.md.
 
-``typical`` (as reference), for a chain of k drafts, line by line:
+Deviations (why, in docs/conformance.md):
 
-* temperature 0 (``evaluate_posterior`` L458–472): exact match, ``d_i == argmax z_i`` on the raw logits; the next
-  token is the argmax (L280–281). So the greedy mode is ``exact``.
-* temperature T > 0, the fast path, per draft position i in order:
-  - ``p_i = softmax(z_i / T)`` over the full vocabulary (L476): the temperature only — Medusa's test applies no
-    top-k or top-p, so the run's top-k/top-p do not enter the rule;
-  - ``H_i = −Σ_v p_i(v)·ln(p_i(v) + 1e-5)`` (L480–482): the 1e-5 inside the log is Medusa's. It makes ``H`` smaller
-    than the entropy by up to about V·1e-5 nats, so the floor below is higher (stricter) than with the exact entropy;
-  - accept iff ``p_i(d_i) > min(ε, δ·exp(−H_i))`` (L483–487; a strict >); the accepted length is the leading run of
-    acceptances (L488, the cumulative product);
-  - the next token is the argmax of the target's raw logits at the first rejected position, or at the bonus
-    position when all k drafts are accepted: ``update_inference_inputs`` keeps that row (L586) and
-    ``generate_candidates`` takes its argmax when ``fast`` is set (L280–281). No random number is drawn.
-  Defaults ε = 0.09 (``posterior_threshold``) and δ = 0.3 (``posterior_alpha``): the values ``medusa_generate``
-  passes (``medusa_model.py`` L244–246, L316–342); the signature defaults in ``utils.py`` (0.3 and 0.09) apply only
-  to direct calls.
-* Drafts: Medusa's candidates are the top-k tree of its heads; a chain's analogue is the drafter's top-1 path, so the
-  policy asks the engine for greedy drafts (``greedy_drafts``) and never reads the draft distribution.
-* ``n_relaxed`` counts the accepted drafts that are not the target's argmax: the ones Medusa's own temperature-0 rule
-  would have rejected (every other token this rule emits is an argmax).
+* a chain, not a tree (no choice among tree paths, no padding token);
+* float32 from the engine's logits (Medusa: the model's dtype);
+* the entropy is skipped where ``p(d) > ε`` (the floor never exceeds ε; no verdict changes);
+* Medusa's ``fast=False`` path is not offered (it raises ``TypeError`` at this commit).
 
-Deviations, deliberate: a chain, not a tree (Medusa's choice among tree paths — the longest, ties by the largest
-``Σ log p`` of the accepted tokens, L494–501 — and its padding token 0, L298–303, have no counterpart); float32
-from the logits the engine hands over (Medusa computes in the model's dtype, often fp16); the shortcut below, which
-changes no verdict. Medusa's other typical path (``fast=False``: sample from the typical set and match,
-``get_typical_posterior_mask`` L404–432) is not offered: at this commit it raises ``TypeError`` (L504 passes six
-arguments to a five-parameter function, since 0ac14da).
-
-``typical-greedy`` (variant): the paper's rule applied to greedy decoding; not in the authors' code (Medusa's greedy
-mode is exact match). Accept ``d_i`` iff it is the target's argmax or ``p_i(d_i) > min(ε, δ·exp(−H_i))``, with ``p_i``
-the softmax of the raw logits (temperature 1) and ``H_i`` Medusa's entropy as above; the next token is the argmax.
-ε = δ = inf is exactly ``exact``.
-
-Cost: the floor is at most ε, so a draft with ``p(d) > ε`` (compared in float32, as Medusa's threshold tensor holds
-ε) is accepted without the entropy; the entropy (one log pass over the vocabulary) is computed only for the other
-positions, and only up to the first rejection. Loosening: smaller ε or smaller δ.
+``typical-greedy`` — variant: the paper's rule applied to greedy decoding; not in the authors' code. Accept the argmax
+or ``p(d) > min(ε, δ·exp(−H))`` with ``p`` the softmax of the raw logits; next token the argmax; ε = δ = inf is exact
+match.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Judge-style verification without training: reflective verification (Wang et al., "Think Before You Accept:
-Semantic Reflective Verification for Faster Speculative Decoding", arXiv 2505.18629), the target judging its own
-drafts in the same forward pass.
+"""Reflective verification (Wang et al., "Think Before You Accept: Semantic Reflective Verification for Faster
+Speculative Decoding", arXiv 2505.18629): the target re-reads its drafts after a reflection prompt in the same
+forward pass, training-free. Registered as ``reflective``; ``judge`` is an alias (stored runs and method files that
+name it keep resolving, and its runs keep their keys).
 
 Fidelity: as paper, unverified — the paper's method section could not be retrieved (only its abstract), and no code
 from the authors was found. What the abstract states, and this policy does: training-free; "prompt-based probing"
@@ -21,7 +22,7 @@ Our choices:
 * Fusion: at the logit level, ``z_i = (1 − α)·z0_i + α·zr_i`` (α = 0.3, as that reimplementation).
 * Prompt (``DEFAULT_REFLECTION``): "\\n\\nLet me double-check the text above and write it again, correcting any
   mistake:\\n" — written for this suite (the paper's prompt is unknown); any text works (``--knob prompt='...'``).
-* Acceptance. The judge can only *rescue* drafts; every token it emits itself comes from the target:
+* Acceptance. The reflective view can only *rescue* drafts; every token it emits itself comes from the target:
   - greedy: accept ``d_i`` iff it is the target's argmax or the argmax of the fused logits; the correction token is
     the target's argmax;
   - sampling: accept ``x ~ q`` with probability ``min(1, max(p, π)(x)/q(x))``, ``π`` the fused distribution after
@@ -47,16 +48,26 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax
 from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.ops.sampling import logits_to_probs
-from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, PolicyEnv, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import (
+    Block,
+    Fidelity,
+    Modes,
+    Need,
+    Origin,
+    PolicyEnv,
+    Verdict,
+    VerificationPolicy,
+    register_policy,
+)
 from relaxbench.policies.greedy import greedy_verdict
 from relaxbench.validation import Number, Spec, Text
 
 DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again, correcting any mistake:\n"
 
 
-@register_policy
-class ReflectiveJudge(VerificationPolicy):
-    name = "judge"
+@register_policy(aliases=("judge",), key_name="judge")
+class ReflectiveVerification(VerificationPolicy):
+    name = "reflective"
     needs = frozenset({Need.EXTRA_TOKENS, Need.DRAFT_PROBS_IF_ANY})
     modes = Modes(strict_knobs={"alpha": 0.0})
     origin = Origin(Fidelity.PAPER_UNVERIFIED,
@@ -76,14 +87,14 @@ class ReflectiveJudge(VerificationPolicy):
     def bind(self, env: PolicyEnv) -> None:
         ids = env.tokenizer.encode(self.knobs.prompt, add_special_tokens=False)
         if not ids:
-            raise ConfigError("policy 'judge': the reflection prompt tokenizes to nothing")
+            raise ConfigError(f"policy {self.name!r}: the reflection prompt tokenizes to nothing")
         self.reflection = torch.tensor(ids, dtype=torch.long, device=env.device)
 
     def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
         if draft_tokens.numel() == 0 or self.knobs.alpha == 0:  # α = 0 never reads the reflective logits
             return None
         if self.reflection is None:
-            raise RuntimeError("policy 'judge' was not bound to a tokenizer")
+            raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
         return torch.cat([self.reflection.to(draft_tokens.device), draft_tokens])
 
     def reflective_logits(self, block: Block) -> torch.Tensor:
