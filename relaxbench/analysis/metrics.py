@@ -8,7 +8,7 @@ mean over its n samples, with CIs from resampling units, i.e. items). Only units
 finished are used, so every figure of a task's table is over the same samples.
 
 Definitions: ``METRIC_DEFINITIONS`` below, the one list of every figure's definition (printed in every report; the
-benchmarks' own quantities, named apart from the speed-up, are there too).
+benchmarks' own quantities, named apart from the speed-up, are there too; docs/metrics.md is generated from it).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 
 Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in

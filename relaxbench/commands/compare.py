@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="decode every task with the run's sampling (greedy unless --temperature), over a task's own "
                         "(MT-Bench's temperature per category, an lm-eval task's generation kwargs)")
     c.add_argument("--warmup", type=int, default=None, help="untimed warm-up generations per arm (default 1)")
-    c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (README "
-                                                    "'Running on a cluster'; needs relaxbench[ray])")
+    c.add_argument("--executor", default=None, help="where jobs run: in-process (default) or ray (docs/cluster.md; "
+                                                    "needs relaxbench[ray])")
     c.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="ray: join this cluster (HOST:PORT, or 'auto' for the one `ray start` made on this machine); "
                         "default: start a local cluster and shut it down afterwards")

@@ -1,6 +1,6 @@
 """``relaxbench judge mine`` and ``relaxbench judge train``: label mismatches of a (draft, target) pair on a task
 with AutoJudge's search, then fit the heads the ``autojudge`` and ``judge-decoding`` policies read.
-README "Trained judges" shows the three commands end to end (mine, train, compare on other items)."""
+docs/trained-judges.md shows the three commands end to end (mine, train, compare on other items)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ DEFAULT_HEADS_DIR = "heads"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    j = sub.add_parser("judge", help="trained judges: mine labelled mismatches, train heads (README 'Trained judges')")
+    j = sub.add_parser("judge", help="trained judges: mine labelled mismatches, train heads (docs/trained-judges.md)")
     jsub = j.add_subparsers(dest="judge_command", required=True, parser_class=type(j))
 
     m = jsub.add_parser("mine", help="label a pair's mismatches on a task with AutoJudge's search")

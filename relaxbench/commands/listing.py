@@ -1,30 +1,133 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites."""
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, and
+the metric definitions. ``--markdown`` prints a Markdown table instead: the policy table of docs/policies.md and the
+metric table of docs/metrics.md are this command's output (a test checks the committed copies are current)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics")
 ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders or "
-                                    "suites")
+    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders, "
+                                    "suites, or the metric definitions")
     p.add_argument("kind", choices=(*LISTERS, *ALIASES))
+    p.add_argument("--markdown", action="store_true",
+                   help="print a Markdown table (the tables of docs/policies.md and docs/metrics.md)")
     p.set_defaults(handler=run)
 
 
-def policy_description(cls) -> str:
-    """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"...;
-    then the other names it answers to, if any."""
+@dataclass(frozen=True)
+class PolicyFacts:
+    """What the listings say about one policy class, in words."""
+
+    name: str
+    summary: str
+    fidelity: str  # "as reference", "as paper (no code)", "variant", "lossless baseline", ...
+    reference: str
+    modes: frozenset[str]
+    greedy_is_exact: bool  # exact match under greedy decoding at every knob setting, as its reference
+    lossy_modes: frozenset[str]  # modes without a lossless end
+    knobs: Mapping[str, Any]  # knob -> default (REQUIRED when it has none)
+    strict_knobs: Mapping[str, Any]  # the setting at which the rule is its lossless baseline
+    lossless: bool
+    module: str
+    aliases: tuple[str, ...] = ()  # other names the rule answers to (e.g. its name before a rename)
+
+
+REQUIRED = object()
+
+
+def policy_facts(cls) -> PolicyFacts:
+    """The one reader of a policy class's declarations for the listings (``list policies`` and its Markdown)."""
+    from pydantic_core import PydanticUndefined
+
     from relaxbench.policies import POLICIES
 
-    origin, exact = cls.origin, cls.modes.greedy_is_exact and "greedy" in cls.modes
-    modes = ", ".join(sorted(cls.modes.supported)) + ("; greedy: exact match" if exact else "")
-    aliases = POLICIES.aliases_of(cls.name)
-    also = f"; also named {', '.join(aliases)}" if aliases else ""
-    return f"{origin.fidelity.value} — {origin.summary} [{modes}]; {origin.reference}{also}"
+    origin, modes = cls.origin, cls.modes
+    knobs = {name: (REQUIRED if field.default is PydanticUndefined else field.default)
+             for name, field in cls.Knobs.model_fields.items()}
+    return PolicyFacts(
+        name=cls.name, summary=origin.summary, reference=origin.reference, fidelity=origin.fidelity.value,
+        modes=frozenset(modes.supported), greedy_is_exact=bool(modes.greedy_is_exact), lossy_modes=frozenset(modes.lossy),
+        knobs=knobs, strict_knobs=dict(modes.strict_knobs), lossless=bool(modes.lossless), module=cls.__module__,
+        aliases=tuple(POLICIES.aliases_of(cls.name)))
+
+
+def policy_description(cls) -> str:
+    """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"..."""
+    facts = policy_facts(cls)
+    exact = facts.greedy_is_exact and "greedy" in facts.modes
+    modes = ", ".join(sorted(facts.modes)) + ("; greedy: exact match" if exact else "")
+    also = f"; also named {', '.join(facts.aliases)}" if facts.aliases else ""
+    return f"{facts.fidelity} — {facts.summary} [{modes}]; {facts.reference}{also}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _knob_default(facts: PolicyFacts, value: Any) -> str:
+    if value is REQUIRED:
+        return "required"
+    if isinstance(value, str) and (len(value) > 16 or "\n" in value):
+        return f"a text (`{facts.module.replace('.', '/')}.py`)"
+    return _value(value)
+
+
+def _cell(text: str) -> str:
+    """Markdown table cell text: pipes escaped, no line breaks."""
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def policy_row(facts: PolicyFacts) -> list[str]:
+    knobs = ", ".join(f"`{k}` {_knob_default(facts, v)}" for k, v in facts.knobs.items()) or "—"
+    if facts.strict_knobs:
+        strict = ", ".join(f"{k} = {_value(v)}" for k, v in facts.strict_knobs.items())
+    else:
+        strict = "lossless" if facts.lossless else "—"
+    if "greedy" not in facts.modes:
+        greedy = "refused"
+    else:
+        greedy = "exact match" if facts.greedy_is_exact else "yes"
+    if "sampling" not in facts.modes:
+        sampling = "refused"
+    else:
+        sampling = "yes (lossy at every setting)" if "sampling" in facts.lossy_modes else "yes"
+    name = f"`{facts.name}`" + "".join(f" (alias `{alias}`)" for alias in facts.aliases)
+    return [name, facts.summary, f"{facts.fidelity}: {facts.reference}", knobs, strict, greedy,
+            sampling]
+
+
+def markdown(kind: str) -> str:
+    """The Markdown table ``relaxbench list KIND --markdown`` prints."""
+    if kind == "policies":
+        from relaxbench.policies import POLICIES
+
+        header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
+        return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(POLICIES.items())])
+    if kind == "metrics":
+        return markdown_table(("metric", "definition"), [(name, text) for name, text in metric_rows()])
+    return markdown_table(("name", "description"), [(f"`{name}`", text) for name, text in rows(kind)])
+
+
+def metric_rows() -> list[tuple[str, str]]:
+    from relaxbench.analysis.metrics import METRIC_DEFINITIONS
+
+    return list(METRIC_DEFINITIONS)
 
 
 def rows(kind: str) -> list[tuple[str, str]]:
@@ -78,6 +181,8 @@ def rows(kind: str) -> list[tuple[str, str]]:
         from relaxbench.scoring.graders import GRADERS
 
         return [(name, cls.summary) for name, cls in GRADERS.items()]
+    if kind == "metrics":
+        return metric_rows()
     from relaxbench.tasks import load_task, task_files
 
     out = []
@@ -95,12 +200,15 @@ def rows(kind: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    kind = ALIASES.get(args.kind, args.kind)
+    if args.markdown:
+        print(markdown(kind), end="")
+        return 0
     from rich.markup import escape
     from rich.table import Table
 
     from relaxbench.ui import console
 
-    kind = ALIASES.get(args.kind, args.kind)
     table = Table(title=kind)
     table.add_column("name", no_wrap=True)
     table.add_column("description")

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # --tasks, -h ...) to the positional list untouched, for lm-eval to parse
     p = sub.add_parser("lm-eval", prefix_chars="\x00", add_help=False,
                        help="run lm-evaluation-harness with `--model relaxbench` available (all arguments go to "
-                            "lm-eval; see README 'lm-evaluation-harness')")
+                            "lm-eval; see docs/lm-eval.md)")
     p.add_argument("lm_eval_args", nargs="*")
     p.set_defaults(handler=run)
 

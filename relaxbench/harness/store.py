@@ -3,7 +3,7 @@
 Every generated sample is committed in its own transaction as soon as it is scored, so a killed run loses at most
 the sample in flight, and a rerun skips what is there. Every figure a report shows is derived from these rows.
 
-Tables (see README "The results store"):
+Tables (docs/store.md describes every column):
   meta          schema version
   runs          one row per distinct run (its key is a hash of everything that decides the results)
   environment   one row per session (invocation) that worked on a run: device, dtypes, threads, versions, CPU,

@@ -112,7 +112,7 @@ class ModelArgs(Spec):
         for required, example in (("target", "target=smollm2-135m-instruct"), ("method", "method=exact")):
             if values.get(required) in (None, ""):
                 raise ConfigError(f"--model relaxbench needs {example} in --model_args "
-                                  f"(model args: {', '.join(named)}; see README 'lm-evaluation-harness')")
+                                  f"(model args: {', '.join(named)}; see docs/lm-eval.md)")
         return validate(cls, values, "--model_args", "model arg")
 
 
