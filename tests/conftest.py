@@ -76,26 +76,3 @@ def assert_one_line_error(result: CliResult, *fragments: str) -> None:
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
-
-
-def small_vocab_model(vocab: int, seed: int, layers: int = 2):
-    """A LoadedModel over a ``vocab``-token WordLevel tokenizer with no EOS: for distribution tests, where every
-    token must stay reachable and the exact distribution is cheap to enumerate."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from relaxbench.models.load import LoadedModel
-    from relaxbench.models.resolve import ModelLocation
-
-    words = {chr(ord("a") + i): i for i in range(vocab)}
-    core = Tokenizer(models.WordLevel(vocab=words, unk_token="a"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.15,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).double().eval()
-    model.generation_config.eos_token_id = None
-    return LoadedModel(f"small-vocab-{vocab}-{seed}", ModelLocation("test", "test", "test"), model, tokenizer,
-                       torch.float64, torch.device("cpu"))

@@ -5,8 +5,8 @@ on the device.
 Exact match is lossless when a k-token verify forward and a 1-token forward agree on the argmax. Where an output
 differs from AR, the first difference is diagnosed (``decoding/divergence.py``): a flip at a top-2 logit gap under
 the dtype's rounding tolerance is a numerical near-tie (reported, as a compare run reports it); anything else is a
-real divergence, and the target is no real divergence. The distribution check is the chi-square test of
-tests/test_distribution.py run on the device: 3 tokens from a 4-token vocabulary, the empirical joint against the
+real divergence, and the target is no real divergence. The distribution check is the chi-square test that
+tests/test_distribution.py runs on CPU, here on the device: 3 tokens from a 4-token vocabulary, the empirical joint against the
 target's enumerated joint; a rule that resamples from p instead of the residual must fail it (the test's power).
 """
 
