@@ -171,32 +171,30 @@ class WriterLock:
     """One writer per store: an exclusive ``flock`` on ``<store>.lock`` beside it, held while a command writes.
 
     The operating system releases the lock when its process ends, however it ends (a SIGKILL included), so a
-    killed run never leaves a store locked; the file itself stays (removing it would let two processes lock two
-    different files of one name). It holds who has the lock — pid, host, start time, command — so a second
-    writer is refused at once with a line that names the running one."""
+    killed run never leaves a store locked; the file itself stays beside a store. It holds who has the lock — pid,
+    host, start time, command — so a second writer is refused at once with a line that names the running one. A
+    command that fails before it writes a store (an unreachable cluster, a model that does not load) leaves nothing:
+    the folder the lock created and the lock file go. A lock taken on a file that was removed meanwhile is retaken on
+    the new one, so two writers never hold two files of one name."""
 
     def __init__(self, store_path: str | Path, command: str) -> None:
-        self.path = Path(store_path).with_name(Path(store_path).name + ".lock")
+        self.store = Path(store_path)
+        self.path = self.store.with_name(self.store.name + ".lock")
         self.command = command
         self.fd: int | None = None
+        self.created: Path | None = None  # the topmost folder this lock created, if any
 
     def acquire(self) -> WriterLock:
-        import fcntl
         import socket
 
+        missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise DataError(f"{self.path}: cannot create the store's lock file ({exc.strerror}); choose a writable "
                             "--out") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise DataError(f"{self.path.with_suffix('')}: already being written by {holder}; wait for it to end "
-                            "or give another --out") from None
+        self.created = missing[-1] if missing else None
+        fd = self._lock_current_file()
         os.ftruncate(fd, 0)
         os.write(fd, dumps({"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(),
                             "command": self.command}).encode())
@@ -204,10 +202,45 @@ class WriterLock:
         self.fd = fd
         return self
 
+    def _lock_current_file(self) -> int:
+        """The lock file's descriptor, flocked, and still the file of that name (a release may remove it)."""
+        import fcntl
+
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise DataError(f"{self.path}: cannot create the store's lock file ({exc.strerror}); choose a "
+                                "writable --out") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise DataError(f"{self.path.with_suffix('')}: already being written by {holder}; wait for it to "
+                                "end or give another --out") from None
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # removed (or replaced) between the open and the lock: take the current one
+
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor releases the flock
-            self.fd = None
+        if self.fd is None:
+            return
+        if not self.store.exists():  # nothing was written: leave nothing behind (removed while still locked)
+            self.path.unlink(missing_ok=True)
+            if self.created is not None:
+                for folder in (self.path.parent, *self.path.parent.parents):
+                    try:
+                        folder.rmdir()  # only while empty
+                    except OSError:
+                        break
+                    if folder == self.created:
+                        break
+        os.close(self.fd)  # closing the descriptor releases the flock
+        self.fd = None
 
     def __enter__(self) -> WriterLock:
         return self.acquire()

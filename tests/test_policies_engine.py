@@ -45,20 +45,20 @@ def test_every_policy_runs_through_relaxbench_generate(name, mode, capsys):
         args += ["--temperature", "0.9", "--top-p", "0.95", "--seed", "3"]
     assert cli_main(args) == 0
     err = capsys.readouterr().err
-    assert f"({name}, k=6)" in err and "mean acc." in err and "relaxed" in err
+    assert f"({name}, k=6, transformers)" in err and "mean acc." in err and "relaxed" in err
 
 
 def test_fly_method_through_the_real_cli(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--method", "fly",
                  "--prompt", "abcabcabcabc", "--max-new-tokens", "40", "--no-chat")
     assert result.returncode == 0, result.stderr
-    assert "fly (fly, k=15)" in result.stderr
+    assert "fly (fly, k=15, transformers)" in result.stderr
 
 
 def test_draft_layerskip_needs_no_draft_model(capsys):
     assert cli_main(["generate", "--target", "tiny-random-target", "--draft", "layerskip", "--policy", "margin",
                      "--prompt", "hello", "--max-new-tokens", "12", "--drafter-knob", "layers=2"]) == 0
-    assert "(margin, k=5)" in capsys.readouterr().err
+    assert "(margin, k=5, transformers)" in capsys.readouterr().err
 
 
 def test_q_needing_rule_with_the_ngram_drafter_is_a_one_line_error(cli):

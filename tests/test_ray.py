@@ -283,7 +283,7 @@ def test_executor_options_are_checked(tmp_path, capsys):
     out = tmp_path / "run"
     for extra, fragments in ((["--ray-address", "auto"], ("executor 'in-process'", "unknown option 'address'")),
                              (["--executor", "rya"], ("unknown executor 'rya'",)),
-                             (["--device-map", "autoo"], ("device_map", "did you mean 'auto'"))):
+                             (["--device-map", "autoo"], ("--device-map", "did you mean 'auto'"))):
         code = main(compare_args(out, *extra))
         captured = capsys.readouterr()
         assert_one_line_error(CliResult(code, captured.out, captured.err), *fragments)

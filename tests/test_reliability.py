@@ -437,3 +437,21 @@ def test_truncate_prompt_is_a_task_field_left_out_of_the_record_when_unset():
     assert "truncate_prompt" not in plain.to_record()  # old runs keep their keys
     cut = validate(TaskSpec, {"name": "t", "format": "jsonl", "scorer": "auto", "truncate_prompt": True}, "t.yaml")
     assert cut.to_record()["truncate_prompt"] is True
+
+
+def test_a_lock_that_wrote_no_store_leaves_nothing_and_one_beside_a_store_stays(tmp_path: Path):
+    from relaxbench.sqlite_file import WriterLock
+
+    out = tmp_path / "a" / "b"
+    with WriterLock(out / "results.sqlite", "test"):
+        assert (out / "results.sqlite.lock").exists()
+    assert not (tmp_path / "a").exists()  # every folder the lock made is gone with it
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with WriterLock(kept / "results.sqlite", "test"):
+        pass
+    assert kept.is_dir() and not any(kept.iterdir())  # a folder the user made stays
+    with WriterLock(kept / "results.sqlite", "test"):
+        (kept / "results.sqlite").write_bytes(b"")
+    assert (kept / "results.sqlite.lock").exists()  # beside a store the file stays
+

@@ -70,7 +70,7 @@ def _renamed_method_row(row: list) -> list:
 ADDED_DEFAULTS = {"methods": {None: {"relax_in": None, "thinking_tags": None}},
                   "tasks": {"spec": {"truncate_prompt": False, "temperature": None, "temperature_by_category": {}}},
                   "suites": {"spec": {"override_task_sampling": False, "thinking_budget": 0,
-                                      "thinking_budget_text": None}}}
+                                      "thinking_budget_text": None, "engine": "transformers", "concurrency": [1]}}}
 # Deliberate changes of meaning after the snapshot, each (kind, name) with every path that changed: MT-Bench
 # generates as FastChat's gen_model_answer.py (1024 tokens, a temperature per category); the default and full suites
 # keep their greedy decoding over it (override_task_sampling), Xia et al.'s suites force the thinking budget. A task

@@ -18,7 +18,7 @@ import torch
 from relaxbench.arms import build_decoder
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
-from relaxbench.harness.suite import VOLATILE_FIELDS, SuiteSpec
+from relaxbench.harness.suite import ADDED_KEY_FIELDS, VOLATILE_FIELDS, SuiteSpec
 from relaxbench.integrations.vllm_batch import flatten, output_row, request_block
 from relaxbench.integrations.vllm_rules import RuleRequest, check_rule, speculative_config
 from relaxbench.integrations.vllm_worker import trim_rounds, verify_steps
@@ -116,7 +116,7 @@ def test_draft_probabilities_come_back_as_the_blocks_distributions(tiny_target, 
 def test_run_key_of_the_transformers_engine_is_unchanged():
     suite = SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",))
     data = suite.model_dump()
-    for name in (*VOLATILE_FIELDS, "chat_template_args", "engine", "concurrency"):
+    for name in (*VOLATILE_FIELDS, *ADDED_KEY_FIELDS, "engine", "concurrency"):
         data.pop(name)
     assert suite.key_fields() == data  # the key's fields before the engine existed, exactly
     vllm = suite.model_copy(update={"engine": "vllm"})
