@@ -11,8 +11,9 @@ draft model's when the drafter uses one. The AR baseline is the same sum with no
 
 A request decoded at concurrency B (``batch``: the requests the engine kept in flight; 1 for relaxbench's own loop)
 is priced with the profile's batch-B tables: each of its rounds costs one step of B requests, each feeding the
-round's tokens at the round's context (the target's and the draft model's forwards alike), and its n-gram lookups
-are B requests' lookups on the host, one after another. Prefill stays one request's. A profile not made at batch B
+round's tokens at the round's context (the target's and the draft model's forwards alike). Its n-gram lookups cost
+what one request's do: the step's B lookups run side by side on the host (vLLM's n-gram proposer runs them in
+parallel threads). Prefill stays one request's. A profile not made at batch B
 cannot price the request (``Unpriced``): a step of B requests costs neither what one request's forward does nor B
 times that, and which it is near depends on whether the step is memory- or compute-bound, the very thing the
 batch dimension is there to tell.
@@ -119,7 +120,7 @@ class _Pricer:
             raise Unpriced(f"profile {self.profile.name!r} has no n-gram lookup cost")
         if not curve.covers(context):
             self.outside += 1
-        return self.batch * curve.at(context)  # the step's B requests' lookups, one after another
+        return curve.at(context)
 
 
 def proxy_time(profile: Profile, work: Work, drafter: str | None, batch: int = 1) -> ProxyTime:
