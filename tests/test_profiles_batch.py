@@ -55,7 +55,7 @@ def with_batch_8(data: dict) -> dict:
 
 
 def test_a_profile_without_batch_sizes_is_a_batch_1_profile_and_round_trips(tmp_path):
-    data = synthetic_profile()  # the format every profile had before batch sizes: no 'batch', no 'forward_batches'
+    data = synthetic_profile()  # no 'batch', no 'forward_batches'
     assert "batch" not in data["target"]["forward"]
     profile = Profile.model_validate(data)
     assert profile.batch_sizes == (1,) and profile.target.forward.batch == 1
@@ -90,7 +90,8 @@ def test_broken_batch_tables_are_a_one_line_error(tmp_path, break_it, message):
 def test_batch_1_prices_as_the_hand_formulas_whatever_larger_batches_a_profile_holds():
     """The same records as tests/test_profiles.py's exact-pricing test, on a profile that also holds a batch-8
     table: batch 1 (the default) is priced with the batch-1 costs alone."""
-    for profile in (Profile.model_validate(synthetic_profile()), Profile.model_validate(with_batch_8(synthetic_profile()))):
+    plain, batched = synthetic_profile(), with_batch_8(synthetic_profile())
+    for profile in (Profile.model_validate(plain), Profile.model_validate(batched)):
         model = Work(11, drafted=(4, 4), emitted=(5, 2), extra=(0, 0), draft_forwards=((1, 1, 1, 1), (2, 1, 1, 1)),
                      lookups=(0, 0))
         for priced in (proxy_time(profile, model, "model"), proxy_time(profile, model, "model", batch=1)):
@@ -187,7 +188,7 @@ FIXTURE_BATCH_1 = {
 }
 
 
-def test_stored_runs_of_relaxbenchs_own_loop_price_at_batch_1_as_they_always_did(tmp_path):
+def test_stored_runs_of_relaxbenchs_own_loop_price_at_batch_1_to_fixed_figures(tmp_path):
     from relaxbench.analysis import load_run, summarize_run
     from relaxbench.analysis.proxy import choose_profiles, run_batch_sizes
     from tests.report_fixture import build_fixture_run
@@ -215,7 +216,8 @@ def _cell(arm: str, position: int) -> CellDefinition:
     baseline = arm == "ar"
     return CellDefinition(
         task="code", arm=arm, position=position, is_baseline=baseline, method=arm, policy="none" if baseline else arm,
-        lossless=True, knobs={}, method_spec={"name": arm}, drafter=None if baseline else {"kind": "ngram", "knobs": {}},
+        lossless=True, knobs={}, method_spec={"name": arm},
+        drafter=None if baseline else {"kind": "ngram", "knobs": {}},
         k=0 if baseline else 5, decode={"k": 0 if baseline else 5, "max_new_tokens": TOKENS,
                                         "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}},
         task_spec={"name": "code", "scorer": "code-exec"}, scorer="code-exec", data_fingerprint="batch-test")

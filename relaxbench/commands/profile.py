@@ -201,9 +201,9 @@ def print_written(profile: Profile, out: Path) -> None:
     rows = [(text(str(t.batch)), *(figure(f"{t.at(n, context) * 1e3:.3f}") for n in shown),
              figure(f"{t.at(shown[-1], context) / t.at(shown[0], context):.2f}"))
             for t in profile.target.forward_tables]
+    columns = ("batch B", *(f"n={n}" for n in shown), f"n={shown[-1]} / n={shown[0]}")
     print_table(table("profile-steps", f"{profile.target.model}: ms per step of B requests × n new tokens, at a "
-                      f"{context}-token cache", ("batch B", *(f"n={n}" for n in shown), f"n={shown[-1]} / n={shown[0]}"),
-                      rows))
+                      f"{context}-token cache", columns, rows))
 
 
 def write_analytic(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path,

@@ -6,9 +6,9 @@ One forward step of ``B`` requests, each feeding ``n`` new tokens on top of its 
 * bytes read per device = (weights read per forward × bytes per weight + B × KV values of ``L + n`` tokens × bytes
   per value) / tp, at an achieved fraction of peak memory bandwidth: the weights are streamed once per step
   whatever B, every request's KV cache is read;
-* FLOPs per device = B × (2 × weights read × n + 4 × layers × heads × head size × n × (L + (n + 1) / 2)) / tp (the
-  matmuls of B × n tokens, then every request's attention scores and weighted values), at an achieved fraction of
-  dense bf16 peak;
+* FLOPs per device = B × (2 × weights read × n + 4 × layers × heads × head size × n × (L + (n + 1) / 2)) / tp
+  (the matmuls of B × n tokens, then every request's attention scores and weighted values), at an achieved fraction
+  of dense bf16 peak;
 * time = max(memory time, compute time) + a fixed overhead per step.
 
 At B = 1 this is one request's forward. As B grows the weights' share of the bytes is shared by more tokens, so a
