@@ -11,9 +11,9 @@ One forward step of ``B`` requests, each feeding ``n`` new tokens on top of its 
   of dense bf16 peak;
 * time = max(memory time, compute time) + a fixed overhead per step.
 
-At B = 1 this is one request's forward. As B grows the weights' share of the bytes is shared by more tokens, so a
-step that is memory-bound at batch 1 (where verifying k + 1 tokens costs about one token) turns compute-bound, and
-then every drafted token a request verifies costs its FLOPs: the reason the best draft length falls with batch size.
+At B = 1 this is one request's forward. As B grows the weights' bytes are shared by more tokens, so a step that is
+memory-bound at batch 1 (where verifying k + 1 tokens costs about one token) turns compute-bound, and then every
+drafted token a request verifies costs its FLOPs: the reason the best draft length falls with batch size.
 
 Assumptions (recorded in every analytic profile and shown in the report): a step of B requests has every request
 at the same context and the same number of new tokens (the priced request's own), so a request's round costs the

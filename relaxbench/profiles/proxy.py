@@ -13,10 +13,10 @@ A request decoded at concurrency B (``batch``: the requests the engine kept in f
 is priced with the profile's batch-B tables: each of its rounds costs one step of B requests, each feeding the
 round's tokens at the round's context (the target's and the draft model's forwards alike). Its n-gram lookups cost
 what one request's do: the step's B lookups run side by side on the host (vLLM's n-gram proposer runs them in
-parallel threads). Prefill stays one request's. A profile not made at batch B
-cannot price the request (``Unpriced``): a step of B requests costs neither what one request's forward does nor B
-times that, and which it is near depends on whether the step is memory- or compute-bound, the very thing the
-batch dimension is there to tell.
+parallel threads). Prefill stays one request's. A profile not made at batch B cannot price the request
+(``Unpriced``): a step of B requests costs neither what one request's forward does nor B times that, and which it
+is near depends on whether the step is memory- or compute-bound, the very thing the batch dimension is there to
+tell.
 
 This is Xia et al.'s response-length-aware proxy speed (graphcore-research/relaxed-spec-dec-repro,
 ``analysis/proxy_speed.py``) priced per round instead of per draft length: every round is priced at its own
