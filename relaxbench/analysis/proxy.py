@@ -3,8 +3,11 @@
 The profiles of a summary: ``this-machine`` when the run measured one (the run's own calibration: every arm priced
 with one measured table of this machine), then the ones asked for (``--profile``), else the ones ``compare``
 recorded with the run (``--profile`` there, or a suite's ``profiles:``). The proxy time of a sample is
-``relaxbench.profiles.proxy.proxy_time`` of its stored per-round records; the metrics turn them into proxy
-speed-ups with the very functions that turn measured times into speed-ups.
+``relaxbench.profiles.proxy.proxy_time`` of its stored per-round records at the sample's batch size (the
+concurrency it was decoded at); the metrics turn them into proxy speed-ups with the very functions that turn
+measured times into speed-ups. A device name is resolved to an analytic profile at every batch size the run's
+samples were decoded at; a profile file prices only the batch sizes it holds, and a sample at another is unpriced
+(the summary's notice names the batch size and how to make a profile at it).
 """
 
 from __future__ import annotations
@@ -43,9 +46,21 @@ def _shape(run: RunRecord, name: str) -> ModelShape:
     return model_shape(name)
 
 
+def sample_batch(sample: SampleRow) -> int:
+    """The requests per step a sample was decoded among: the concurrency the vLLM engine ran it at (the run's
+    ``--concurrency``), 1 for relaxbench's own loop (one request at a time, no concurrency recorded)."""
+    return sample.concurrency or 1
+
+
+def run_batch_sizes(run: RunRecord) -> tuple[int, ...]:
+    """Every batch size the run's samples were decoded at, increasing (1 for a run with no samples)."""
+    return tuple(sorted({sample_batch(s) for cell in run.cells for s in cell.samples})) or (1,)
+
+
 def run_profiles(run: RunRecord, refs: Sequence[str]) -> tuple[Profile, ...]:
     """The profiles ``refs`` name, for this run's models (a one-line ``ConfigError`` for one that names nothing)."""
-    profiles = [resolve_profile(ref, run.target, run.draft, run.machine_profile, partial(_shape, run))
+    batch_sizes = run_batch_sizes(run)
+    profiles = [resolve_profile(ref, run.target, run.draft, run.machine_profile, partial(_shape, run), batch_sizes)
                 for ref in refs]
     names = [p.name for p in profiles]
     duplicate = next((n for n in names if names.count(n) > 1), None)
@@ -88,5 +103,5 @@ def drafter_kind(cell: CellRecord) -> str | None:
 
 
 def sample_proxy(profile: Profile, cell: CellRecord, sample: SampleRow) -> ProxyTime:
-    """The proxy time of one stored sample on ``profile``'s device (raises ``Unpriced``)."""
-    return proxy_time(profile, sample_work(sample), drafter_kind(cell))
+    """The proxy time of one stored sample on ``profile``'s device, at its batch size (raises ``Unpriced``)."""
+    return proxy_time(profile, sample_work(sample), drafter_kind(cell), sample_batch(sample))

@@ -1,5 +1,6 @@
 """``relaxbench profile``: write a cost profile — measured on this machine's device, or an analytic roofline of a
-shipped device spec — for a target (and draft) model; ``--list`` shows the shipped device specs."""
+shipped device spec — for a target (and draft) model, at one or more batch sizes (``--batch``: requests per step);
+``--list`` shows the shipped device specs."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from relaxbench.commands.args import add_runtime_args
 
 if TYPE_CHECKING:
     from relaxbench.profiles.measure import Grid
+    from relaxbench.profiles.spec import Profile
 
 DEFAULT_NEW_TOKENS = "1,2,4,8,16,32"
 DEFAULT_CONTEXT = "64,128,256,512,1024"
 DEFAULT_PREFILL = "16,64,256,1024"
 DEFAULT_DRAFT_NEW_TOKENS = "1,2,4,8"
+DEFAULT_BATCH = "1"
+SHOWN_NEW_TOKENS = (1, 2, 4, 8, 16, 32)  # the step sizes the printed summary shows (those the table holds)
+SHOWN_CONTEXT = 512  # the cache length the printed summary shows (or the profile's nearest below, else its first)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"draft forward sizes (default {DEFAULT_DRAFT_NEW_TOKENS})")
     p.add_argument("--context", default=None, help=f"KV-cache lengths (default {DEFAULT_CONTEXT})")
     p.add_argument("--prefill", default=None, help=f"prompt lengths (default {DEFAULT_PREFILL})")
+    p.add_argument("--batch", default=None, metavar="B[,B...]",
+                   help="batch sizes: requests per step, each priced as a step of B requests (default "
+                        f"{DEFAULT_BATCH}; with --run: the concurrencies the run was decoded at)")
     p.add_argument("--repeats", type=int, default=3, help="timed forwards per grid point; the median is kept")
     p.add_argument("--warmup", type=int, default=1, help="untimed forwards per grid point first")
     p.add_argument("--tp", type=int, default=1, help="--analytic: tensor-parallel degree (default 1)")
@@ -55,6 +63,19 @@ def sizes(text: str, what: str) -> tuple[int, ...]:
     return values
 
 
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """``--batch``: distinct, increasing integers >= 1, or a one-line ``ConfigError``."""
+    from relaxbench.errors import ConfigError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"--batch: give comma-separated batch sizes (requests per step), got {text!r}") from None
+    if not values or list(values) != sorted(set(values)) or values[0] < 1:
+        raise ConfigError(f"--batch: batch sizes must be >= 1, distinct and increasing, got {text!r}")
+    return values
+
+
 COMMON_SHARE = 0.05  # a forward size at least this share of a run's rounds gets its own grid point
 
 
@@ -63,6 +84,7 @@ def run_grid_limits(run_dir: str) -> dict[str, Any]:
     from collections import Counter
 
     from relaxbench.analysis import load_run
+    from relaxbench.analysis.proxy import run_batch_sizes
 
     run = load_run(run_dir)
     samples = [s for c in run.cells for s in c.samples if s.round_emitted]
@@ -81,7 +103,7 @@ def run_grid_limits(run_dir: str) -> dict[str, Any]:
 
     return {"target": run.target, "draft": run.draft, "verify": max(verify, default=1),
             "verify_common": common(verify), "context": context, "prefill": prompt - 1,
-            "draft_forward": max(draft, default=1), "draft_common": common(draft)}
+            "draft_forward": max(draft, default=1), "draft_common": common(draft), "batch": run_batch_sizes(run)}
 
 
 def grid_from_args(args: argparse.Namespace, limits: dict[str, Any] | None) -> Grid:
@@ -106,7 +128,15 @@ def grid_from_args(args: argparse.Namespace, limits: dict[str, Any] | None) -> G
         if given is not None:
             derived[key] = sizes(given, key.replace("_", "-"))
     return Grid(new_tokens=derived["new_tokens"], context=derived["context"], prefill=derived["prefill"],
-                draft_new_tokens=derived["draft_new_tokens"], lookup_context=derived["context"])
+                draft_new_tokens=derived["draft_new_tokens"], lookup_context=derived["context"],
+                batch=batch_from_args(args, limits))
+
+
+def batch_from_args(args: argparse.Namespace, limits: dict[str, Any] | None) -> tuple[int, ...]:
+    """The batch sizes to make the profile at: ``--batch``, else the run's (``--run``), else batch 1."""
+    if args.batch is not None:
+        return batch_sizes(args.batch)
+    return tuple(limits["batch"]) if limits is not None else batch_sizes(DEFAULT_BATCH)
 
 
 def list_devices() -> int:
@@ -143,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out}: a profile file ends in .yaml")
     if not out.parent.is_dir():
         raise ConfigError(f"--out {out}: the folder {out.parent} does not exist")
+    if args.batch is not None:
+        batch_sizes(args.batch)  # a malformed --batch fails before a run is read or a model resolved
     limits = run_grid_limits(args.run) if args.run else None
     target = args.target or (limits or {}).get("target")
     draft = args.draft or (limits or {}).get("draft")
@@ -150,28 +182,46 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("profile needs --target (or --run RUN_DIR to take the run's models)")
     name = args.name or out.stem
     if args.analytic is not None:
-        return write_analytic(args, target, draft, name, out)
+        return write_analytic(args, target, draft, name, out, batch_from_args(args, limits))
     return write_measured(args, target, draft, name, out, grid_from_args(args, limits))
 
 
-def write_analytic(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path) -> int:
+def print_written(profile: Profile, out: Path) -> None:
+    """What was written: the profile, its batch sizes and grid, and a table of the target's step time per batch
+    size and step size (where a step turns compute-bound, verifying more tokens stops being free)."""
+    from relaxbench.commands.bench.output import figure, print_table, table, text
+    from relaxbench.profiles.spec import batch_text
+    from relaxbench.ui import console
+
+    first = profile.target.forward
+    shown = [n for n in SHOWN_NEW_TOKENS if n in first.new_tokens] or list(first.new_tokens[:len(SHOWN_NEW_TOKENS)])
+    context = max((c for c in first.context if c <= SHOWN_CONTEXT), default=first.context[0])
+    console().print(f"profile {profile.name} ({profile.device}) → {out}: {batch_text(profile.batch_sizes)}; "
+                    f"{len(first.context)} contexts × {len(first.new_tokens)} target sizes", highlight=False)
+    rows = [(text(str(t.batch)), *(figure(f"{t.at(n, context) * 1e3:.3f}") for n in shown),
+             figure(f"{t.at(shown[-1], context) / t.at(shown[0], context):.2f}"))
+            for t in profile.target.forward_tables]
+    columns = ("batch B", *(f"n={n}" for n in shown), f"n={shown[-1]} / n={shown[0]}")
+    print_table(table("profile-steps", f"{profile.target.model}: ms per step of B requests × n new tokens, at a "
+                      f"{context}-token cache", columns, rows))
+
+
+def write_analytic(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path,
+                   batch: tuple[int, ...]) -> int:
     from relaxbench.models import model_shape
     from relaxbench.profiles.analytic import analytic_profile
     from relaxbench.profiles.devices import device_catalog
     from relaxbench.profiles.resolve import run_draft_model
     from relaxbench.profiles.spec import write_profile
-    from relaxbench.ui import console
 
     device_catalog().get(args.analytic)  # an unknown device fails before any model is resolved
     draft_model = run_draft_model(draft)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     profile = analytic_profile(args.analytic, target, model_shape(target), draft_model,
-                               model_shape(draft_model) if draft_model else None, dtype=dtype, tp=args.tp, name=name)
+                               model_shape(draft_model) if draft_model else None, dtype=dtype, tp=args.tp, name=name,
+                               batch_sizes=batch)
     write_profile(profile, out)
-    t = profile.target.forward
-    console().print(f"profile {name} ({profile.device}) → {out}: target 1-token forward "
-                    f"{t.at(1, 512) * 1e3:.2f} ms, 16-token {t.at(16, 512) * 1e3:.2f} ms at a 512-token cache",
-                    highlight=False)
+    print_written(profile, out)
     return 0
 
 
@@ -181,7 +231,7 @@ def write_measured(args: argparse.Namespace, target: str, draft: str | None, nam
     from relaxbench.commands.args import runtime_from_args
     from relaxbench.profiles.measure import measure_profile
     from relaxbench.profiles.spec import write_profile
-    from relaxbench.ui import console, progress_bars
+    from relaxbench.ui import progress_bars
 
     device = runtime_from_args(args)
     target_model, draft_model = load_pair(target, draft, device, args.dtype, args.draft_dtype, quiet=False)
@@ -191,8 +241,5 @@ def write_measured(args: argparse.Namespace, target: str, draft: str | None, nam
         profile = measure_profile(target_model, draft_model, grid, repeats=args.repeats, warmup=args.warmup,
                                   name=name, advance=lambda what: progress.update(bar, advance=1, description=what))
     write_profile(profile, out)
-    t = profile.target.forward
-    console().print(f"profile {name} ({profile.device}) → {out}: {len(t.context)} contexts × {len(t.new_tokens)} "
-                    f"target sizes; 1-token forward {t.seconds[0][0] * 1e3:.1f} ms at a {t.context[0]}-token cache",
-                    highlight=False)
+    print_written(profile, out)
     return 0

@@ -27,9 +27,10 @@ def _sourced(spec: Spec, numbers: tuple[str, ...]) -> None:
 
 
 class Stack(Spec):
-    """What the serving software achieves on a device at batch size 1: the fraction of peak memory bandwidth a
-    decode step reaches, the fraction of dense peak FLOP/s a compute-bound forward (prefill) reaches, and a fixed
-    cost per forward (kernel launches and the gaps between them)."""
+    """What the serving software achieves on a device: the fraction of peak memory bandwidth a decode step reaches
+    (measured at batch size 1), the fraction of dense peak FLOP/s a compute-bound forward (prefill, a large batch)
+    reaches, and a fixed cost per forward (kernel launches and the gaps between them). The roofline applies them at
+    every batch size."""
 
     achieved_bandwidth: Finite = Field(gt=0, le=1)  # a fraction of the peak
     achieved_flops: Finite = Field(gt=0, le=1)

@@ -2,11 +2,14 @@
 their prefill costs, and the cost of an n-gram lookup.
 
 Each grid point is timed as the engine runs it: a ``CachedLM`` holding ``L`` tokens runs ``n`` new tokens with
-logits for all of them (as a verify pass and FLy's n-gram check do), then is cut back to ``L``. Every shape gets
-``warmup`` untimed runs (first calls select kernels), then ``repeats`` timed ones; the table holds their median.
-``timing.Clock`` synchronises the device before reading the time, so on CUDA the work is timed, not its launch.
-The same function measures ``relaxbench profile``'s file and the ``this-machine`` profile a ``compare`` session
-measures once at its start for every arm.
+logits for all of them (as a verify pass and FLy's n-gram check do), then is cut back to ``L``. At a batch size
+B > 1 the same model call runs B rows of ``n`` new tokens over one B-row KV cache of ``L`` tokens each (the
+transformers model and cache the engine uses, cut back by the engine's ``rollback``): a step of B requests at one
+context and verify size, as the analytic roofline assumes. Prefill is one request's at every batch size. Every
+shape gets ``warmup`` untimed runs (first calls select kernels), then ``repeats`` timed ones; the table holds their
+median. ``timing.Clock`` synchronises the device before reading the time, so on CUDA the work is timed, not its
+launch. The same function measures ``relaxbench profile``'s file and the ``this-machine`` profile a ``compare``
+session measures once at its start for every arm (at batch 1: that engine runs one request at a time).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from typing import Any
 
 import torch
 
-from relaxbench.decoding.cache import CachedLM
+from relaxbench.decoding.cache import CachedLM, new_cache, rollback
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.errors import ConfigError
-from relaxbench.profiles.spec import Curve, ForwardTable, ModelCosts, Profile
+from relaxbench.profiles.spec import Curve, ForwardTable, ModelCosts, Profile, batch_text, check_batch_sizes
 from relaxbench.timing import Clock
 
 MACHINE_PROFILE = "this-machine"
@@ -39,15 +42,18 @@ def median(times: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class Grid:
     """Where to measure: target forwards at ``new_tokens`` × ``context``, draft forwards at ``draft_new_tokens`` ×
-    ``context``, prefill at ``prefill`` tokens, n-gram lookups at ``lookup_context`` tokens (none: no lookup)."""
+    ``context``, each at every batch size in ``batch``; prefill at ``prefill`` tokens, n-gram lookups at
+    ``lookup_context`` tokens (none: no lookup)."""
 
     new_tokens: tuple[int, ...]
     context: tuple[int, ...]
     prefill: tuple[int, ...]
     draft_new_tokens: tuple[int, ...] = (1, 2, 4, 8)
     lookup_context: tuple[int, ...] = ()
+    batch: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
+        check_batch_sizes(self.batch)
         for name in ("new_tokens", "context", "prefill", "draft_new_tokens", "lookup_context"):
             values = getattr(self, name)
             if list(values) != sorted(set(values)) or any(v < 0 for v in values):
@@ -59,9 +65,11 @@ class Grid:
             raise ConfigError("profile grid: give at least one context length and one prefill length >= 1")
 
     def steps(self, with_draft: bool) -> int:
-        """Timed shapes, for a progress bar: one per forward grid point, prefill length and lookup length."""
-        per_model = len(self.context) * len(self.new_tokens) + len(self.prefill)
-        draft = len(self.context) * len(self.draft_new_tokens) + len(self.prefill) if with_draft else 0
+        """Timed shapes, for a progress bar: one per forward grid point and batch size, prefill length and lookup
+        length."""
+        per_model = len(self.batch) * len(self.context) * len(self.new_tokens) + len(self.prefill)
+        draft = len(self.batch) * len(self.context) * len(self.draft_new_tokens) + len(self.prefill) \
+            if with_draft else 0
         return per_model + draft + len(self.lookup_context)
 
 
@@ -85,18 +93,34 @@ def token_ids(vocab: int, length: int, seed: int = 0, device: torch.device | str
     return torch.randint(100, max(101, min(vocab, 32000)), (length,), generator=generator).to(device)
 
 
+class RowsLM:
+    """B requests' KV caches as one B-row cache of the model (what a batched step runs over): ``run`` feeds the same
+    new ids to every row, ``truncate`` cuts every row back. The interface of ``CachedLM`` that timing needs."""
+
+    def __init__(self, model: torch.nn.Module, rows: int) -> None:
+        self.model = model
+        self.rows = rows
+        self.cache = new_cache(model)
+
+    def reset(self) -> None:
+        self.cache = new_cache(self.model)
+
+    def run(self, new_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+        out = self.model(input_ids=new_ids.unsqueeze(0).expand(self.rows, -1), past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=max(n_logits, 1))
+        return out.logits[:, -n_logits:].float() if n_logits > 0 else out.logits[:, :0].float()
+
+    def truncate(self, keep: int) -> None:
+        rollback(self.cache, keep)
+
+
 @torch.inference_mode()
-def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int], prefill: Sequence[int],
-                  repeats: int, warmup: int, advance: Callable[[str], None], source: Sequence[int] | None = None,
-                  prefill_repeats: int | None = None, prefill_warmup: int | None = None) -> ModelCosts:
-    """The forward and prefill costs of one loaded model (prefill timed ``prefill_repeats`` times after
-    ``prefill_warmup`` untimed runs; default: as the forwards)."""
-    prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
-    prefill_warmup = warmup if prefill_warmup is None else prefill_warmup
-    clock = Clock(loaded.device)
-    ids = token_ids(loaded.logit_dim, max(max(context) + max(new_tokens), max(prefill)), device=loaded.device,
-                    source=source)
-    lm = CachedLM(loaded.model)
+def measure_forwards(loaded: Any, batch: int, new_tokens: Sequence[int], context: Sequence[int], ids: torch.Tensor,
+                     repeats: int, warmup: int, clock: Clock, advance: Callable[[str], None]) -> ForwardTable:
+    """The forward table of one loaded model at one batch size: batch 1 through the engine's own ``CachedLM``,
+    larger batches through a ``RowsLM`` of that many rows."""
+    lm: CachedLM | RowsLM = CachedLM(loaded.model) if batch == 1 else RowsLM(loaded.model, batch)
+    where = "" if batch == 1 else f" × {batch} requests"
     rows = []
     for ctx in context:
         lm.reset()
@@ -114,8 +138,26 @@ def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int]
                 if i >= warmup:
                     times.append(elapsed)
             row.append(median(times))
-            advance(f"{loaded.name}: {n} new tokens on a {ctx}-token cache")
+            advance(f"{loaded.name}: {n} new tokens on a {ctx}-token cache{where}")
         rows.append(tuple(row))
+    return ForwardTable(batch=batch, new_tokens=tuple(new_tokens), context=tuple(context), seconds=tuple(rows))
+
+
+@torch.inference_mode()
+def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int], prefill: Sequence[int],
+                  repeats: int, warmup: int, advance: Callable[[str], None], source: Sequence[int] | None = None,
+                  prefill_repeats: int | None = None, prefill_warmup: int | None = None,
+                  batch: Sequence[int] = (1,)) -> ModelCosts:
+    """The forward costs of one loaded model at every batch size in ``batch``, and its prefill costs (timed
+    ``prefill_repeats`` times after ``prefill_warmup`` untimed runs; default: as the forwards)."""
+    prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
+    prefill_warmup = warmup if prefill_warmup is None else prefill_warmup
+    clock = Clock(loaded.device)
+    ids = token_ids(loaded.logit_dim, max(max(context) + max(new_tokens), max(prefill)), device=loaded.device,
+                    source=source)
+    first, *more = (measure_forwards(loaded, b, new_tokens, context, ids, repeats, warmup, clock, advance)
+                    for b in check_batch_sizes(batch))
+    lm = CachedLM(loaded.model)
     prefill_seconds = []
     for tokens in prefill:
         times = []
@@ -128,9 +170,8 @@ def measure_model(loaded: Any, new_tokens: Sequence[int], context: Sequence[int]
                 times.append(elapsed)
         prefill_seconds.append(median(times))
         advance(f"{loaded.name}: prefill of {tokens} tokens")
-    return ModelCosts(model=loaded.name, dtype=str(loaded.dtype).removeprefix("torch."),
-                      forward=ForwardTable(new_tokens=tuple(new_tokens), context=tuple(context), seconds=tuple(rows)),
-                      prefill=Curve(tokens=tuple(prefill), seconds=tuple(prefill_seconds)))
+    return ModelCosts(model=loaded.name, dtype=str(loaded.dtype).removeprefix("torch."), forward=first,
+                      forward_batches=tuple(more), prefill=Curve(tokens=tuple(prefill), seconds=tuple(prefill_seconds)))
 
 
 @torch.inference_mode()
@@ -177,21 +218,25 @@ def measure_profile(target: Any, draft: Any | None, grid: Grid, repeats: int = 3
     step = advance or (lambda _: None)
     prefill_runs = {"prefill_repeats": prefill_repeats, "prefill_warmup": prefill_warmup}
     target_costs = measure_model(target, grid.new_tokens, grid.context, grid.prefill, repeats, warmup, step, source,
-                                 **prefill_runs)
+                                 **prefill_runs, batch=grid.batch)
     draft_costs = None
     if draft is not None:
         draft_costs = measure_model(draft, grid.draft_new_tokens, grid.context, grid.prefill, repeats, warmup, step,
-                                    source, **prefill_runs)
+                                    source, **prefill_runs, batch=grid.batch)
     lookup = measure_lookup(target.device, grid.lookup_context, step) if grid.lookup_context else None
-    settings = {"repeats": repeats, "warmup": warmup, **prefill_runs, "statistic": "median", "threads": torch.get_num_threads(),
+    settings = {"repeats": repeats, "warmup": warmup, **prefill_runs, "batch_sizes": list(grid.batch),
+                "statistic": "median", "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "host": platform.node(), "device": str(target.device),
                 "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
                                if key in os.environ},
                 "load_average": _load_average()}
     return Profile(
         name=name, kind="measured", device=describe_device(target.device),
-        assumptions=(("measured at batch size 1 with this relaxbench's engine (CachedLM forwards, logits for every "
-                      "new token), on this machine as it was loaded at the time"),),
+        assumptions=((f"measured at {batch_text(grid.batch)} with this relaxbench's engine (CachedLM forwards, "
+                      "logits for every new token"
+                      + ("; a batch of B: B rows over one B-row KV cache, every row at the same context and new "
+                         "tokens" if grid.batch != (1,) else "")
+                      + "), on this machine as it was loaded at the time"),),
         sources={"forward": f"median of {repeats} timed forwards per grid point after {warmup} untimed",
                  "prefill": f"median of {prefill_repeats} timed prefills per length after {prefill_warmup} untimed",
                  **({"ngram_lookup": f"median of {LOOKUP_REPEATS} timed lookups per length"} if lookup else {})},

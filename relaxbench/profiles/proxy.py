@@ -9,6 +9,15 @@ drafter's cost is what the round recorded it did: its draft-model forwards (thei
 context) and its n-gram lookups. Prefill is the target's forward over the prompt (but its last token), plus the
 draft model's when the drafter uses one. The AR baseline is the same sum with no drafts (1-token steps).
 
+A request decoded at concurrency B (``batch``: the requests the engine kept in flight; 1 for relaxbench's own loop)
+is priced with the profile's batch-B tables: each of its rounds costs one step of B requests, each feeding the
+round's tokens at the round's context (the target's and the draft model's forwards alike). Its n-gram lookups cost
+what one request's do: the step's B lookups run side by side on the host (vLLM's n-gram proposer runs them in
+parallel threads). Prefill stays one request's. A profile not made at batch B cannot price the request
+(``Unpriced``): a step of B requests costs neither what one request's forward does nor B times that, and which it
+is near depends on whether the step is memory- or compute-bound, the very thing the batch dimension is there to
+tell.
+
 This is Xia et al.'s response-length-aware proxy speed (graphcore-research/relaxed-spec-dec-repro,
 ``analysis/proxy_speed.py``) priced per round instead of per draft length: every round is priced at its own
 context and its own verify size, the final partial round and prefill are included, and since AR's time is its own
@@ -26,7 +35,7 @@ from dataclasses import dataclass
 
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.records import GenerationResult
-from relaxbench.profiles.spec import ModelCosts, Profile
+from relaxbench.profiles.spec import ForwardTable, ModelCosts, Profile, batch_text
 
 
 class Unpriced(Exception):
@@ -79,14 +88,24 @@ def is_costless(drafter: str | None) -> bool:
 
 
 class _Pricer:
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, batch: int) -> None:
         self.profile = profile
+        self.batch = batch
         self.outside = 0
 
-    def forward(self, costs: ModelCosts, n: int, context: int) -> float:
-        if not costs.forward.covers(n, context):
+    def table(self, costs: ModelCosts) -> ForwardTable:
+        """The model's forward table at the request's batch size."""
+        table = costs.forward_at(self.batch)
+        if table is None:
+            raise Unpriced(f"profile {self.profile.name!r} has no costs at batch {self.batch} (it has "
+                           f"{batch_text(costs.batch_sizes)}; make one with `relaxbench profile --batch "
+                           f"{self.batch}`)")
+        return table
+
+    def forward(self, table: ForwardTable, n: int, context: int) -> float:
+        if not table.covers(n, context):
             self.outside += 1
-        return costs.forward.at(n, context)
+        return table.at(n, context)
 
     def prefill(self, costs: ModelCosts, tokens: int) -> float:
         if tokens <= 0:
@@ -104,13 +123,16 @@ class _Pricer:
         return curve.at(context)
 
 
-def proxy_time(profile: Profile, work: Work, drafter: str | None) -> ProxyTime:
-    """The proxy time of one generation (see the module docstring); ``drafter`` is the arm's drafter kind (None for
-    the AR baseline). Raises ``Unpriced`` when the profile lacks a cost the arm needs."""
-    pricer = _Pricer(profile)
+def proxy_time(profile: Profile, work: Work, drafter: str | None, batch: int = 1) -> ProxyTime:
+    """The proxy time of one generation decoded at concurrency ``batch`` (see the module docstring); ``drafter`` is
+    the arm's drafter kind (None for the AR baseline). Raises ``Unpriced`` when the profile lacks a cost the arm
+    needs."""
+    pricer = _Pricer(profile, batch)
     draft_model = uses_draft_model(drafter)
     if draft_model and profile.draft is None:
         raise Unpriced(f"profile {profile.name!r} has no draft-model costs")
+    target = pricer.table(profile.target)
+    draft_table = pricer.table(profile.draft) if draft_model else None  # type: ignore[arg-type]
     rounds = len(work.emitted)
     recorded = work.extra is not None and work.draft_forwards is not None and work.lookups is not None
     extra = work.extra if work.extra is not None else (0,) * rounds
@@ -129,9 +151,9 @@ def proxy_time(profile: Profile, work: Work, drafter: str | None) -> ProxyTime:
     verify = draft = 0.0
     context = work.prompt_tokens - 1
     for r in range(rounds):
-        verify += pricer.forward(profile.target, work.drafted[r] + 1 + extra[r], context)
+        verify += pricer.forward(target, work.drafted[r] + 1 + extra[r], context)
         for n in forwards[r]:
-            draft += pricer.forward(profile.draft, n, context)  # type: ignore[arg-type]
+            draft += pricer.forward(draft_table, n, context)  # type: ignore[arg-type]
         if lookups[r]:
             draft += lookups[r] * pricer.lookup(context + 1)  # over the whole sequence so far
         context += work.emitted[r]

@@ -1,10 +1,11 @@
 """What ``--profile REF`` means for a stored run: ``this-machine`` (the profile the run measured at the start of its
-latest session), a shipped device name (an analytic roofline of the run's own models on that device), or a
-profile file (measured or analytic; it must describe the run's models)."""
+latest session), a shipped device name (an analytic roofline of the run's own models on that device, at the batch
+sizes the run was decoded at), or a profile file (measured or analytic; it must describe the run's models, and it
+prices only the batch sizes it was made at)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,9 @@ def recorded_shape(environment: Mapping[str, Any] | None, role: str) -> ModelSha
 
 
 def resolve_profile(ref: str, target: str, draft: str | None, machine: Mapping[str, Any] | None,
-                    shape_of: ShapeOf) -> Profile:
-    """The profile ``ref`` names for a run of ``target`` (and ``draft``): see the module docstring. ``shape_of``
-    gives a model's shape by name (recorded with the run, else read from its config)."""
+                    shape_of: ShapeOf, batch_sizes: Sequence[int] = (1,)) -> Profile:
+    """The profile ``ref`` names for a run of ``target`` (and ``draft``) decoded at ``batch_sizes``: see the module
+    docstring. ``shape_of`` gives a model's shape by name (recorded with the run, else read from its config)."""
     draft_model = run_draft_model(draft)
     if ref == MACHINE_PROFILE:
         if machine is None:
@@ -66,4 +67,4 @@ def resolve_profile(ref: str, target: str, draft: str | None, machine: Mapping[s
         return profile
     check_profile_ref(ref)
     return analytic_profile(ref, target, shape_of(target), draft_model,
-                            shape_of(draft_model) if draft_model is not None else None)
+                            shape_of(draft_model) if draft_model is not None else None, batch_sizes=batch_sizes)

@@ -2,9 +2,13 @@
 
 A profile gives, for the target (and the draft model, when there is one):
 
-* ``forward``: seconds of one forward of ``n`` new tokens on top of a KV cache of ``L`` tokens, on a grid of n
-  (``new_tokens``) × L (``context``), one row per context;
-* ``prefill``: seconds of the prompt's forward (``tokens`` tokens on an empty cache);
+* ``forward``: seconds of one forward step of ``batch`` requests, each feeding ``n`` new tokens on top of its own KV
+  cache of ``L`` tokens, on a grid of n (``new_tokens``) × L (``context``), one row per context; one such table per
+  batch size the profile was made at (``forward`` at the smallest, 1 unless made otherwise; ``forward_batches`` at
+  the larger ones, increasing). A table without ``batch`` is a batch-1 table. A request decoded at concurrency B is
+  priced with the batch-B table and with no other: a step of B requests does not cost what B steps of one do, nor
+  what one does, so a profile without that batch size cannot price it (``relaxbench.profiles.proxy``);
+* ``prefill``: seconds of one request's prompt forward (``tokens`` tokens on an empty cache);
 
 and ``ngram_lookup``: seconds of one prompt-lookup over a context of ``tokens`` tokens (drafters that copy n-grams).
 
@@ -56,8 +60,29 @@ def _size(value: Any) -> Any:
     return value
 
 
+def _batch(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a number of requests (an integer >= 1), got {value!r}")
+    return value
+
+
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 Size = Annotated[int, BeforeValidator(_size)]
+Batch = Annotated[int, BeforeValidator(_batch)]
+
+
+def check_batch_sizes(batch_sizes: Sequence[int]) -> tuple[int, ...]:
+    """Batch sizes to make a profile at: distinct, increasing integers >= 1 (a one-line ``ConfigError`` otherwise)."""
+    sizes = tuple(batch_sizes)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes) \
+            or list(sizes) != sorted(set(sizes)):
+        raise ConfigError(f"batch sizes must be distinct, increasing integers >= 1, got {list(sizes)}")
+    return sizes
+
+
+def batch_text(sizes: Sequence[int]) -> str:
+    """``batch size 1`` / ``batch sizes 1, 8, 32``: how listings and assumptions name a profile's batch sizes."""
+    return f"batch size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
 
 
 def _increasing(values: Sequence[int], what: str) -> None:
@@ -101,9 +126,10 @@ class Curve(BaseSpec):
 
 
 class ForwardTable(BaseSpec):
-    """Seconds of one forward of ``n`` new tokens on top of a KV cache of ``L`` tokens: ``seconds[i][j]`` at
-    ``context[i]``, ``new_tokens[j]``."""
+    """Seconds of one forward step of ``batch`` requests, each feeding ``n`` new tokens on top of its own KV cache of
+    ``L`` tokens: ``seconds[i][j]`` at ``context[i]``, ``new_tokens[j]``."""
 
+    batch: Batch = 1
     new_tokens: tuple[Size, ...]
     context: tuple[Size, ...]
     seconds: tuple[tuple[Seconds, ...], ...]
@@ -128,12 +154,33 @@ class ForwardTable(BaseSpec):
 
 
 class ModelCosts(BaseSpec):
-    """One model's costs on the profile's device."""
+    """One model's costs on the profile's device: a forward table per batch size, and one request's prefill."""
 
     model: Text  # the name a run records (``relaxbench compare --target``/``--draft``)
     dtype: Text
-    forward: ForwardTable
+    forward: ForwardTable  # at the smallest batch size (1 unless the profile was made otherwise)
+    forward_batches: tuple[ForwardTable, ...] = ()  # at the larger batch sizes, increasing
     prefill: Curve
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelCosts:
+        sizes = self.batch_sizes
+        if any(b <= a for a, b in zip(sizes, sizes[1:])):
+            raise ValueError(f"forward tables must be at increasing batch sizes (forward first, then "
+                             f"forward_batches), got {list(sizes)}")
+        return self
+
+    @property
+    def forward_tables(self) -> tuple[ForwardTable, ...]:
+        return (self.forward, *self.forward_batches)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(table.batch for table in self.forward_tables)
+
+    def forward_at(self, batch: int) -> ForwardTable | None:
+        """The forward table of a step of ``batch`` requests; None when the profile was not made at that size."""
+        return next((table for table in self.forward_tables if table.batch == batch), None)
 
 
 class Profile(BaseSpec):
@@ -157,6 +204,19 @@ class Profile(BaseSpec):
         if not value.strip() or any(c.isspace() for c in value):
             raise ValueError(f"must be a non-empty name without spaces, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _same_batches(self) -> Profile:
+        if self.draft is not None and self.draft.batch_sizes != self.target.batch_sizes:
+            raise ValueError(f"the draft's forward tables must be at the target's batch sizes (target "
+                             f"{list(self.target.batch_sizes)}, draft {list(self.draft.batch_sizes)}): a step of B "
+                             "requests runs both models at B")
+        return self
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes the profile can price (its target's, which its draft's equal)."""
+        return self.target.batch_sizes
 
     def record(self) -> dict[str, Any]:
         """The profile as a plain mapping (what a file holds; the store keeps it as JSON)."""
@@ -198,7 +258,7 @@ def check_models(profile: Profile, target: str, draft: str | None, where: str) -
 def describe(profile: Profile) -> Mapping[str, str]:
     """One line per part of the profile, for listings."""
     parts = {"device": profile.device, "kind": profile.kind, "target": f"{profile.target.model} "
-             f"({profile.target.dtype})"}
+             f"({profile.target.dtype})", "batch": batch_text(profile.batch_sizes)}
     if profile.draft is not None:
         parts["draft"] = f"{profile.draft.model} ({profile.draft.dtype})"
     return parts
