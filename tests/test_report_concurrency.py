@@ -307,3 +307,42 @@ def test_a_transformers_run_has_no_such_section(tmp_path, capsys):
     capsys.readouterr()
     assert main(["summary", str(run)]) == 0
     assert_no_concurrency(tmp_path / "out", capsys.readouterr().out)
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+
+def test_compare_at_two_concurrencies_ends_with_the_section(tmp_path, monkeypatch, capsys):
+    """``compare --engine vllm --concurrency 1,4`` runs twice into one store and reports after each run: the last
+    report sets both runs side by side, and the tables are printed once. vLLM's executor is replaced by the
+    in-process one (the tiny models, relaxbench's own loop), which is all the report needs of it."""
+    import sys
+
+    import relaxbench.integrations.vllm_executor as vllm_executor
+    from relaxbench.analysis import load_run
+    from relaxbench.harness.executor import InProcessExecutor
+
+    monkeypatch.setenv("RELAXBENCH_VLLM_PYTHON", sys.executable)  # an environment "exists"
+    monkeypatch.setattr(vllm_executor, "VllmExecutor", InProcessExecutor)
+    data = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
+    out, reports = tmp_path / "run", tmp_path / "reports"
+    assert main(["compare", "--engine", "vllm", "--concurrency", "1,4", "--target", "tiny-random-target", "--draft",
+                 "tiny-random-draft", "--dtype", "float64", "--draft-dtype", "float64", "--methods", "exact",
+                 "--tasks", "jsonl", "--data-file", f"jsonl={data}", "--limit", "2", "--max-new-tokens", "6",
+                 "--warmup", "0", "--out", str(out), "--report-format", "html", "--report-out", str(reports)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("jsonl: speed against concurrency") == 1  # after the last run, not after each
+    assert (out / "concurrency.png").stat().st_size > 0 and f"figure: {out / 'concurrency.png'}" in printed
+    html = (reports / "report.html").read_text()
+    runs = {int(load_run(out, i).suite["concurrency"][0]): load_run(out, i) for i in (1, 2)}
+    assert f"concurrency 4: run {runs[4].run_id} ({runs[4].run_key}), this report's run" in intro_of(
+        " ".join(parse(html).text))
+    rows = {(r["arm"]["text"], int(float(r["concurrency"]["data-value"]))): r
+            for r in table_rows(html, "jsonl-concurrency")}
+    assert set(rows) == {(arm, level) for arm in ("ar", "exact") for level in (1, 4)}
+    for level, run in runs.items():
+        ar, exact = (next(c for c in run.cells if c.arm == arm) for arm in ("ar", "exact"))
+        times = {arm: {s.item_id: s.time_total for s in cell.samples} for arm, cell in (("ar", ar), ("exact", exact))}
+        speedup = math.exp(np.mean([math.log(times["ar"][i] / times["exact"][i]) for i in times["ar"]]))
+        assert float(rows[("exact", level)]["speedup"]["data-value"]) == pytest.approx(speedup)
+        assert int(rows[("exact", level)]["samples"]["text"]) == len(exact.samples) == 2

@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
 
         vllm_python()  # a missing vLLM environment is one line, before anything else
     run_ids = [run_suite(args, suite.model_copy(update={"concurrency": (n,)})) for n in suite.concurrency]
-    if suite.engine == "vllm":  # the last run's tables and report already set its concurrency siblings side by side
+    if suite.engine == "vllm":  # the last run's tables and report show speed against concurrency; its figures too
         from relaxbench.report.concurrency import save_concurrency_figures
         from relaxbench.ui import console
 

@@ -1,9 +1,11 @@
 """What a report says, decided once for every output format: the summary, per-task sections (tables, figures,
-headline, notices), method definitions, setup, environment and definitions.
+headline, notices), speed against concurrency when the store holds the run at several, method definitions, setup,
+environment and definitions.
 
 Run → summarize → present: this module reads a stored run through ``relaxbench.analysis`` (``load_run``,
 ``summarize_run``, the arm selection, the notices that apply, the runs that differ from it only in concurrency) and
-only words and arranges what those return; it computes no metric. The tables are ``relaxbench.report.tables``' model, which the terminal renders too.
+only words and arranges what those return; it computes no metric. The tables are ``relaxbench.report.tables``'
+model, which the terminal renders too.
 """
 
 from __future__ import annotations

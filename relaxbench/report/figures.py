@@ -67,7 +67,7 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "output tokens of an arm's batches over their wall time (each batch's wall time counted once). Right: a "
         "request's time per output token after its first, in ms, averaged over the arm's samples. One line per "
         "arm, AR in black; x on a log scale. Higher on the left and lower on the right is faster; the table beside "
-        "it gives each arm's speed-up over AR at the same concurrency."),
+        "the table above it gives each arm's speed-up over AR at the same concurrency."),
 }
 
 TRADEOFF_PROXY = (
