@@ -266,7 +266,7 @@ def test_summary_prints_the_concurrency_tables(concurrency_store, capsys):
                 assert f"{expected_speedup(ar, stored):.2f}×" in out
 
 
-def test_compare_saves_a_figure_per_task_in_the_run_folder(concurrency_store, tmp_path):
+def test_compare_saves_a_figure_per_task_in_the_run_folder(concurrency_store):
     from PIL import Image
 
     from relaxbench.report.concurrency import save_concurrency_figures
