@@ -1,19 +1,24 @@
 """Speed against concurrency: one stored run per concurrency (``compare --engine vllm --concurrency 1,8``), read
-together. Per task, arm and concurrency: output tokens per second of the engine (the arm's batches' output tokens
-over their wall time), the mean time per output token of a request, and the arm's speed-up over AR at the same
-concurrency, paired per unit (item, turn) as every other speed-up.
+together. ``concurrency_runs`` finds the runs of a store that differ from a given run only in concurrency (its
+siblings); ``concurrency_points`` gives, per task, arm and concurrency, output tokens per second of the engine (the
+arm's batches' output tokens over their wall time), the mean time per output token of a request, and the arm's
+speed-up over AR at the same concurrency, paired per unit (item, turn) as every other speed-up.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from relaxbench.analysis.metrics import Estimate, by_unit, speedups
-from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.analysis.records import CellRecord, RunRecord, open_read_only, read_run
+from relaxbench.harness.suite import VOLATILE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -28,9 +33,46 @@ class ConcurrencyPoint:
     speedup: Estimate  # geometric mean over units of AR time / arm time at this concurrency
 
 
-def run_concurrency(run: RunRecord) -> int:
-    values = run.suite.get("concurrency") or (1,)
+def suite_concurrency(suite: Mapping[str, Any]) -> int:
+    """The requests in flight of a stored run's suite record (each run of ``--concurrency 1,8`` holds one value)."""
+    values = suite.get("concurrency") or (1,)
     return int(values[0])
+
+
+def run_concurrency(run: RunRecord) -> int:
+    return suite_concurrency(run.suite)
+
+
+def _suite_identity(suite: Mapping[str, Any]) -> dict[str, Any]:
+    """What must match for two runs to be siblings: the suite record less concurrency and the fields that do not
+    enter the run key (limit, repeats, warm-up, profiles, ...: raising them extends a run)."""
+    return {key: value for key, value in suite.items() if key not in VOLATILE_FIELDS and key != "concurrency"}
+
+
+def _cells_identity(run: RunRecord) -> list[str]:
+    """The run's cells as stored (method, drafter, k, decoding, task record, data), which the run key hashes too: a
+    method or task file edited between two runs makes them different runs, not two concurrencies of one."""
+    return sorted(json.dumps([c.task, c.arm, c.is_baseline, c.method_spec, c.drafter, c.k, c.decode, c.task_spec,
+                              c.scorer, c.data_fingerprint], sort_keys=True, default=str) for c in run.cells)
+
+
+def concurrency_runs(path: str | Path, run: RunRecord) -> tuple[RunRecord, ...]:
+    """``run`` and the runs of the store at ``path`` that differ from it only in concurrency (same target, draft,
+    suite and cells), one per concurrency (the most recently updated), in concurrency order; () when they span a
+    single concurrency (a transformers run, or a vLLM run alone), so there is nothing to set side by side."""
+    chosen = {run_concurrency(run): run}
+    identity, cells = _suite_identity(run.suite), _cells_identity(run)
+    with open_read_only(path) as store:
+        for row in store.rows("SELECT run_id, target, draft, suite_json FROM runs "
+                              "ORDER BY updated_at DESC, run_id DESC"):
+            suite = json.loads(row["suite_json"])
+            if (row["run_id"] == run.run_id or (row["target"], row["draft"]) != (run.target, run.draft)
+                    or suite_concurrency(suite) in chosen or _suite_identity(suite) != identity):
+                continue
+            candidate = read_run(store, row["run_id"])
+            if _cells_identity(candidate) == cells:
+                chosen[suite_concurrency(suite)] = candidate
+    return tuple(chosen[level] for level in sorted(chosen)) if len(chosen) > 1 else ()
 
 
 def throughput(cell: CellRecord) -> float | None:

@@ -116,12 +116,18 @@ def _verdicts(store: Store, cell_id: int) -> tuple[SampleVerdict, ...]:
         (cell_id,)))
 
 
-def load_run(path: str | Path, run_id: int | None = None) -> RunRecord:
-    """A run from ``DIR`` (holding results.sqlite) or from the .sqlite file itself."""
+def open_read_only(path: str | Path) -> Store:
+    """The store of ``DIR`` (holding results.sqlite) or the .sqlite file itself, opened read-only: summary and
+    report never write, whatever state the file is in."""
     path = Path(path)
     if path.is_dir():
         path = path / STORE_NAME
     if not path.is_file():
         raise DataError(f"{path}: no results store (run `relaxbench compare --out DIR` first)")
-    with Store(path, read_only=True) as store:  # summary and report never write, whatever state the file is in
+    return Store(path, read_only=True)
+
+
+def load_run(path: str | Path, run_id: int | None = None) -> RunRecord:
+    """A run from ``DIR`` (holding results.sqlite) or from the .sqlite file itself."""
+    with open_read_only(path) as store:
         return read_run(store, run_id)

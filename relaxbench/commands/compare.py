@@ -239,10 +239,12 @@ def run(args: argparse.Namespace) -> int:
 
         vllm_python()  # a missing vLLM environment is one line, before anything else
     run_ids = [run_suite(args, suite.model_copy(update={"concurrency": (n,)})) for n in suite.concurrency]
-    if len(run_ids) > 1:
-        from relaxbench.report.concurrency import print_concurrency
+    if suite.engine == "vllm":  # the last run's tables and report show speed against concurrency; its figures too
+        from relaxbench.report.concurrency import save_concurrency_figures
+        from relaxbench.ui import console
 
-        print_concurrency(Path(args.out) if args.out else default_out(suite), run_ids)
+        for path in save_concurrency_figures(Path(args.out) if args.out else default_out(suite), run_ids[-1]):
+            console().print(f"figure: {path}", highlight=False, soft_wrap=True)
     return 0
 
 

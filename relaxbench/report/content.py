@@ -1,21 +1,24 @@
 """What a report says, decided once for every output format: the summary, per-task sections (tables, figures,
-headline, notices), method definitions, setup, environment and definitions.
+headline, notices), speed against concurrency when the store holds the run at several, method definitions, setup,
+environment and definitions.
 
 Run → summarize → present: this module reads a stored run through ``relaxbench.analysis`` (``load_run``,
-``summarize_run``, the arm selection and the notices that apply) and only words and arranges what those return;
-it computes no metric. The tables are ``relaxbench.report.tables``' model, which the terminal renders too.
+``summarize_run``, the arm selection, the notices that apply, the runs that differ from it only in concurrency) and
+only words and arranges what those return; it computes no metric. The tables are ``relaxbench.report.tables``'
+model, which the terminal renders too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
+from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs, run_concurrency
 from relaxbench.analysis.metrics import CellSummary, Divergences, report_definitions
 from relaxbench.analysis.notices import (
     MODEL_GAP,
@@ -58,6 +61,7 @@ from relaxbench.analysis.selection import (
 )
 from relaxbench.profiles import Profile
 from relaxbench.profiles.measure import MACHINE_PROFILE
+from relaxbench.report.concurrency import FIGURE_KIND, concurrency_figure_art, concurrency_tables, tasks_of
 from relaxbench.report.figures import FIGURE_METHODS, TRADEOFF_PROXY, FigureArt, method_palette, task_figures
 from relaxbench.report.tables import (
     Cell,
@@ -100,6 +104,29 @@ class TaskSection:
 
 
 @dataclass(frozen=True)
+class ConcurrencySection:
+    """One task's speed against concurrency: the arm × concurrency table and its figure."""
+
+    task: str
+    table: Table
+    figure: FigureArt
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """The section "Speed against concurrency": which runs it reads (``intro``) and a part per task."""
+
+    intro: str
+    tasks: tuple[ConcurrencySection, ...]
+
+
+SECTIONS = (("summary", "Summary"), ("results", "Results per task"), ("methods", "Method definitions"),
+            ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
+            ("definitions", "Metric definitions"))
+CONCURRENCY_SECTION = ("concurrency", "Speed against concurrency")  # after the results, when the run has siblings
+
+
+@dataclass(frozen=True)
 class Report:
     title: str
     run_dir: str
@@ -119,10 +146,8 @@ class Report:
     definitions: tuple[tuple[str, str], ...]
     profiles_table: Table | None = None  # the cost profiles of the proxy columns (shown under Setup)
     ranking: Ranking = MEASURED  # the speed-up the summary ranks arms by
-    sections: tuple[tuple[str, str], ...] = field(default=(
-        ("summary", "Summary"), ("results", "Results per task"), ("methods", "Method definitions"),
-        ("setup", "Setup"), ("environment", "Environment"), ("figures-how", "How the figures were computed"),
-        ("definitions", "Metric definitions")))
+    concurrency: Concurrency | None = None  # the runs of the store that differ from this one only in concurrency
+    sections: tuple[tuple[str, str], ...] = SECTIONS
 
 
 # ------------------------------------------------------------------------------------------------ the summary
@@ -557,6 +582,24 @@ def environment_tables(run: RunRecord) -> tuple[Table, Table]:
     return environment, sessions
 
 
+# ------------------------------------------------------------------------------------------------ concurrency
+
+
+def concurrency_section(run: RunRecord, runs: Sequence[RunRecord]) -> Concurrency | None:
+    """Speed against concurrency over ``runs`` (``run`` and its siblings, ``analysis.concurrency_runs``); None when
+    there are none, so a run at one concurrency has no such section."""
+    if not runs:
+        return None
+    points = concurrency_points(runs)
+    listed = "; ".join(f"concurrency {run_concurrency(r)}: run {r.run_id} ({r.run_key})"
+                       + (", this report's run" if r.run_id == run.run_id else "") for r in runs)
+    intro = (f"{len(runs)} runs of this store differ only in the requests the engine keeps in flight ({listed}). "
+             "Per task, each arm's output tokens/s, its time per output token and its speed-up over AR at the same "
+             "concurrency, paired per unit.")
+    return Concurrency(intro, tuple(ConcurrencySection(task, table, concurrency_figure_art(points, task))
+                                    for task, table in zip(tasks_of(points), concurrency_tables(points))))
+
+
 # ------------------------------------------------------------------------------------------------ the report
 
 
@@ -572,9 +615,10 @@ def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str
 
 
 def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, profiles: Sequence[str] = (),
-                 x_axis: str | None = None) -> Report:
+                 x_axis: str | None = None, siblings: Sequence[RunRecord] = ()) -> Report:
     """The report of ``run``: proxy speed-ups on ``profiles`` (references: device names, files, this-machine;
-    default: those recorded with the run) and the trade-off plot's x-axis (``measured`` or a profile)."""
+    default: those recorded with the run), the trade-off plot's x-axis (``measured`` or a profile) and, when
+    ``siblings`` holds ``run`` and the runs that differ from it only in concurrency, speed against concurrency."""
     choice = choose_profiles(run, profiles, x_axis)
     summaries = summarize_run(run, choice.profiles)
     ranking = deployment_ranking(choice.profiles, choice.x_axis)
@@ -587,7 +631,8 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     lines = [t.headline for t in tasks] or ["This run has no tasks yet."]
     if tasks:
         lines.insert(0, ranking_line(ranking, choice.profiles))
-    methods = list(FIGURE_METHODS.values())
+    concurrency = concurrency_section(run, siblings)
+    methods = [text for kind, text in FIGURE_METHODS.items() if kind != FIGURE_KIND or concurrency is not None]
     if axis.profile is not None:
         methods.insert(1, (f"Trade-off on {axis.profile}", TRADEOFF_PROXY.format(profile=axis.profile)))
     return Report(
@@ -597,9 +642,18 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
         environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
         figure_methods=tuple(methods), definitions=report_definitions(),
-        profiles_table=profiles_table(choice.profiles), ranking=ranking)
+        profiles_table=profiles_table(choice.profiles), ranking=ranking, concurrency=concurrency,
+        sections=_sections(concurrency is not None))
+
+
+def _sections(with_concurrency: bool) -> tuple[tuple[str, str], ...]:
+    if not with_concurrency:
+        return SECTIONS
+    after = [key for key, _ in SECTIONS].index("results") + 1
+    return (*SECTIONS[:after], CONCURRENCY_SECTION, *SECTIONS[after:])
 
 
 def load_report(run_dir: str | Path, budget: float = DEFAULT_BUDGET, run_id: int | None = None,
                 profiles: Sequence[str] = (), x_axis: str | None = None) -> Report:
-    return build_report(load_run(run_dir, run_id), str(run_dir), budget, profiles, x_axis)
+    run = load_run(run_dir, run_id)
+    return build_report(run, str(run_dir), budget, profiles, x_axis, concurrency_runs(run_dir, run))

@@ -61,6 +61,13 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "the diagonal mean the profile prices this machine's runs right, which is what lets another device's "
         "profile price them; points below it lose time to what the proxy leaves out (policy, Python overhead); a "
         "run on a busy machine scatters around it."),
+    "concurrency": (
+        "Speed against concurrency",
+        "One stored run per concurrency (requests in flight), read together. Left: output tokens/s, the engine's "
+        "output tokens of an arm's batches over their wall time (each batch's wall time counted once). Right: a "
+        "request's time per output token after its first, in ms, averaged over the arm's samples. One line per "
+        "arm, AR in black; x on a log scale. Higher on the left and lower on the right is faster; the table beside "
+        "the table above it gives each arm's speed-up over AR at the same concurrency."),
 }
 
 TRADEOFF_PROXY = (

@@ -229,6 +229,13 @@ def story(report: Report, doc: ReportDoc) -> list[Flowable]:
         for table in section.tables:
             flow += _table(table, styles, available)
         flow += [Spacer(1, 6)] + _figures(section.figures, styles, frame)
+    if report.concurrency is not None:
+        flow += [PageBreak(), Heading(names["concurrency"], styles["h2"], "concurrency", 0),
+                 Paragraph(escape(report.concurrency.intro), styles["meta"])]
+        for part in report.concurrency.tasks:
+            flow += [Heading(part.task, styles["h3"], f"concurrency-{part.task}", 1)]
+            flow += _table(part.table, styles, available)
+            flow += [KeepTogether(_figure(part.figure, styles, frame[0] * 0.8, frame[1] * 0.5))]
     flow += [PageBreak(), Heading(names["methods"], styles["h2"], "methods", 0)]
     flow += _table(report.methods_table, styles, available)
     flow += [Heading(names["setup"], styles["h2"], "setup", 0)]

@@ -1,7 +1,8 @@
 """The report's tables in the terminal (rich): what ``relaxbench compare`` prints at the end and ``relaxbench
 summary`` prints from a stored run. The same ``Table`` objects as the HTML and the PDF, so every count reads the
 same everywhere. By default a table shows its essential columns and fits ``TERMINAL_WIDTH`` columns (a line under it
-names the columns left out); ``wide`` shows every column."""
+names the columns left out); ``wide`` shows every column. After a run's own tables come the speed-against-concurrency
+tables of the runs that differ from it only in concurrency, when the store holds any."""
 
 from __future__ import annotations
 
@@ -76,12 +77,17 @@ def print_table(table: Table, console: Console, wide: bool = False) -> None:
 def print_run(path: str | Path, console: Console, run_id: int | None = None, profiles: Sequence[str] = (),
               wide: bool = False) -> None:
     """Every task's tables of the stored run at ``path`` (a run folder or its results.sqlite), with a proxy column
-    per cost profile (``profiles``; default: this-machine and those recorded with the run); ``wide``: every
+    per cost profile (``profiles``; default: this-machine and those recorded with the run), then, when the store
+    holds runs that differ from it only in concurrency, the speed-against-concurrency tables; ``wide``: every
     column."""
     from relaxbench.analysis import load_run, summarize_run
+    from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs
     from relaxbench.analysis.proxy import choose_profiles
+    from relaxbench.report.concurrency import concurrency_tables
 
     run = load_run(path, run_id)
     for summary in summarize_run(run, choose_profiles(run, profiles).profiles):
         for table in task_tables(summary):
             print_table(table, console, wide)
+    for table in concurrency_tables(concurrency_points(concurrency_runs(path, run))):
+        print_table(table, console, wide)
