@@ -271,8 +271,9 @@ def grader_table(summary: TaskSummary) -> Table | None:
         num(fmt(grader.agreement_mean_abs, ".1f"), "agreement_mean_abs", grader.agreement_mean_abs),
     ))
     return Table(f"{summary.task}-grader", f"{summary.task}: the grader behind the capability scores", GRADER_COLUMNS,
-                 (row,), "Verdicts on this task's samples (both passes); unparseable = no [[rating]] or [rating] in "
-                         "the verdict (FastChat's -1), left out of every average; not graded = samples whose grader "
+                 (row,), "Verdicts on this task's samples (both passes); unparseable = a verdict the task's grading "
+                         "protocol cannot read (MT-Bench: no [[rating]] or [rating], FastChat's -1; refusal: neither "
+                         "or both of [[YES]] and [[NO]]), left out of every average; not graded = samples whose grader "
                          "call failed (relaxbench rescore asks again); self-agreement = AR samples graded twice "
                          f"({grader.self_check_how}).")
 
