@@ -63,6 +63,8 @@ MODEL = "grader-model"
 ])
 def test_the_rating_is_parsed_as_fastchat_does(text, rating):
     assert parse_rating(text) == rating
+    # the protocol's verdict, as the grading phase stores it: the rating and its score (None when unparseable)
+    assert make_scorer("llm-grader").parse_verdict(text) == (rating, None if rating == UNPARSEABLE else rating / 10)
 
 
 @pytest.fixture(scope="module")

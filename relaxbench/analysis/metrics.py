@@ -18,7 +18,10 @@ with Δ = 0 by definition (``by_definition``), and no speed or counter figures f
 Two measures: a task's score is *capability* (its own scorer's, or an LLM grader's when one graded the task) or
 *fidelity* to the AR output (agreement: exact match, ROUGE-L, log-likelihood), named in ``TaskSummary.measure``.
 When a grader graded a task, the score is the grader's (draw 0, unparseable verdicts left out as FastChat does) and
-the task's own agreement metrics stay in the details; ``TaskSummary.grader`` says how good the grader was.
+the task's own agreement metrics stay in the details; ``TaskSummary.grader`` says how good the grader was. Where the
+grader classifies what the task's own scorer classifies (``Scorer.scores_verdicts``: refusal), its verdict stands in
+for the scorer's classifier instead: every sample is scored again by the scorer from the verdict, details included,
+and a sample without a usable verdict has no score.
 """
 
 from __future__ import annotations
@@ -275,6 +278,14 @@ class TaskSummary:
     measure: str = "capability"  # what the score is: "capability", or "fidelity" to the AR output
     grader: GraderSummary | None = None  # the LLM grader whose verdicts are the capability scores
     profiles: tuple[str, ...] = ()  # the cost profiles every cell's ``proxy`` is priced with, in order
+    # the grader's verdicts classify for the task's own scorer (refusal) rather than being the score (a rating)
+    grader_classifies: bool = False
+    classifier: str | None = None  # what classified the samples, as the scorer's details name it (refusal's)
+
+    @property
+    def rated_by_grader(self) -> bool:
+        """Whether the scores are a grader's ratings (MT-Bench), not the task's own scorer's."""
+        return self.grader is not None and not self.grader_classifies
 
     @property
     def baseline(self) -> CellSummary:
@@ -613,14 +624,39 @@ def summarize_task(run: RunRecord, task: str, profiles: Sequence[Profile] = ()) 
         return summarize_target_alone(task, baseline, cells[1:])
     units = complete_units(cells)
     grader = summarize_grader(run, cells)
-    if grader is None:
-        score_of, measure = stored_score, stored_task_facts(baseline.task, baseline.task_spec, baseline.scorer).measure
+    facts = stored_task_facts(baseline.task, baseline.task_spec, baseline.scorer)
+    classifies = grader is not None and facts.score_verdict is not None
+    if classifies:
+        cells = [scored_by_verdicts(c, grader, facts.score_verdict) for c in cells]
+        baseline = cells[0]
+    if grader is None or classifies:
+        score_of, measure = stored_score, facts.measure
     else:
         score_of, measure = grader_scores(cells, grader.grader_hash), "capability"
     summaries = tuple(summarize_cell(c, baseline, units, score_of, profiles) for c in cells)
-    binary = grader is None and bool(units) and all(s.passed is not None for c in cells for s in c.samples)
+    binary = (grader is None or classifies) and bool(units) and all(s.passed is not None for c in cells
+                                                                    for s in c.samples)
+    labels = sorted({str(label) for c in cells for s in c.samples if (label := s.score_details.get("classifier"))})
     return TaskSummary(task, baseline.scorer, binary, len(units), summaries, measure=measure, grader=grader,
-                       profiles=tuple(p.name for p in profiles))
+                       profiles=tuple(p.name for p in profiles), grader_classifies=classifies,
+                       classifier=", ".join(labels) or None)
+
+
+def scored_by_verdicts(cell: CellRecord, grader: GraderSummary,
+                       score_verdict: Callable[[float | None, str, Mapping[str, Any]], Any]) -> CellRecord:
+    """``cell`` with each sample scored by the task's scorer from the grader's first-pass verdict (the grader
+    classified what the scorer classifies); a sample with no usable verdict (unparseable, or not graded) keeps no
+    score and none of its own classifier's details."""
+    ratings = {v.sample_id: v.rating for v in cell.verdicts
+               if v.grader_hash == grader.grader_hash and v.draw == 0 and v.score is not None}
+    name = str(grader.identity.get("model") or grader.label)
+    samples = []
+    for sample in cell.samples:
+        rating = ratings.get(sample.sample_id)
+        score = score_verdict(rating, name, sample.score_details)
+        samples.append(replace(sample, score=None if rating is None else score.value,
+                               passed=None if rating is None else score.passed, score_details=dict(score.details)))
+    return replace(cell, samples=tuple(samples))
 
 
 def grader_scores(cells: Sequence[CellRecord], grader_hash: str) -> ScoreOf:

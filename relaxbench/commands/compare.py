@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.commands.args import add_runtime_args, add_wide_arg
-from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
+from relaxbench.commands.grading import (
+    add_grader_args,
+    check_grading,
+    grade_and_announce,
+    grader_from_args,
+    ungraded_notes,
+)
 from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
@@ -285,8 +291,8 @@ def run_suite(args: argparse.Namespace, suite: Any) -> int:
     grader_device = None
     if grader is not None:
         if not graded:
-            raise ConfigError(f"an LLM grader grades tasks with a grading protocol (MT-Bench), and none of this run's "
-                              f"tasks has one ({', '.join(job.name for job in plan.jobs)})")
+            raise ConfigError(f"an LLM grader grades tasks with a grading protocol (MT-Bench, the jbb tasks), and "
+                              f"none of this run's tasks has one ({', '.join(job.name for job in plan.jobs)})")
         grader_device = configure_runtime(suite.device, args.threads)  # the grader runs here, in the driver
         check_grading(grader, graded, grader_device)
     lock = WriterLock(out_dir / STORE_NAME, " ".join(["relaxbench", *(getattr(args, "argv", None) or ["compare"])]))
@@ -316,11 +322,8 @@ def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, r
                       f"tasks ({executor.name})")
             for note in plan.notes():
                 err.print(note, markup=False, highlight=False)
-            if grader is None and graded:
-                err.print(f"{', '.join(t.name for t in graded)}: scored for fidelity to AR only (agreement with AR's "
-                          "output), not capability, since no grader was given (--grader MODEL, or --grader-endpoint "
-                          "URL --grader-model NAME; or later: relaxbench rescore DIR --grader MODEL)", markup=False,
-                          highlight=False)
+            for note in ungraded_notes(plan.jobs) if grader is None else ():
+                err.print(note, markup=False, highlight=False)
             with run_progress() as progress:
                 cells = {job.name: register_job(store, run_id, job, progress) for job in plan.jobs}
                 executor.run(RunContext(store, run_id, plan, cells), progress)

@@ -20,8 +20,9 @@ OLD_PREFIX = "--judge"  # the options' earlier names (--judge, --judge-endpoint,
 
 
 def add_grader_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("LLM grader (the capability of tasks with a grading protocol: MT-Bench, FastChat "
-                             "grading; every --grader* option is also accepted as --judge*)")
+    g = p.add_argument_group("LLM grader (tasks with a grading protocol: MT-Bench's capability by FastChat's "
+                             "grading, the jbb tasks' refusal classifier; every --grader* option is also accepted "
+                             "as --judge*)")
 
     def option(suffix: str, **kwargs: Any) -> None:
         g.add_argument(f"--grader{suffix}", default=None, **kwargs)
@@ -70,6 +71,33 @@ def grader_from_args(args: argparse.Namespace) -> Any:
     fields: dict[str, Any] = {TUNING[option]: value for option, value in given.items()}
     fields.update({"kind": "local", "model": local} if local else {"kind": "endpoint", "url": url})
     return make_grader(validate(GraderSettings, fields, "command line", "grader option"))
+
+
+GRADER_HINT = ("(--grader MODEL, or --grader-endpoint URL --grader-model NAME; or later: relaxbench rescore DIR "
+               "--grader MODEL)")
+
+
+def ungraded_notes(jobs: Sequence[Any]) -> list[str]:
+    """What ``compare`` says once when tasks with a grading protocol run without a grader: which are scored for
+    fidelity to AR only (MT-Bench), and which by their own scorer's classifier (refusal: the pattern list)."""
+    fidelity: list[str] = []
+    by_own: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.source.grader_scorer() is None:
+            continue
+        scorer = job.source.scorer()
+        if scorer.measure == "fidelity":
+            fidelity.append(job.name)
+        else:
+            by_own.setdefault(scorer.name, []).append(job.name)
+    notes = []
+    if fidelity:
+        notes.append(f"{', '.join(fidelity)}: scored for fidelity to AR only (agreement with AR's output), not "
+                     f"capability, since no grader was given {GRADER_HINT}")
+    for scorer, names in by_own.items():
+        notes.append(f"{', '.join(names)}: scored by {scorer}'s own classifier, not by an LLM grader, since no grader "
+                     f"was given {GRADER_HINT}")
+    return notes
 
 
 def check_grading(grader: Any, tasks: Sequence[Any], device: str) -> None:

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not tasks:
             names = sorted({r["task"] for r in store.rows("SELECT task FROM cells WHERE run_id=?", (run_id,))})
             raise ConfigError(f"run {run_id} has no task with a grading protocol (its tasks: {', '.join(names)}); "
-                              "MT-Bench has one")
+                              "MT-Bench and the jbb tasks have one")
     check_grading(grader, tasks, device)
     with WriterLock(path, "relaxbench rescore"), Store(path) as store:  # the verdicts are written here, alone
         tally = grade_and_announce(store, run_id, tasks, grader, device, run_progress())

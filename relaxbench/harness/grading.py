@@ -1,6 +1,8 @@
 """The grading phase: an LLM grader grades the stored answers of the tasks that have a grading protocol (a graded
-scorer such as MT-Bench's ``llm-grader``), after generation — at the end of ``compare --grader ...`` or on a stored run
-with ``relaxbench rescore`` — so the grader never shares the machine with timed generation and is loaded once.
+scorer: MT-Bench's ``llm-grader``, the refusal tasks' ``refusal-grader``), after generation — at the end of
+``compare --grader ...`` or on a stored run with ``relaxbench rescore`` — so the grader never shares the machine with
+timed generation and is loaded once. The protocol builds each request and reads each verdict back; this phase is
+the same for every protocol.
 
 Every verdict is cached in the store under (grader, prompt, answer) hashes and linked to the samples it grades, as
 soon as it arrives: identical answers (a lossless arm reproduces AR's) are graded once, and an interrupted pass, a
@@ -24,8 +26,8 @@ from relaxbench.errors import ConfigError, DataError
 from relaxbench.harness.runner import ProgressSink
 from relaxbench.harness.store import Store, VerdictKey, dumps
 from relaxbench.scoring import make_scorer
+from relaxbench.scoring.graded import GradedScorer, GradingRequest
 from relaxbench.scoring.graders import Grader
-from relaxbench.scoring.llm_grader import GradingRequest, parse_rating, rating_score
 from relaxbench.tasks import load_task, source_prefix, task_files
 
 GRADER_ARM = "grader"  # the progress bar of a task's grading
@@ -37,7 +39,7 @@ class GradedTask:
 
     name: str
     items: Mapping[str, TaskItem]
-    scorer: Any  # a graded scorer: request(item, turn, answers) -> GradingRequest | None
+    scorer: GradedScorer
 
     def check(self) -> None:
         """Every grader prompt and reference answer the items need exists (before any generation)."""
@@ -106,6 +108,7 @@ def grade_tasks(store: Store, run_id: int, tasks: Sequence[GradedTask], grader: 
     repeat, _ = grader.self_check()
     draws = (0, 1) if repeat else (0,)
     tally = GradingTally()
+    protocols = {task.name: task.scorer for task in tasks}
     todo: list[_Work] = []
     for task in tasks:
         found = 0
@@ -134,11 +137,10 @@ def grade_tasks(store: Store, run_id: int, tasks: Sequence[GradedTask], grader: 
                     if len(tally.errors) < 3 and verdict.error:
                         tally.errors.append(verdict.error)
                 else:
-                    rating = parse_rating(verdict.text)
-                    tally.unparseable += rating_score(rating) is None
+                    rating, score = protocols[work.task].parse_verdict(verdict.text)
+                    tally.unparseable += score is None
                     store.add_verdict(work.key, work.request.prompt_name, work.request.messages, verdict.text,
-                                       rating, rating_score(rating), verdict.seconds, verdict.attempts,
-                                       work.sample_ids)
+                                       rating, score, verdict.seconds, verdict.attempts, work.sample_ids)
                 progress.advance(work.task, GRADER_ARM)
     finally:
         grader.close()

@@ -269,7 +269,7 @@ def tradeoff(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking =
         ax.set_xlabel("speed-up over AR (×), 95% CI")
     else:
         ax.set_xlabel(f"proxy speed-up over AR on {x_axis.profile} (×), 95% CI; hollow: measured on this machine")
-    score = ("pass@1 (%)" if summary.binary else "grader rating × 10 (points)" if summary.grader is not None
+    score = ("pass@1 (%)" if summary.binary else "grader rating × 10 (points)" if summary.rated_by_grader
              else "score (points)" if summary.measure == "capability" else "fidelity to AR (points)")
     ax.set_ylabel(f"{score}, 95% CI of Δ vs AR")
     what = "score" if summary.measure == "capability" else "fidelity to AR (capability not measured)"

@@ -211,18 +211,20 @@ def _agreement_note(summary: TaskSummary) -> str:
 
 
 def measured_by(summary: TaskSummary) -> str:
-    """What a task's score is, in a few words: its scorer, the grader, or fidelity only."""
-    if summary.grader is not None:
+    """What a task's score is, in a few words: its scorer (and the classifier it names), the grader, or fidelity
+    only."""
+    if summary.rated_by_grader:
         return f"capability: llm grader {summary.grader.label}"
     if summary.measure == "fidelity":
         return f"fidelity to AR only: {summary.scorer} (capability not measured)"
-    return f"capability: {summary.scorer}"
+    classifier = f", classifier: {summary.classifier}" if summary.classifier else ""
+    return f"capability: {summary.scorer}{classifier}"
 
 
 def score_unit(summary: TaskSummary) -> str:
     if summary.binary:
         return "pass rate, %"
-    if summary.grader is not None:
+    if summary.rated_by_grader:
         return "the grader's rating 1-10 × 10"
     return summary.scorer + " × 100"
 
@@ -269,8 +271,9 @@ def grader_table(summary: TaskSummary) -> Table | None:
         num(fmt(grader.agreement_mean_abs, ".1f"), "agreement_mean_abs", grader.agreement_mean_abs),
     ))
     return Table(f"{summary.task}-grader", f"{summary.task}: the grader behind the capability scores", GRADER_COLUMNS,
-                 (row,), "Verdicts on this task's samples (both passes); unparseable = no [[rating]] or [rating] in "
-                         "the verdict (FastChat's -1), left out of every average; not graded = samples whose grader "
+                 (row,), "Verdicts on this task's samples (both passes); unparseable = a verdict the task's grading "
+                         "protocol cannot read (MT-Bench: no [[rating]] or [rating], FastChat's -1; refusal: neither "
+                         "or both of [[YES]] and [[NO]]), left out of every average; not graded = samples whose grader "
                          "call failed (relaxbench rescore asks again); self-agreement = AR samples graded twice "
                          f"({grader.self_check_how}).")
 
@@ -366,7 +369,7 @@ def category_table(summary: TaskSummary) -> Table | None:
                 *(num(fmt(details.get(k), ".3f"), f"details.{k}", details.get(k)) for k in keys),
             ), emphasis=name == "all"))
     fidelity = (" (fidelity to AR: exact match, ROUGE-L, log-likelihood)" if summary.measure == "fidelity"
-                or summary.grader is not None and keys else "")
+                or summary.rated_by_grader and keys else "")
     return Table(f"{summary.task}-categories", f"{summary.task}: scores by category and the scorer's details",
                  (*CATEGORY_ESSENTIAL, *keys), tuple(rows),
                  f"Scores in points ({measured_by(summary)}); the detail columns are the task scorer's own metrics"

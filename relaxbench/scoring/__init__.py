@@ -1,5 +1,6 @@
 """Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM grader
-(``llm_grader`` with the graders of ``graders``). Importing this package registers every built-in scorer and grader."""
+(the protocols ``llm_grader`` and ``refusal_grader``, run by the graders of ``graders``). Importing this package
+registers every built-in scorer and grader."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from relaxbench.scoring import (  # noqa: F401  (registration)
     patterns,
     recall,
     refusal,
+    refusal_grader,
 )
 from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 

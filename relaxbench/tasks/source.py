@@ -105,13 +105,16 @@ class LoadRequest:
 class TaskFacts:
     """What the analysis needs to know of a stored task, read back from its record: whether it was scored by the
     target's likelihoods alone, which keys of a sample's score details are metrics (averaged in summaries), what
-    its own scorer measures ("capability", or "fidelity" to the AR output), and whether a sample's stored details
-    say the scorer found an answer (``Scorer.answered``; None: the task has no notion of one)."""
+    its own scorer measures ("capability", or "fidelity" to the AR output), whether a sample's stored details
+    say the scorer found an answer (``Scorer.answered``; None: the task has no notion of one), and how its scorer
+    scores a grader's verdict that stands in for its own classifier (``Scorer.score_verdict``; None: a grader's
+    verdict is the score itself)."""
 
     likelihood_only: bool = False
     detail_metrics: tuple[str, ...] = ()
     measure: str = "capability"
     answered: Callable[[Mapping[str, Any]], bool | None] | None = None
+    score_verdict: Callable[[float | None, str, Mapping[str, Any]], Score] | None = None
 
 
 class TaskLoader(Protocol):

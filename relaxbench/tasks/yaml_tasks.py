@@ -222,10 +222,11 @@ class YamlTaskLoader:
             return TaskFacts()
         cls = SCORERS.get(scorer)
         try:
-            answered = cls(record.get("scorer_args") or {}).answered
+            instance = cls(record.get("scorer_args") or {})
         except RelaxbenchError:  # arguments an earlier version accepted: no answer check rather than no report
-            answered = None
-        return TaskFacts(False, cls.detail_metrics, cls.measure, answered)
+            return TaskFacts(False, cls.detail_metrics, cls.measure)
+        return TaskFacts(False, cls.detail_metrics, cls.measure, instance.answered,
+                         instance.score_verdict if cls.scores_verdicts else None)
 
     def names(self, given: Sequence[str]) -> dict[str, list[str]]:
         """The task names each given name stands for (validation before any data is read)."""
