@@ -296,7 +296,9 @@ def profiles_table(profiles: Sequence[Profile]) -> Table | None:
                  ("profile", "kind", "device", "models", "assumptions", "sources"), tuple(rows),
                  "A sample's proxy time = prefill + Σ rounds [target forward of (drafted + 1 + extra) tokens at the "
                  "round's context + the drafter's recorded forwards and n-gram lookups], from the profile's table "
-                 "(relaxbench.profiles). this-machine = measured at the start of the run's latest session.")
+                 "at the batch size the sample was decoded at (a step of B requests at vLLM concurrency B; 1 on "
+                 "relaxbench's own loop) (relaxbench.profiles). this-machine = measured at the start of the run's "
+                 "latest session.")
 
 
 # ------------------------------------------------------------------------------------------------ notices
