@@ -62,7 +62,10 @@ class VllmClient:
         python = python or vllm_python()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                            os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1")}
+               "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
+               # vLLM's INFO lines (a throughput line every 10 s, every load step) would bury relaxbench's progress:
+               # warnings and errors only, unless the user sets the level
+               "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
         self.process = subprocess.Popen([str(python), "-m", "relaxbench.integrations.vllm_worker"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=sys.stderr if stderr is None else stderr, text=True, env=env)
