@@ -292,3 +292,20 @@ def test_speed_against_concurrency_pairs_against_ar_at_the_same_concurrency(tmp_
     assert [row.key for row in tables[0].rows] == ["ar", "ar", "exact", "exact"]
     concurrency_figure(points, "t").savefig(tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_bench_engines_prints_its_figures_and_fails_on_a_missed_target(capsys):
+    """``relaxbench bench engines``' verdicts from its lines (no vLLM needed): the adapter's throughput against the
+    native sampler's at concurrency 8 (median of the per-repeat ratios) and the policy's share of the step."""
+    from relaxbench.benchmarks.engines import Line
+    from relaxbench.commands.bench.engines import print_results
+
+    native = Line("vllm", "native exact", 8, [60.0, 62.0], [0.0, 0.0])
+    lines = [Line("transformers", "ar", 1, [20.0]), native, Line("vllm", "adapter exact", 8, [61.0, 63.0],
+                                                                    [0.010, 0.012])]
+    assert print_results(lines)
+    out = capsys.readouterr().out
+    assert "1.016" in out and "0.011" in out and "1.20%" in out and "NO" not in out
+    slow = Line("vllm", "adapter exact", 8, [50.0, 52.0], [0.010, 0.012])
+    assert not print_results([native, slow])
+    assert "NO" in capsys.readouterr().out

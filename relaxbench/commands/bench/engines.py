@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relaxbench.commands.args import add_device_arg, add_threads_arg, runtime_from_args
+from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
 
 def register(bsub: argparse._SubParsersAction) -> None:
@@ -41,11 +42,9 @@ class ClientDriver:
 
 
 def run_engines(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from relaxbench.arms import build_decoder
     from relaxbench.benchmarks.engine import CODE_PROMPTS
-    from relaxbench.benchmarks.engines import checks, transformers_lines, vllm_lines
+    from relaxbench.benchmarks.engines import transformers_lines, vllm_lines
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import encode_prompt
     from relaxbench.errors import ConfigError
@@ -91,19 +90,26 @@ def run_engines(args: argparse.Namespace) -> int:
     with VllmClient() as client:
         lines += vllm_lines(ClientDriver(client, args.dtype), ref, prompts,
                             speculative_config("ngram", {}, args.k, None), args.max_new_tokens, args.repeats, levels)
-    table = Table(title="engines: output tokens/s (median over repeats)")
-    for col in ("engine", "arm", "concurrency", "tokens/s", "per repeat", "policy share"):
-        table.add_column(col, justify="left" if col in ("engine", "arm") else "right")
-    for line in lines:
-        share = f"{max(line.policy_share):.2%}" if line.policy_share else "-"
-        table.add_row(line.engine, line.arm, str(line.concurrency), f"{line.median:.2f}",
-                      " ".join(f"{v:.1f}" for v in line.tokens_per_second), share)
-    out.print(table)
+    return 0 if print_results(lines) else 1
+
+
+def print_results(lines: Sequence[Any]) -> bool:
+    """The figures and the targets' table; whether every target holds."""
+    from relaxbench.benchmarks.engines import checks
+
+    print_table(table(
+        "bench-engines", "engines: output tokens/s (median over repeats)",
+        ("engine", "arm", "concurrency", "tokens/s", "per repeat", "policy share"),
+        [(text(line.engine), text(line.arm), figure(str(line.concurrency)), figure(f"{line.median:.2f}"),
+          figure(" ".join(f"{v:.1f}" for v in line.tokens_per_second)),
+          figure(f"{max(line.policy_share):.2%}" if line.policy_share else "-")) for line in lines],
+        "transformers: relaxbench's loop keeps one request in flight, so its rows at every concurrency are one "
+        "measurement (the prompts one after another); vllm: the prompts submitted together, up to the concurrency "
+        "in flight. Policy share: the adapter's policy time / the step time (native: vLLM's own sampler, not timed)."))
     results = checks(lines)
-    verdicts = Table(title="targets")
-    for col in ("check", "value", "target", "holds"):
-        verdicts.add_column(col, justify="left" if col == "check" else "right")
-    for check in results:
-        verdicts.add_row(check.label, f"{check.value:.3f}", check.target, "yes" if check.holds else "NO")
-    out.print(verdicts)
-    return 0 if all(check.holds for check in results) else 1
+    print_table(table(
+        "bench-engines-targets", "targets",
+        ("check", "value", "target", "holds"),
+        [(text(check.label), figure(f"{check.value:.3f}"), figure(check.target), verdict(check.holds))
+         for check in results]))
+    return all(check.holds for check in results)
