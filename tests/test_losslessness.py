@@ -3,30 +3,15 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
 from relaxbench.arms import build_decoder
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
-from relaxbench.methods import DrafterSpec, MethodSpec
+from relaxbench.benchmarks.gpu.lossless import AR, EXACT, random_prompts
 
-EXACT_MODEL = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
-EXACT_NGRAM = MethodSpec(name="exact-ngram", policy="exact", drafter=DrafterSpec(kind="ngram", knobs={"max_ngram": 3}))
-AR = MethodSpec(name="ar", policy="none")
-
-
-def random_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
-    """Random token prompts with repeated segments, so prompt lookup finds matches."""
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(n):
-        segment = [rng.randrange(vocab) for _ in range(rng.randint(3, 8))]
-        noise = [rng.randrange(vocab) for _ in range(rng.randint(2, 10))]
-        prompts.append(noise + segment + noise[:3] + segment + [rng.randrange(vocab)])
-    return prompts
+EXACT_MODEL, EXACT_NGRAM = EXACT["model"], EXACT["ngram"]
 
 
 def hf_greedy(target, prompt: list[int], max_new_tokens: int) -> list[int]:

@@ -51,29 +51,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def sizes(text: str, what: str) -> tuple[int, ...]:
+def increasing_ints(text: str, flag: str, unit: str) -> tuple[int, ...]:
+    """A comma-separated flag of distinct, increasing integers >= 1, or a one-line ``ConfigError``."""
     from relaxbench.errors import ConfigError
 
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ConfigError(f"--{what}: give comma-separated token counts, got {text!r}") from None
+        raise ConfigError(f"--{flag}: give comma-separated {unit}, got {text!r}") from None
     if not values or list(values) != sorted(set(values)) or values[0] < 1:
-        raise ConfigError(f"--{what}: token counts must be >= 1, distinct and increasing, got {text!r}")
+        raise ConfigError(f"--{flag}: {unit} must be >= 1, distinct and increasing, got {text!r}")
     return values
+
+
+def sizes(text: str, what: str) -> tuple[int, ...]:
+    return increasing_ints(text, what, "token counts")
 
 
 def batch_sizes(text: str) -> tuple[int, ...]:
-    """``--batch``: distinct, increasing integers >= 1, or a one-line ``ConfigError``."""
-    from relaxbench.errors import ConfigError
-
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"--batch: give comma-separated batch sizes (requests per step), got {text!r}") from None
-    if not values or list(values) != sorted(set(values)) or values[0] < 1:
-        raise ConfigError(f"--batch: batch sizes must be >= 1, distinct and increasing, got {text!r}")
-    return values
+    """``--batch``: batch sizes (requests per step)."""
+    return increasing_ints(text, "batch", "batch sizes (requests per step)")
 
 
 COMMON_SHARE = 0.05  # a forward size at least this share of a run's rounds gets its own grid point

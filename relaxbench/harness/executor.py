@@ -11,7 +11,8 @@ registered through the ``relaxbench.executors`` entry-point group and loaded by 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -97,6 +98,21 @@ class Executor(ABC):
 EXECUTORS: Registry[type[Executor]] = Registry("executor", "relaxbench.executors")
 
 
+@contextmanager
+def session_outcome(finish: Callable[[str], None]) -> Iterator[None]:
+    """Ends the block's session(s) as ``finished``, ``interrupted`` (SIGINT, SIGTERM) or ``failed``, whichever way the
+    block ends, so the store never keeps a ``running`` session of a process that is gone (but for SIGKILL)."""
+    status = "failed"
+    try:
+        yield
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        finish(status)
+
+
 @EXECUTORS.register("in-process")
 class InProcessExecutor(Executor):
     """Jobs one after another in this process, on one copy of the models, as one session."""
@@ -113,16 +129,9 @@ class InProcessExecutor(Executor):
         session_id = store.start_session(context.run_id, self.setup.describe(self.target, self.draft, self.device,
                                                                              self.name))
         worker = Worker(self.target, self.draft, self.setup.draft, store, session_id, warmup=self.setup.warmup)
-        status = "failed"
-        try:
+        with session_outcome(lambda status: store.finish_session(session_id, status)):
             for job in context.plan.jobs:
                 run_job(worker, job, context.cells[job.name], progress)
-            status = "finished"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            store.finish_session(session_id, status)
 
     def close(self) -> None:
         """Let go of the models, so what runs next in this process (the LLM grader) gets their memory."""

@@ -41,7 +41,7 @@ except ImportError as exc:  # the registry turns this into one line: executor 'r
 from pydantic import Field
 
 from relaxbench.errors import ConfigError, DataError, ModelError, RelaxbenchError, UnknownNameError
-from relaxbench.harness.executor import Executor, ModelSetup, RunContext
+from relaxbench.harness.executor import Executor, ModelSetup, RunContext, session_outcome
 from relaxbench.harness.plan import RunPlan
 from relaxbench.harness.runner import ProgressSink, missing_items
 from relaxbench.harness.shard import Shard, Write, cut_shards, shard_size
@@ -243,18 +243,14 @@ class RayExecutor(Executor):
             assert slot.identity is not None, "start() identified every worker"
             environment = {**slot.identity.environment, "ray_startup_s": dict(self.startup)}
             slot.session_id = context.store.start_session(context.run_id, environment)
-        status = "failed"
-        try:
-            Dispatcher(context, progress, self.slots, self.options).run()  # type: ignore[arg-type]
-            status = "finished"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
+        def finish(status: str) -> None:
             for slot in self.slots:
                 if not slot.ended and slot.session_id is not None:
                     context.store.finish_session(slot.session_id, status)
                     slot.ended = True
+
+        with session_outcome(finish):
+            Dispatcher(context, progress, self.slots, self.options).run()  # type: ignore[arg-type]
 
     def close(self) -> None:
         if self.connected:

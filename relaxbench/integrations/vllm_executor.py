@@ -23,7 +23,7 @@ from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.records import GenerationResult, RoundLog
 from relaxbench.decoding.stops import decode_output
 from relaxbench.errors import ConfigError
-from relaxbench.harness.executor import Executor, ModelSetup, RunContext
+from relaxbench.harness.executor import Executor, ModelSetup, RunContext, session_outcome
 from relaxbench.harness.plan import Arm, RunPlan, TaskJob
 from relaxbench.harness.runner import ProgressSink
 from relaxbench.harness.store import SampleRow, Store
@@ -137,16 +137,9 @@ class VllmExecutor(Executor):
     def run(self, context: RunContext, progress: ProgressSink) -> None:
         store = context.store
         session_id = store.start_session(context.run_id, self.setup.describe(self.target, None, ENGINE, self.name))
-        status = "failed"
-        try:
+        with session_outcome(lambda status: store.finish_session(session_id, status)):
             for job in context.plan.jobs:
                 EngineTaskRun(self, job, context.cells[job.name], store, session_id, progress).run()
-            status = "finished"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            store.finish_session(session_id, status)
 
     def close(self) -> None:
         client = getattr(self, "client", None)
