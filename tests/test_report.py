@@ -606,8 +606,7 @@ def test_shipped_suites_plan_the_default_benchmark():
                                                            "qwen2.5-coder-0.5b-instruct")
     policies = [arm.method.policy for arm in default.arms]
     assert policies == ["none", "exact", "fly", "reflective", "margin-greedy", "typical-greedy"]
-    assert {job.name: (len(job.items), job.max_new_tokens) for job in default.jobs} == {
-        "humaneval-completion": (3, 64), "mt-bench": (1, 64)}
+    assert {job.name: (len(job.items), job.max_new_tokens) for job in default.jobs} == {"humaneval-completion": (3, 64)}
     full = plan("full")
     assert {job.name: len(job.items) for job in full.jobs} == {"humaneval-completion": 164, "mt-bench": 80}
     families = {arm.base_method: arm.method.policy for arm in full.arms[1:]}
