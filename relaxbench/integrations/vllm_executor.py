@@ -137,6 +137,19 @@ class VllmExecutor(Executor):
         return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed,
                             max_model_len=max_model_len)
 
+    def run(self, context: RunContext, progress: ProgressSink) -> None:
+        store = context.store
+        session_id = store.start_session(context.run_id, self.setup.describe(self.target, None, ENGINE, self.name))
+        with session_outcome(lambda status: store.finish_session(session_id, status)):
+            for job in context.plan.jobs:
+                EngineTaskRun(self, job, context.cells[job.name], store, session_id, progress).run()
+
+    def close(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+            self.client = None
+
 
 def required_model_len(job: TaskJob, target: Any) -> int:
     """The positions a request of ``job`` can reach, for vLLM's ``max_model_len``: its longest conversation (every
@@ -151,19 +164,6 @@ def required_model_len(job: TaskJob, target: Any) -> int:
             longest = max(longest, len(prompt) + turn * job.max_new_tokens)
     need = longest + job.max_new_tokens + k + 1 + MODEL_LEN_SLACK
     return -(-need // MODEL_LEN_STEP) * MODEL_LEN_STEP
-
-    def run(self, context: RunContext, progress: ProgressSink) -> None:
-        store = context.store
-        session_id = store.start_session(context.run_id, self.setup.describe(self.target, None, ENGINE, self.name))
-        with session_outcome(lambda status: store.finish_session(session_id, status)):
-            for job in context.plan.jobs:
-                EngineTaskRun(self, job, context.cells[job.name], store, session_id, progress).run()
-
-    def close(self) -> None:
-        client = getattr(self, "client", None)
-        if client is not None:
-            client.close()
-            self.client = None
 
 
 class EngineTaskRun:
