@@ -1,7 +1,7 @@
-"""The grading phase: an LLM grader grades the stored answers of the tasks that have a grading protocol (a graded
+"""The grading step: an LLM grader grades the stored answers of the tasks that have a grading protocol (a graded
 scorer: MT-Bench's ``llm-grader``, the refusal tasks' ``refusal-grader``), after generation — at the end of
 ``compare --grader ...`` or on a stored run with ``relaxbench rescore`` — so the grader never shares the machine with
-timed generation and is loaded once. The protocol builds each request and reads each verdict back; this phase is
+timed generation and is loaded once. The protocol builds each request and reads each verdict back; this step is
 the same for every protocol.
 
 Every verdict is cached in the store under (grader, prompt, answer) hashes and linked to the samples it grades, as
