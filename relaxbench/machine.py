@@ -60,6 +60,15 @@ def flags_override() -> str | None:
     return os.environ.get(FLAGS_OVERRIDE)
 
 
+ISA_SWITCHES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ATEN_CPU_CAPABILITY")
+
+
+def isa_limits() -> dict[str, str]:
+    """The code-path switches of the math libraries (oneDNN, MKL) and of torch's own kernels that are set in the
+    environment: with them a CPU runs slower paths than it has, so a record of its timings names them."""
+    return {key: os.environ[key] for key in ISA_SWITCHES if key in os.environ}
+
+
 def has_bf16_units() -> bool:
     """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16); without them bf16 is emulated."""
     return bool(cpu_flags() & BF16_FLAGS)

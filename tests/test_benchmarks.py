@@ -29,6 +29,36 @@ def test_engine_comparisons_assert_identical_outputs_and_time_both_sides(tiny_ta
         assert all(v > 0 and math.isfinite(v) for v in row.ours_tps + row.ref_tps)
 
 
+def test_the_engine_breakdown_counts_each_sides_forwards_where_they_happen(tiny_target, tiny_draft):
+    """``--breakdown``: the hooks see every forward of both sides. AR is pinned by construction: our loop prefills
+    all but the prompt's last token and then runs one 1-token forward per output token; transformers prefills the
+    whole prompt (its first token) and runs one 1-token forward for each further token."""
+    from relaxbench.benchmarks.engine import PREFILL
+
+    greedy, assisted = bench_draft_model(tiny_target, tiny_draft, k=3, max_new_tokens=10, repeats=2, n_prompts=2,
+                                         breakdown=True)
+    generations = 2 * 2
+    for row in (greedy, assisted):
+        for side in (row.ours_time, row.ref_time):
+            assert side.generations == generations
+            assert side.forwards[("target", PREFILL)].count == generations
+            assert 0 <= side.outside_s < side.total_s
+        *forwards, outside, total = row.time_rows()
+        assert outside[0] == "outside model forwards" and total[0] == "total"
+        assert total[1].seconds == row.ours_time.total_s and total[2].seconds == row.ref_time.total_s
+        assert all(what.startswith("target") for what, *_ in forwards[:2])  # the target's rows come first
+    assert set(greedy.ours_time.forwards) == set(greedy.ref_time.forwards) == {("target", PREFILL), ("target", "1")}
+    ours_steps = greedy.ours_time.forwards[("target", "1")].count  # one per output token
+    ref_steps = greedy.ref_time.forwards[("target", "1")].count  # one per output token but the first
+    assert ours_steps - ref_steps == generations  # (the outputs are identical: asserted by the comparison)
+    assert greedy.identical and assisted.identical
+    drafted = {feed for model, feed in assisted.ours_time.forwards if model == "draft"}
+    assert PREFILL in drafted and "1" in drafted  # the draft model's forwards are counted on our side
+    assert ("target", "4") in assisted.ours_time.forwards and ("target", "4") in assisted.ref_time.forwards  # k+1
+    plain = bench_draft_model(tiny_target, tiny_draft, k=3, max_new_tokens=4, repeats=1, n_prompts=1)[0]
+    assert plain.ours_time is None and plain.time_rows() == []  # no hooks unless asked
+
+
 def test_a_comparison_holds_only_when_identical_and_at_target():
     fast = Comparison("x", 1.0, ours_tps=[2.0, 2.2], ref_tps=[2.0, 2.0])
     slow = Comparison("x", 1.0, ours_tps=[1.8, 1.9], ref_tps=[2.0, 2.0])

@@ -9,12 +9,18 @@ compares two engines, not a method with AR (so it is not called a speed-up).
 Arms are interleaved per prompt and repeat (HF, ours, then ours, HF in the next repeat, ...) so machine drift and
 order effects hit both alike; outputs are asserted identical; the engine ratio is the median over repeats of the
 paired tokens/s ratio.
+
+With a breakdown (``--breakdown``) each side's time is also split into its model forwards, by model and by the
+number of tokens a forward feeds (a prefill, a one-token step, a verify block), and the rest: forward hooks on the
+models (``torch.nn.Module.register_forward_pre_hook``), so both engines are timed at the same points, and a gap
+between them shows as more forwards, dearer forwards or more time outside them.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -36,9 +42,73 @@ CODE_PROMPTS = (
 )
 
 
+PREFILL = "prefill"  # a forward on an empty cache: the prompt
+
+
+@dataclass
+class Calls:
+    """A number of calls and the seconds they took together."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Breakdown:
+    """Where one side's time went, summed over its timed generations: its model forwards by (model, tokens fed per
+    forward: a count, or ``PREFILL``), and the generations' own count and seconds."""
+
+    forwards: dict[tuple[str, str], Calls] = field(default_factory=dict)
+    generations: int = 0
+    total_s: float = 0.0
+
+    def add(self, model: str, feed: str, seconds: float) -> None:
+        calls = self.forwards.setdefault((model, feed), Calls())
+        calls.count += 1
+        calls.seconds += seconds
+
+    @property
+    def outside_s(self) -> float:
+        """Time not spent in a model forward: drafting logic, verification, cache handling, bookkeeping."""
+        return self.total_s - sum(calls.seconds for calls in self.forwards.values())
+
+
+@contextmanager
+def forwards_into(models: dict[str, torch.nn.Module], clock: Clock,
+                  breakdown: Breakdown | None) -> Iterator[None]:
+    """Time every forward of ``models`` (name → model) into ``breakdown`` for the block (nothing when it is None):
+    a pre-hook reads the clock and the forward's size, a hook after it adds the call."""
+    if breakdown is None:
+        yield
+        return
+    handles = []
+    for name, model in models.items():
+        started: list[tuple[float, str]] = []
+
+        def before(module, args, kwargs, started=started):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            fed = int(ids.shape[-1]) if ids is not None else int(kwargs["inputs_embeds"].shape[-2])
+            cache = kwargs.get("past_key_values")
+            empty = cache is None or int(cache.get_seq_length()) == 0
+            started.append((clock.now(), PREFILL if empty else str(fed)))
+
+        def after(module, args, kwargs, output, name=name, started=started):
+            start, feed = started.pop()
+            breakdown.add(name, feed, clock.now() - start)
+
+        handles += [model.register_forward_pre_hook(before, with_kwargs=True),
+                    model.register_forward_hook(after, with_kwargs=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @dataclass
 class Comparison:
-    """One 'ours vs transformers' line: per-repeat tokens/s of both, and whether outputs matched."""
+    """One 'ours vs transformers' line: per-repeat tokens/s of both, whether outputs matched, and (with a
+    breakdown) where each side's time went."""
 
     label: str
     target_ratio: float
@@ -46,6 +116,8 @@ class Comparison:
     ref_tps: list[float] = field(default_factory=list)
     identical: bool = True
     notes: str = ""  # where the outputs first differed, and whether it was a numerical near-tie
+    ours_time: Breakdown | None = None
+    ref_time: Breakdown | None = None
 
     @property
     def ratios(self) -> list[float]:
@@ -59,6 +131,28 @@ class Comparison:
     @property
     def holds(self) -> bool:
         return self.identical and self.median_ratio >= self.target_ratio
+
+    def time_rows(self) -> list[tuple[str, Calls | None, Calls | None]]:
+        """The breakdown side by side: (what, ours, transformers') per model and forward size (the target first;
+        prefill, then by tokens fed; None where a side made no such forward), then the time outside forwards and
+        the total, whose calls are the generations."""
+        ours, ref = self.ours_time, self.ref_time
+        if ours is None or ref is None:
+            return []
+
+        def order(key: tuple[str, str]) -> tuple[bool, int]:
+            model, feed = key
+            return model != "target", -1 if feed == PREFILL else int(feed)
+
+        rows: list[tuple[str, Calls | None, Calls | None]] = []
+        for key in sorted(set(ours.forwards) | set(ref.forwards), key=order):
+            model, feed = key
+            rows.append((f"{model} {feed}" if feed == PREFILL else f"{model}, {feed} token{'s' * (feed != '1')}",
+                         ours.forwards.get(key), ref.forwards.get(key)))
+        rows.append(("outside model forwards", Calls(ours.generations, ours.outside_s),
+                     Calls(ref.generations, ref.outside_s)))
+        rows.append(("total", Calls(ours.generations, ours.total_s), Calls(ref.generations, ref.total_s)))
+        return rows
 
 
 def cut_at_eos(tokens: list[int], eos: frozenset[int]) -> list[int]:
@@ -84,10 +178,17 @@ def configure_assistant(draft, k: int) -> None:
     config.assistant_confidence_threshold = 0.0  # no early stop of drafting
 
 
-def timed(clock: Clock, fn: Callable[[], list[int]]) -> tuple[list[int], float]:
-    start = clock.now()
-    tokens = fn()
-    return tokens, clock.now() - start
+def timed(clock: Clock, fn: Callable[[], list[int]], models: dict[str, torch.nn.Module] | None = None,
+          breakdown: Breakdown | None = None) -> tuple[list[int], float]:
+    """``fn()`` and its seconds; with a ``breakdown``, the forwards of ``models`` during it and its time go there."""
+    with forwards_into(models or {}, clock, breakdown):
+        start = clock.now()
+        tokens = fn()
+        seconds = clock.now() - start
+    if breakdown is not None:
+        breakdown.generations += 1
+        breakdown.total_s += seconds
+    return tokens, seconds
 
 
 def describe_difference(target, prompt: list[int], reference: list[int], ours: list[int]) -> str:
@@ -100,18 +201,26 @@ def describe_difference(target, prompt: list[int], reference: list[int], ours: l
 
 
 def compare_pairwise(comparison: Comparison, target, prompts: list[list[int]], repeats: int, clock: Clock,
-                     ours: Callable[[list[int]], list[int]], reference: Callable[[list[int]], list[int]]) -> None:
+                     ours: Callable[[list[int]], list[int]], reference: Callable[[list[int]], list[int]],
+                     models: dict[str, torch.nn.Module] | None = None) -> None:
     """Interleave reference and ours per prompt and repeat (which runs first alternates between repeats); record
-    tokens/s per repeat (summed over prompts)."""
+    tokens/s per repeat (summed over prompts). With ``models`` (name → model), also each side's breakdown over
+    those models' forwards."""
+    if models is not None:
+        comparison.ours_time, comparison.ref_time = Breakdown(), Breakdown()
     for repeat in range(repeats):
         ours_tokens = ours_time = ref_tokens = ref_time = 0.0
         for prompt in prompts:
+            def run_ours():
+                return timed(clock, lambda: ours(prompt), models, comparison.ours_time)
+
+            def run_ref():
+                return timed(clock, lambda: reference(prompt), models, comparison.ref_time)
+
             if repeat % 2:  # alternate which side runs first, so an order effect cancels over repeats
-                our_out, our_dt = timed(clock, lambda: ours(prompt))
-                ref_out, ref_dt = timed(clock, lambda: reference(prompt))
+                (our_out, our_dt), (ref_out, ref_dt) = run_ours(), run_ref()
             else:
-                ref_out, ref_dt = timed(clock, lambda: reference(prompt))
-                our_out, our_dt = timed(clock, lambda: ours(prompt))
+                (ref_out, ref_dt), (our_out, our_dt) = run_ref(), run_ours()
             if our_out != ref_out and comparison.identical:
                 comparison.notes = describe_difference(target, prompt, ref_out, our_out)
             comparison.identical &= our_out == ref_out
@@ -126,8 +235,8 @@ def our_arm(method: MethodSpec, target, draft, k: int, max_new_tokens: int) -> C
     return lambda prompt: decoder.generate(prompt).output_ids
 
 
-def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int,
-                      n_prompts: int) -> list[Comparison]:
+def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int, n_prompts: int,
+                      breakdown: bool = False) -> list[Comparison]:
     clock = Clock(target.device)
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
     configure_assistant(draft, k)
@@ -137,16 +246,18 @@ def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int,
     for fn in (ar, exact, lambda p: hf_generate(target, p, 8), lambda p: hf_generate(target, p, 8,
                                                                                       assistant_model=draft.model)):
         fn(prompts[0][:64])
+    models = {"target": target.model, "draft": draft.model} if breakdown else None
     greedy = Comparison("AR arm vs HF generate (greedy)", 0.95)
-    compare_pairwise(greedy, target, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens))
+    compare_pairwise(greedy, target, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens),
+                     models)
     assisted = Comparison(f"exact arm vs HF assisted generation (k={k})", 1.0)
     compare_pairwise(assisted, target, prompts, repeats, clock, exact,
-                     lambda p: hf_generate(target, p, max_new_tokens, assistant_model=draft.model))
+                     lambda p: hf_generate(target, p, max_new_tokens, assistant_model=draft.model), models)
     return [greedy, assisted]
 
 
 def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens: int, repeats: int,
-                        n_prompts: int) -> list[Comparison]:
+                        n_prompts: int, breakdown: bool = False) -> list[Comparison]:
     clock = Clock(target.device)
     prompts = [encode_prompt(target.tokenizer, text) for text in CODE_PROMPTS[:n_prompts]]
     drafter = DrafterSpec(kind="ngram", knobs={"max_ngram": max_ngram, "num_tokens": num_tokens})
@@ -160,5 +271,6 @@ def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens:
     ours(prompts[0][:64])
     hf_generate(target, prompts[0][:64], 8, prompt_lookup_num_tokens=num_tokens)
     lookup = Comparison(f"exact+ngram arm vs HF prompt lookup (n≤{max_ngram}, {num_tokens} tokens)", 1.0)
-    compare_pairwise(lookup, target, prompts, repeats, clock, ours, reference)
+    compare_pairwise(lookup, target, prompts, repeats, clock, ours, reference,
+                     {"target": target.model} if breakdown else None)
     return [lookup]

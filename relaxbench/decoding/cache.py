@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from relaxbench.decoding.bf16_rows import fp32_linears_for_wide_rows
 
 def new_cache(model: torch.nn.Module):
     """An empty dynamic cache laid out for ``model`` (sliding-window layers included)."""
@@ -39,15 +40,19 @@ class ForwardOutput:
 
 
 def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache, n_logits: int,
-            want_hidden: bool = False) -> ForwardOutput:
-    """Run ``input_ids`` (1-D) through ``model`` on top of ``cache``; logits for the last ``n_logits`` positions."""
-    out = model(
-        input_ids=input_ids.unsqueeze(0),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=max(n_logits, 1),
-        output_hidden_states=want_hidden,
-    )
+            want_hidden: bool = False, fp32_wide_rows: bool = True) -> ForwardOutput:
+    """Run ``input_ids`` (1-D) through ``model`` on top of ``cache``; logits for the last ``n_logits`` positions.
+    A bf16 model on a CPU without bf16 units computes a wide forward's linear layers in fp32 (``bf16_rows``;
+    ``fp32_wide_rows=False`` keeps bf16's own kernel, for ``relaxbench bench forward`` to compare the two)."""
+    rows = int(input_ids.shape[0]) if fp32_wide_rows else 0
+    with fp32_linears_for_wide_rows(model, rows):
+        out = model(
+            input_ids=input_ids.unsqueeze(0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=max(n_logits, 1),
+            output_hidden_states=want_hidden,
+        )
     logits = out.logits[0, -n_logits:].float() if n_logits > 0 else out.logits[0, :0].float()
     hidden = out.hidden_states[-1][0, -n_logits:] if want_hidden else None
     return ForwardOutput(logits, hidden)

@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from relaxbench.machine import OTHERS_WINDOW_S, cpu_flags, cpu_model, flags_override, others_busy_cpus
+from relaxbench.machine import (OTHERS_WINDOW_S, cpu_flags, cpu_model, flags_override, isa_limits,
+                                others_busy_cpus)
 from relaxbench.validation import PROJECT_ROOT
 
 
@@ -61,6 +62,8 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
     line and executor: what tells two sessions' setups apart (a Ray worker records its own)."""
     import torch
 
+    from relaxbench.decoding.bf16_rows import wide_rows_in_fp32
+
     cuda = device.startswith("cuda")
     env: dict[str, Any] = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -74,8 +77,12 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "cpu_model": cpu_model(),
         "cpu_flags": sorted(cpu_flags()),  # what a -march=native build and the bf16 defaults depend on
         "cpu_flags_override": flags_override(),  # $RELAXBENCH_CPU_FLAGS, when it replaced the CPU's own flags
-        "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
-                       if key in os.environ},  # the math libraries' code-path switches, when set
+        "isa_limits": isa_limits(),  # the math libraries' and torch's code-path switches, when set
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA torch's own kernels run
+        # the models whose forwards of FP32_ROWS_FROM tokens or more compute their linear layers in fp32
+        "fp32_wide_rows": [role for role, loaded in (("target", target), ("draft", draft))
+                           if getattr(loaded, "model", None) is not None
+                           and wide_rows_in_fp32(loaded.model.get_input_embeddings().weight)],
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start (relaxbench's own work included)
         # CPUs other processes kept busy over a short window at the session's start (relaxbench's tree left out):

@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
+from relaxbench.decoding.bf16_rows import fp32_linears_for_wide_rows
 from relaxbench.decoding.cache import CachedLM, new_cache, rollback
 from relaxbench.decoding.drafters import prompt_lookup
 from relaxbench.errors import ConfigError
+from relaxbench.machine import isa_limits
 from relaxbench.profiles.spec import Curve, ForwardTable, ModelCosts, Profile, batch_text, check_batch_sizes
 from relaxbench.timing import Clock
 
@@ -106,8 +108,9 @@ class RowsLM:
         self.cache = new_cache(self.model)
 
     def run(self, new_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
-        out = self.model(input_ids=new_ids.unsqueeze(0).expand(self.rows, -1), past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=max(n_logits, 1))
+        with fp32_linears_for_wide_rows(self.model, self.rows * int(new_ids.shape[0])):  # as the engine's forward
+            out = self.model(input_ids=new_ids.unsqueeze(0).expand(self.rows, -1), past_key_values=self.cache,
+                             use_cache=True, logits_to_keep=max(n_logits, 1))
         return out.logits[:, -n_logits:].float() if n_logits > 0 else out.logits[:, :0].float()
 
     def truncate(self, keep: int) -> None:
@@ -227,8 +230,7 @@ def measure_profile(target: Any, draft: Any | None, grid: Grid, repeats: int = 3
     settings = {"repeats": repeats, "warmup": warmup, **prefill_runs, "batch_sizes": list(grid.batch),
                 "statistic": "median", "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "host": platform.node(), "device": str(target.device),
-                "isa_limits": {key: os.environ[key] for key in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-                               if key in os.environ},
+                "isa_limits": isa_limits(),
                 "load_average": _load_average()}
     return Profile(
         name=name, kind="measured", device=describe_device(target.device),
