@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.decoding.bf16_rows import wide_rows_in_fp32
 from relaxbench.decoding.cache import forward, new_cache, rollback
 from relaxbench.timing import Clock
 
@@ -27,19 +26,13 @@ class ForwardCost:
     kernel: str = ""  # "bf16 kernel" for a bf16 model timed without the fp32 wide rows, else empty
 
 
-def has_kernel_choice(loaded) -> bool:
-    """Whether ``loaded`` computes wide forwards in fp32 (``relaxbench.decoding.bf16_rows``), so that bf16's own
-    kernel is the alternative worth timing beside it."""
-    return wide_rows_in_fp32(loaded.model.get_input_embeddings().weight)
-
-
 @torch.inference_mode()
 def measure_forward_costs(loaded, chunks: tuple[int, ...] = (1, 2, 4, 8, 16), context: int = 300,
                           repeats: int = 5, both_kernels: bool = False) -> list[ForwardCost]:
     """Median latency of a forward over ``chunk`` new tokens after a ``context``-token prefill (cache rolled back
-    after every run, so each run sees the same cache). With ``both_kernels`` (a model with ``has_kernel_choice``)
-    each chunk is also timed with bf16's own kernel, the two alternating run by run; those costs follow the
-    engine's, marked ``kernel="bf16 kernel"``."""
+    after every run, so each run sees the same cache). With ``both_kernels`` (a model whose wide forwards run in
+    fp32: ``relaxbench.decoding.bf16_rows.wide_rows_in_fp32``) each chunk is also timed with bf16's own kernel, the
+    two alternating run by run; those costs follow the engine's, marked ``kernel="bf16 kernel"``."""
     clock = Clock(loaded.device)
     vocab = min(loaded.logit_dim, 32000)
     generator = torch.Generator().manual_seed(0)

@@ -27,16 +27,17 @@ FP32_ROWS_FROM = 16  # rows from which fp32 was faster on every CPU measured (do
 FP32_SLICE_ELEMENTS = 1 << 24  # weight elements upcast at once: 64 MB of fp32, whatever the layer's size
 
 
-def wide_rows_in_fp32(weight: torch.Tensor) -> bool:
-    """Whether a model whose first weight is ``weight`` computes its wide linear layers in fp32: a bf16 model on a
+def wide_rows_in_fp32(model: Any) -> bool:
+    """Whether ``model`` computes its wide linear layers in fp32: a bf16 model (its input embeddings' dtype) on a
     CPU without bf16 units."""
+    weight = model.get_input_embeddings().weight
     return weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and not has_bf16_units()
 
 
 def fp32_linears_for_wide_rows(model: Any, rows: int):
     """A context for one call of ``model`` on ``rows`` input rows (batch × new tokens): fp32 linear layers where
     ``wide_rows_in_fp32`` holds and ``rows >= FP32_ROWS_FROM``, else nothing."""
-    if rows >= FP32_ROWS_FROM and wide_rows_in_fp32(model.get_input_embeddings().weight):
+    if rows >= FP32_ROWS_FROM and wide_rows_in_fp32(model):
         return _Fp32WideLinears()
     return nullcontext()
 

@@ -81,8 +81,7 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA torch's own kernels run
         # the models whose forwards of FP32_ROWS_FROM tokens or more compute their linear layers in fp32
         "fp32_wide_rows": [role for role, loaded in (("target", target), ("draft", draft))
-                           if getattr(loaded, "model", None) is not None
-                           and wide_rows_in_fp32(loaded.model.get_input_embeddings().weight)],
+                           if getattr(loaded, "model", None) is not None and wide_rows_in_fp32(loaded.model)],
         "cpu_count": os.cpu_count(),
         "load_average": load_average(),  # 1/5/15-min, at the session's start (relaxbench's own work included)
         # CPUs other processes kept busy over a short window at the session's start (relaxbench's tree left out):

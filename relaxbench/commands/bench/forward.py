@@ -21,8 +21,8 @@ def register(bsub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.benchmarks.forward_cost import has_kernel_choice, measure_forward_costs
-    from relaxbench.decoding.bf16_rows import FP32_ROWS_FROM
+    from relaxbench.benchmarks.forward_cost import measure_forward_costs
+    from relaxbench.decoding.bf16_rows import FP32_ROWS_FROM, wide_rows_in_fp32
     from relaxbench.models import load_model
 
     device = runtime_from_args(args)
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.models:
         for dtype in args.dtypes.split(","):
             loaded = load_model(name, dtype=dtype, device=device)
-            both = has_kernel_choice(loaded)
+            both = wide_rows_in_fp32(loaded.model)
             costs = measure_forward_costs(loaded, chunks, args.context, args.repeats, both_kernels=both)
             engine, kernel = costs[:len(chunks)], costs[len(chunks):]
             holds = None
