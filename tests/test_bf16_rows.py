@@ -26,7 +26,7 @@ def fp32_calls(monkeypatch):
     """Counts the linear layers routed to fp32 (the mode looks ``linear_in_fp32`` up at each call)."""
     calls: list[tuple[int, ...]] = []
 
-    def counted(x, weight, bias, scratch=None):
+    def counted(x, weight, bias, scratch):
         calls.append(tuple(weight.shape))
         return linear_in_fp32(x, weight, bias, scratch)
 
@@ -49,18 +49,17 @@ def test_linear_in_fp32_is_the_fp32_product_rounded_whatever_the_slicing(monkeyp
     x = torch.randn(2, 9, 16).bfloat16()
     weight, bias = torch.randn(40, 16).bfloat16(), torch.randn(40).bfloat16()
     whole = torch.nn.functional.linear(x.float(), weight.float(), bias.float()).to(torch.bfloat16)
-    assert torch.equal(linear_in_fp32(x, weight, bias), whole)
+    assert torch.equal(linear_in_fp32(x, weight, bias, [torch.empty(0)]), whole)
     monkeypatch.setattr(bf16_rows, "FP32_SLICE_ELEMENTS", 16 * 7)  # 7 output features a slice: 6 slices, one short
-    sliced = linear_in_fp32(x, weight, bias)
-    assert sliced.dtype == torch.bfloat16 and torch.equal(sliced, whole)
     scratch = [torch.empty(0)]
-    assert torch.equal(linear_in_fp32(x, weight, bias, scratch), whole)  # the upcasts through one reused buffer
+    sliced = linear_in_fp32(x, weight, bias, scratch)  # the slices' upcasts through one reused buffer
+    assert sliced.dtype == torch.bfloat16 and torch.equal(sliced, whole)
     assert scratch[0].numel() == 16 * 7  # grown once, to a slice's size
     small = torch.randn(3, 16).bfloat16()
     assert torch.equal(linear_in_fp32(x, small, None, scratch),  # a smaller weight reuses it
                        torch.nn.functional.linear(x.float(), small.float()).to(torch.bfloat16))
     assert scratch[0].numel() == 16 * 7
-    assert torch.equal(linear_in_fp32(x, weight, None),
+    assert torch.equal(linear_in_fp32(x, weight, None, scratch),
                        torch.nn.functional.linear(x.float(), weight.float()).to(torch.bfloat16))
     native = torch.nn.functional.linear(x, weight, bias)  # bf16's own kernel: the same sums in another order
     assert torch.allclose(native.float(), whole.float(), rtol=2 ** -6, atol=2 ** -6)

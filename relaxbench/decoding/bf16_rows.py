@@ -43,10 +43,10 @@ def fp32_linears_for_wide_rows(model: Any, rows: int):
 
 
 def linear_in_fp32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   scratch: list[torch.Tensor] | None = None) -> torch.Tensor:
+                   scratch: list[torch.Tensor]) -> torch.Tensor:
     """``F.linear`` of bf16 operands computed in fp32 and rounded to bf16, the weight upcast a slice of output
     features at a time (at most ``FP32_SLICE_ELEMENTS`` elements), so a vocabulary-sized head adds a bounded
-    temporary. ``scratch`` (a one-element list) holds an fp32 buffer the upcasts reuse, grown as needed: one
+    temporary. ``scratch`` (a one-element list) holds the fp32 buffer the upcasts reuse, grown as needed: one
     allocation for all the layers of a forward instead of one per layer."""
     xf = x.float()
     step = max(1, min(weight.shape[0], FP32_SLICE_ELEMENTS // max(1, weight.shape[1])))
@@ -61,10 +61,8 @@ def linear_in_fp32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return out
 
 
-def _upcast(weight: torch.Tensor, scratch: list[torch.Tensor] | None) -> torch.Tensor:
-    """``weight`` in fp32: a fresh tensor, or a view of the reused buffer ``scratch[0]``."""
-    if scratch is None:
-        return weight.float()
+def _upcast(weight: torch.Tensor, scratch: list[torch.Tensor]) -> torch.Tensor:
+    """``weight`` in fp32, as a view of the reused buffer ``scratch[0]`` (grown first if it is too small)."""
     if scratch[0].numel() < weight.numel():
         scratch[0] = torch.empty(weight.numel(), dtype=torch.float32, device=weight.device)
     return scratch[0][:weight.numel()].view(weight.shape).copy_(weight)

@@ -12,6 +12,7 @@ import torch
 
 from relaxbench.decoding.bf16_rows import fp32_linears_for_wide_rows
 
+
 def new_cache(model: torch.nn.Module):
     """An empty dynamic cache laid out for ``model`` (sliding-window layers included)."""
     from transformers import DynamicCache

@@ -29,10 +29,15 @@ def encode_prompt(tokenizer: Any, prompt: str | Sequence[dict[str, str]], chat: 
     return list(tokenizer(text)["input_ids"])
 
 
+def stated_positions(config: Any) -> int | None:
+    """The positions a model config states it takes (``max_position_embeddings``); None when it states none."""
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def context_window(model: Any) -> int | None:
     """The positions a loaded model takes (its config's ``max_position_embeddings``); None when it states none."""
-    value = getattr(getattr(getattr(model, "model", None), "config", None), "max_position_embeddings", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return stated_positions(getattr(getattr(model, "model", None), "config", None))
 
 
 def prompt_room(model: Any, max_new_tokens: int, k: int) -> int | None:

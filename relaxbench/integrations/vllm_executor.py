@@ -157,8 +157,9 @@ def config_context(ref: str) -> int | None:
     """The positions the checkpoint at ``ref`` (a local directory) takes, from its config; None if it states none."""
     from transformers import AutoConfig
 
-    value = getattr(AutoConfig.from_pretrained(ref, local_files_only=True), "max_position_embeddings", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    from relaxbench.decoding.prompts import stated_positions
+
+    return stated_positions(AutoConfig.from_pretrained(ref, local_files_only=True))
 
 
 def required_model_len(job: TaskJob, target: Any) -> int:
