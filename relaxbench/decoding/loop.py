@@ -1,7 +1,10 @@
 """The one generation loop, for every arm. The autoregressive baseline is this loop with no drafter (k = 0).
 
-prefill → repeat { propose → one target forward over [pending, d_1..d_k, extras] → policy verdict → commit →
-roll both caches back to the committed sequence } until EOS, a stop string or max_new_tokens.
+prefill → repeat { propose → one target forward over [pending, d_1..d_k, extras] → the policy decides a batch of
+one → commit → roll both caches back to the committed sequence } until EOS, a stop string or max_new_tokens.
+
+The round's one host synchronisation is the copy of the verdict together with the drafts: what is committed, and
+the EOS and stop-string checks, are then read on the host.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
+from relaxbench.policies.batch import Batch, draw_uniforms
+from relaxbench.policies.verdict import Outcome
 from relaxbench.timing import Clock
 
 
@@ -49,7 +54,7 @@ class SpeculativeDecoder:
         self.target, self.drafter, self.policy, self.config = target, drafter, policy, config
         self.lm = CachedLM(target.model)
         self.clock = Clock(target.device)
-        self.eos = torch.tensor(sorted(target.eos_token_ids), dtype=torch.long, device=target.device)
+        self.eos_ids = frozenset(int(t) for t in target.eos_token_ids)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
         duties = drafter_duties(policy, config.sampling)
         self.draft_sampling = duties.sampling
@@ -64,9 +69,10 @@ class SpeculativeDecoder:
         cfg, clock, lm, k_max = self.config, self.clock, self.lm, (self.config.k if self.drafter else 0)
         generator = torch.Generator(self.target.device).manual_seed(cfg.seed if seed is None else seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target.device)
-        context, rounds, stop_reason = prompt, RoundLog(), "length"
+        context, output, rounds, stop_reason = prompt, [], RoundLog(), "length"
         t_start = clock.now()
         self.policy.reset()
+        self.policy.observe(prompt_ids)
         lm.reset()
         if self.drafter is not None:
             self.drafter.reset(prompt)
@@ -85,41 +91,43 @@ class SpeculativeDecoder:
             feed = torch.cat([pending, drafts] + ([extra] if n_extra else []))
             out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden)
             t2 = clock.now()
-            block = Block(drafts, out.logits[: drafts.shape[0] + 1], _draft_logits(proposal, out.logits.shape[-1]),
-                          cfg.sampling, generator, _extras(out, proposal, drafts.shape[0], n_extra), context,
-                          int(prompt.shape[0]))
+            n_drafts = int(drafts.shape[0])
+            block = Block(drafts, out.logits[: n_drafts + 1], _draft_logits(proposal, out.logits.shape[-1]),
+                          cfg.sampling, generator, _extras(out, proposal, n_drafts, n_extra))
+            uniforms = draw_uniforms(generator, n_drafts, cfg.sampling, self.policy.uniform_dtype)
             t3 = clock.now()
-            verdict = self.policy.verify(block)
+            verdict = self.policy.decide(Batch.of_blocks([block], uniforms=[uniforms]))
+            host = torch.cat([verdict.stacked()[0], drafts]).tolist()  # the round's one synchronisation
             t4 = clock.now()
-            new = torch.cat([drafts[: verdict.n_accepted], drafts.new_tensor([verdict.next_token])])
-            new, stop_reason = self._truncate(context, new, prompt.shape[0])
-            context = torch.cat([context, new])
+            outcome = Outcome(host[0], host[1], host[2], *(None if v < 0 else v for v in host[3:5]))
+            new, stop_reason = self._truncate(host[5: 5 + outcome.n_accepted] + [outcome.next_token], output)
+            output += new
+            context = torch.cat([context, torch.tensor(new, dtype=torch.long, device=context.device)])
+            self.policy.observe(new)
             lm.sync_to(context)
             if self.drafter is not None:
                 self.drafter.commit(context)
-            rounds.add(int(drafts.shape[0]), verdict.n_accepted, verdict.n_relaxed, int(new.shape[0]),
+            rounds.add(n_drafts, outcome.n_accepted, outcome.n_relaxed, len(new),
                        t1 - t0, t2 - t1, t4 - t3, n_extra, proposal.forwards, proposal.lookups,
-                       verdict.emitted_in_span, verdict.relaxed_in_span)
+                       outcome.emitted_in_span, outcome.relaxed_in_span)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start
-        output = context[prompt.shape[0]:].tolist()
         text = decode_output(self.target.tokenizer, output, cfg.stop_strings)
         return GenerationResult(list(prompt_ids), output, text, stop_reason, rounds, t_prefill, t_total)
 
-    def _truncate(self, context: torch.Tensor, new: torch.Tensor, prompt_len: int) -> tuple[torch.Tensor, str]:
-        """Cut the tokens of a round at the first EOS (kept), at the token that completes a stop string (kept),
-        or at max_new_tokens; return them with the stop reason ('length' when decoding goes on)."""
-        is_eos = torch.isin(new, self.eos).nonzero()
+    def _truncate(self, new: list[int], output: list[int]) -> tuple[list[int], str]:
+        """Cut the tokens of a round (host ids) at the first EOS (kept), at the token that completes a stop string
+        (kept); return them with the stop reason ('length' when decoding goes on)."""
         reason = "length"
-        if is_eos.numel():
-            new, reason = new[: int(is_eos[0, 0]) + 1], "eos"
+        eos = next((i for i, token in enumerate(new) if token in self.eos_ids), None)
+        if eos is not None:
+            new, reason = new[: eos + 1], "eos"
         if self.config.stop_strings:
-            generated = torch.cat([context[prompt_len:], new]).tolist()
-            cut = stop_string_end(self.target.tokenizer, generated, self.config.stop_strings,
-                                   first_new=int(context.shape[0]) - prompt_len)
+            cut = stop_string_end(self.target.tokenizer, output + new, self.config.stop_strings,
+                                  first_new=len(output))
             if cut is not None:
-                new, reason = new[: cut - (int(context.shape[0]) - prompt_len)], "stop"
+                new, reason = new[: cut - len(output)], "stop"
         return new, reason
 
 

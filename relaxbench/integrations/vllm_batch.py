@@ -1,83 +1,93 @@
-"""vLLM's flattened verification batch cut into relaxbench ``Block``s, and verdicts written back in vLLM's output
-layout. Pure torch (no vLLM import), so the replay tests check it against relaxbench's own loop without vLLM.
+"""vLLM's flattened verification batch as a relaxbench ``Batch``, and verdicts written back in vLLM's output layout,
+with tensor operations only. Pure torch (no vLLM import), so the replay tests check it without vLLM.
 
-vLLM's layout (``SpecDecodeMetadata``): request i drafted ``num_draft_tokens[i]`` tokens, concatenated in
-``draft_token_ids``; ``logits`` holds every request's draft-position rows and its bonus row, found through
-``target_logits_indices`` (one per draft token) and ``bonus_logits_indices`` (one per request); ``draft_probs``
-(None for n-gram drafts) has one row per draft token. The output is ``[B, max_spec_len + 1]``: the accepted drafts,
-then the correction or bonus token, the rest ``placeholder``.
+vLLM's layout (``SpecDecodeMetadata``): request i drafted ``num_draft_tokens[i]`` tokens (a host list),
+concatenated in ``draft_token_ids``; ``logits`` holds every request's draft-position rows and its bonus row, found
+through ``target_logits_indices`` (one per draft token) and ``bonus_logits_indices`` (one per request);
+``draft_probs`` (None for n-gram drafts) has one row per draft token. ``engine_batch`` keeps those tensors and only
+builds the index maps ([B, K + 1] and [B, K]) from them; ``output_tokens`` writes ``[B, max_spec_len + 1]``: the
+accepted drafts, then the correction or bonus token, the rest ``placeholder``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
-from relaxbench.ops.rejection import Verdict
-from relaxbench.ops.rows import LazyRows, row_chunk
-from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import Block
+from relaxbench.ops.sampling import BatchSampling
+from relaxbench.policies import Batch, Block, Rows, Verdict
+
+__all__ = ["engine_batch", "flatten", "output_tokens", "select"]
 
 
-def _same(rows: torch.Tensor) -> torch.Tensor:
-    return rows
+def engine_batch(num_draft_tokens: Sequence[int], draft_token_ids: torch.Tensor, target_logits_indices: torch.Tensor,
+                 bonus_logits_indices: torch.Tensor, logits: torch.Tensor, draft_probs: torch.Tensor | None,
+                 sampling: BatchSampling, accept_u: torch.Tensor, draw_u: torch.Tensor) -> Batch:
+    """The ``Batch`` of one vLLM verification step. The drafts are scattered into [B, K]; the logits and the draft
+    probabilities stay as vLLM holds them (``draft_probs``: the distribution the drafts were sampled from,
+    softmax(z/T), which the run's top-k/top-p do not truncate)."""
+    device = logits.device
+    counts = torch.as_tensor(list(num_draft_tokens), dtype=torch.long, device=device)
+    size, total = len(num_draft_tokens), int(sum(num_draft_tokens))
+    width = max(num_draft_tokens, default=0)
+    requests = torch.arange(size, device=device).repeat_interleave(counts, output_size=total)
+    starts = torch.cumsum(counts, 0) - counts
+    positions = torch.arange(total, device=device) - starts[requests]
+    drafts = torch.zeros(size, width, dtype=torch.long, device=device)
+    drafts = drafts.index_put((requests, positions), draft_token_ids.long())
+    target_index = bonus_logits_indices.long().unsqueeze(-1).repeat(1, width + 1)  # padded positions: the bonus row
+    target_index = target_index.index_put((requests, positions), target_logits_indices.long())
+    draft_index = (starts.unsqueeze(-1) + torch.arange(width, device=device)).clamp(0, max(total - 1, 0))
+    return Batch(drafts, counts, total, Rows(logits, target_index), sampling, accept_u, draw_u,
+                 draft_probs=None if draft_probs is None else Rows(draft_probs, draft_index),
+                 any_empty=any(n == 0 for n in num_draft_tokens))
 
 
-@dataclass(frozen=True)
-class EngineBlock(Block):
-    """A ``Block`` whose draft distribution is the one the engine sampled the drafts from (vLLM's draft
-    probabilities: softmax(z/T), which the run's top-k/top-p do not truncate), not one recomputed from draft logits.
-    ``draft_logits`` are T·log q: the drafter's logits up to a constant per row."""
+def select(batch: Batch, requests: torch.Tensor, counts: Sequence[int], sampling: BatchSampling) -> Batch:
+    """The requests ``requests`` [G] of ``batch`` (one rule's group), their draft ``counts`` (host) and settings:
+    index maps and per-request rows selected, the logits and draft rows untouched."""
+    def rows(source: Rows | None) -> Rows | None:
+        return None if source is None else Rows(source.source, source.index[requests])
 
-    engine_q: torch.Tensor | None = None
-
-    @cached_property
-    def q_rows(self) -> LazyRows:
-        if self.engine_q is None:
-            return super().q_rows
-        return LazyRows(self.engine_q, _same, row_chunk(self.engine_q.device, int(self.engine_q.shape[0])))
-
-
-def request_block(i: int, num_draft_tokens: Sequence[int], draft_token_ids: torch.Tensor,
-                  target_logits_indices: torch.Tensor, bonus_logits_indices: torch.Tensor, logits: torch.Tensor,
-                  draft_probs: torch.Tensor | None, sampling: SamplingParams,
-                  generator: torch.Generator | None) -> Block:
-    """Request ``i``'s ``Block``: its drafts, its k + 1 target rows (float32) and, when the drafter has them, its
-    draft distributions."""
-    lo = sum(num_draft_tokens[:i])
-    hi = lo + num_draft_tokens[i]
-    rows = torch.cat([logits[target_logits_indices[lo:hi].long()],
-                      logits[bonus_logits_indices[i: i + 1].long()]]).float()
-    if draft_probs is None or hi == lo:
-        return EngineBlock(draft_token_ids[lo:hi].long(), rows, None, sampling, generator)
-    q = draft_probs[lo:hi].float()
-    scale = sampling.temperature if sampling.temperature > 0 else 1.0
-    return EngineBlock(draft_token_ids[lo:hi].long(), rows, torch.log(q) * scale, sampling, generator, engine_q=q)
+    width = max(counts, default=0)
+    return Batch(batch.drafts[requests, :width], batch.num_drafts[requests], int(sum(counts)),
+                 Rows(batch.target.source, batch.target.index[requests, : width + 1]), sampling,
+                 batch.accept_u[requests, :width], batch.draw_u[requests],
+                 draft_logits=None if batch.draft_logits is None else Rows(batch.draft_logits.source,
+                                                                         batch.draft_logits.index[requests, :width]),
+                 draft_probs=None if batch.draft_probs is None else Rows(batch.draft_probs.source,
+                                                                       batch.draft_probs.index[requests, :width]),
+                 extras={key: rows(value) for key, value in batch.extras.items()},
+                 any_empty=any(n == 0 for n in counts))
 
 
-def output_row(block: Block, verdict: Verdict, width: int, placeholder: int) -> torch.Tensor:
-    """One request's row of the output: accepted drafts, the next token, then ``placeholder``."""
-    row = torch.full((width,), placeholder, dtype=torch.int32)
-    tokens = block.draft_tokens[: verdict.n_accepted].tolist() + [verdict.next_token]
-    row[: len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
-    return row
+def output_tokens(batch: Batch, verdict: Verdict, width: int, placeholder: int) -> torch.Tensor:
+    """[B, width] int32: each request's accepted drafts, its next token, then ``placeholder``."""
+    columns = torch.arange(width, device=batch.device)
+    drafts = torch.nn.functional.pad(batch.drafts, (0, width - batch.width))
+    accepted = verdict.accepted.unsqueeze(-1)
+    out = torch.where(columns < accepted, drafts, torch.full_like(drafts, placeholder))
+    out = out.scatter(1, accepted, verdict.next_token.unsqueeze(-1))
+    return out.to(torch.int32)
 
 
 def flatten(blocks: Sequence[Block]) -> dict[str, torch.Tensor | list[int] | None]:
     """The inverse, as vLLM lays a batch out: every request's draft rows then its bonus row, in request order, and
-    the distributions the drafts were sampled from (what the replay tests feed ``request_block``)."""
+    the distributions the drafts were sampled from (what the replay tests feed ``engine_batch``)."""
     counts = [b.k for b in blocks]
-    target_idx, bonus_idx, rows = [], [], []
+    target_idx, bonus_idx, rows, start = [], [], [], 0
     for b in blocks:
-        start = sum(r.shape[0] for r in rows)
         target_idx += list(range(start, start + b.k))
         bonus_idx.append(start + b.k)
         rows.append(b.target_logits)
-    has_q = all(b.draft_logits is not None for b in blocks if b.k)
-    q = torch.cat([b.draft_probs for b in blocks if b.k]) if has_q and any(counts) else None
+        start += b.k + 1
+    has_q = all(b.draft_logits is not None for b in blocks if b.k) and any(counts)
+    q = None
+    if has_q:
+        q = torch.cat([b.draft_probs_given if b.draft_probs_given is not None
+                       else torch.softmax(b.draft_logits.float() / (b.sampling.temperature or 1.0), dim=-1)
+                       for b in blocks if b.k])
     return {"num_draft_tokens": counts, "draft_token_ids": torch.cat([b.draft_tokens for b in blocks]),
             "target_logits_indices": torch.tensor(target_idx, dtype=torch.int32),
             "bonus_logits_indices": torch.tensor(bonus_idx, dtype=torch.int32), "logits": torch.cat(rows),

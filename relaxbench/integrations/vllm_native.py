@@ -12,9 +12,9 @@ so it is not a rule of the transformers engine and ``relaxbench list policies`` 
 from __future__ import annotations
 
 from relaxbench.integrations.vllm_rules import NATIVE
-from relaxbench.policies.base import (Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy,
+from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
-from relaxbench.policies.strict import lossless_verdict
+from relaxbench.policies.strict import lossless_judgement
 
 
 @register_policy
@@ -26,5 +26,5 @@ class NativePolicy(VerificationPolicy):
                     "vLLM's own rejection sampler on the vllm engine; elsewhere exact match (greedy) / speculative "
                     "sampling (point-mass drafts without q): lossless")
 
-    def decide(self, block: Block) -> Verdict:
-        return lossless_verdict(block)
+    def judge(self, batch: Batch) -> Judgement:
+        return lossless_judgement(batch)

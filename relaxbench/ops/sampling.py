@@ -8,8 +8,8 @@ reads is the distribution the drafter sampled from.
 from __future__ import annotations
 
 import math
-
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -81,34 +81,120 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return torch.softmax(process_logits(logits, params), dim=-1)
 
 
+@dataclass(frozen=True)
+class BatchSampling:
+    """The sampling settings of a batch of requests (or of rows), as device tensors, with the host facts a batched
+    rule may branch on without a device synchronisation.
+
+    ``temperature`` [B] (0: greedy), ``top_k`` [B] (0: off), ``top_p`` [B] (1: off). ``uniform`` is the one
+    ``SamplingParams`` every request shares, when they do (then processing takes the scalar path, bit for bit what
+    one request's processing computes); ``any_greedy``/``all_greedy`` say which decoding modes occur."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    uniform: SamplingParams | None
+    any_greedy: bool
+    all_greedy: bool
+
+    @classmethod
+    def of(cls, params: Sequence[SamplingParams], device: torch.device | str = "cpu") -> BatchSampling:
+        """From each request's ``SamplingParams`` (host data: no synchronisation)."""
+        params = list(params)
+        shared = params[0] if params and all(p == params[0] for p in params) else None
+        return cls(torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+                   torch.tensor([p.top_k for p in params], dtype=torch.long, device=device),
+                   torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+                   shared, any(p.greedy for p in params), all(p.greedy for p in params))
+
+    @property
+    def greedy(self) -> torch.Tensor:
+        """[B] bool: the requests decoded greedily."""
+        return self.temperature == 0
+
+    def take(self, index: torch.Tensor) -> BatchSampling:
+        """The settings of ``index`` (requests of a group, or the request of each row): same host facts."""
+        return replace(self, temperature=self.temperature[index], top_k=self.top_k[index], top_p=self.top_p[index])
+
+    def tempered(self) -> BatchSampling:
+        """The temperature alone (no top-k, no top-p): the test distribution of rules whose authors apply only it."""
+        uniform = None if self.uniform is None else SamplingParams(self.uniform.temperature)
+        return replace(self, top_k=torch.zeros_like(self.top_k), top_p=torch.ones_like(self.top_p), uniform=uniform)
+
+
+def process_rows(logits: torch.Tensor, settings: BatchSampling, top_p_first: bool = False) -> torch.Tensor:
+    """``process_logits`` of every row of ``logits`` [N, V] with that row's settings (``settings`` has N entries):
+    the scalar path when every row shares its settings, else per-row temperature, top-k (by the k-th largest value)
+    and top-p (by the sorted cumulative mass), in float32. Greedy rows keep their raw logits."""
+    if settings.uniform is not None:
+        return process_logits(logits, settings.uniform, top_p_first)
+    logits = logits.float()
+    if settings.all_greedy:
+        return logits
+    sampled = settings.temperature > 0
+    scaled = logits / torch.where(sampled, settings.temperature, torch.ones_like(settings.temperature)).unsqueeze(-1)
+    steps = (_top_p_rows, _top_k_rows) if top_p_first else (_top_k_rows, _top_p_rows)
+    for step in steps:
+        scaled = step(scaled, settings, sampled)
+    return scaled
+
+
+def _top_k_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Tensor) -> torch.Tensor:
+    vocab = int(logits.shape[-1])
+    active = sampled & (settings.top_k > 0) & (settings.top_k < vocab)
+    ordered = torch.sort(logits, dim=-1, descending=True).values
+    kth = ordered.gather(-1, (settings.top_k - 1).clamp(0, vocab - 1).unsqueeze(-1))
+    return logits.masked_fill(active.unsqueeze(-1) & (logits < kth), float("-inf"))
+
+
+def _top_p_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Tensor) -> torch.Tensor:
+    active = sampled & (settings.top_p < 1.0)
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= settings.top_p.unsqueeze(-1)
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(active.unsqueeze(-1) & drop, float("-inf"))
+
+
+def probs_rows(logits: torch.Tensor, settings: BatchSampling, top_p_first: bool = False) -> torch.Tensor:
+    """The softmax of ``process_rows``: each row's distribution under its own settings."""
+    return torch.softmax(process_rows(logits, settings, top_p_first), dim=-1)
+
+
 SAMPLE_CHUNK = 1024  # vocabulary slice of the two-level inverse-CDF draw
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` [..., V] (unnormalised weights are fine; returns [...]).
+def sample_rows(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``weights`` [B, V] (unnormalised is fine) from the float64 uniforms ``u`` [B] in [0, 1):
+    a batched two-level inverse-CDF draw with no host synchronisation.
 
-    An inverse-CDF draw in two levels — one float64 uniform picks a ``SAMPLE_CHUNK``-wide slice by the float64
-    cumulative mass of the slices, then the token inside it — so every token is drawn with its probability to
-    float64 precision at any vocabulary size, a token of zero mass never, and one draw costs a cumulative sum
-    instead of ``torch.multinomial``'s much slower pass on CPU."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    tokens = [_draw(row, generator) for row in flat]
-    return torch.tensor(tokens, dtype=torch.long, device=probs.device).reshape(probs.shape[:-1])
-
-
-def _draw(weights: torch.Tensor, generator: torch.Generator | None) -> int:
-    vocab = int(weights.shape[0])
+    One uniform picks a ``SAMPLE_CHUNK``-wide slice by the float64 cumulative mass of the slices, then the token
+    inside it, so every token is drawn with its probability to float64 precision at any vocabulary size and a token
+    of zero mass never (where rounding lands past the slice's last token of mass, that token is taken)."""
+    rows, vocab = int(weights.shape[0]), int(weights.shape[-1])
     n_chunks = -(-vocab // SAMPLE_CHUNK)
-    chunks = torch.nn.functional.pad(weights, (0, n_chunks * SAMPLE_CHUNK - vocab)).view(n_chunks, SAMPLE_CHUNK)
-    ends = chunks.sum(dim=-1, dtype=torch.float64).cumsum(0)
-    u = torch.rand((), generator=generator, dtype=torch.float64, device=weights.device) * ends[-1]
-    chunk = min(int(torch.searchsorted(ends, u.view(1), right=True)), n_chunks - 1)
-    rest = u - (ends[chunk - 1] if chunk > 0 else 0.0)
-    inside = chunks[chunk].double().cumsum(0)
-    index = min(int(torch.searchsorted(inside, rest.view(1), right=True)), SAMPLE_CHUNK - 1)
-    if float(chunks[chunk, index]) <= 0:  # float rounding past the slice's last token: its last token of mass
-        index = int(torch.nonzero(chunks[chunk] > 0).flatten()[-1])
+    chunks = torch.nn.functional.pad(weights, (0, n_chunks * SAMPLE_CHUNK - vocab)).view(rows, n_chunks, SAMPLE_CHUNK)
+    ends = chunks.sum(dim=-1, dtype=torch.float64).cumsum(-1)  # [B, n_chunks]
+    target = u.to(torch.float64) * ends[:, -1]
+    chunk = torch.searchsorted(ends, target.unsqueeze(-1), right=True).squeeze(-1).clamp_max(n_chunks - 1)
+    before = ends.gather(1, (chunk - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    rest = target - torch.where(chunk > 0, before, torch.zeros_like(before))
+    picked = chunks[torch.arange(rows, device=weights.device), chunk]  # [B, SAMPLE_CHUNK]
+    inside = picked.double().cumsum(-1)
+    index = torch.searchsorted(inside, rest.unsqueeze(-1), right=True).squeeze(-1).clamp_max(SAMPLE_CHUNK - 1)
+    positions = torch.arange(SAMPLE_CHUNK, device=weights.device)
+    last_with_mass = torch.where(picked > 0, positions, torch.zeros_like(positions)).amax(-1)
+    index = torch.where(picked.gather(1, index.unsqueeze(-1)).squeeze(-1) <= 0, last_with_mass, index)
     return chunk * SAMPLE_CHUNK + index
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``probs`` [..., V] (returns [...]), each row drawn with one float64 uniform from
+    ``generator`` in row order (``sample_rows``): the drafters' sampling and a request's own random stream."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    u = torch.stack([torch.rand((), generator=generator, dtype=torch.float64, device=probs.device)
+                     for _ in range(flat.shape[0])]) if flat.shape[0] else probs.new_zeros(0, dtype=torch.float64)
+    return sample_rows(flat, u).reshape(probs.shape[:-1])
 
 
 def next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
@@ -116,3 +202,15 @@ def next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     if params.greedy:
         return argmax(logits)
     return sample(logits_to_probs(logits, params), generator)
+
+
+def next_tokens(logits: torch.Tensor, rows: torch.Tensor, settings: BatchSampling,
+                draw_u: torch.Tensor) -> torch.Tensor:
+    """[B] the token a plain (non-speculative) step emits for each request from its row ``rows[b]`` of ``logits``
+    [N, V]: the argmax under greedy decoding, else one draw (``draw_u[b]``) from the row's processed distribution."""
+    picked = logits[rows]
+    greedy = picked.argmax(dim=-1)
+    if settings.all_greedy:
+        return greedy
+    drawn = sample_rows(probs_rows(picked, settings), draw_u)
+    return torch.where(settings.greedy, greedy, drawn) if settings.any_greedy else drawn

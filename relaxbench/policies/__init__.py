@@ -1,32 +1,27 @@
-"""Verification policies. Importing this package registers every built-in policy.
+"""Verification policies. Importing this package registers every built-in policy: each module of the package is
+imported (a new rule is one new module here, with no list to edit), and plug-ins come through the
+``relaxbench.policies`` entry point.
 
-The interface (``base``): ``VerificationPolicy`` with its ``Origin``, ``Modes`` and ``needs`` records, ``Block`` and
-the registry; what the engine derives from a policy (``arm``): ``drafter_duties`` and ``check_arm``; the strict
-baseline (``strict``): ``lossless_verdict`` and ``strict_policy``.
+The interface (``base``): ``VerificationPolicy`` with its ``Origin``, ``Modes`` and ``needs`` records, the registry;
+what a rule decides (``batch``, ``verdict``): ``Batch``, ``Judgement``, ``Verdict``; what the engine derives from a
+policy (``arm``): ``drafter_duties`` and ``check_arm``; the strict baseline (``strict``): ``lossless_judgement`` and
+``strict_policy``.
 """
 
-from relaxbench.policies import (  # noqa: F401  (each import registers its rules)
-    exact,
-    fly,
-    margin,
-    none,
-    reflective,
-    relaxed_target,
-    relaxed_topk_delta,
-    sglang_threshold,
-    speculative_sampling,
-    topk,
-    trained_judge,
-    typical,
-)
+import importlib
+import pkgutil
+
 from relaxbench.policies.arm import DrafterDuties, check_arm, drafter_duties
 from relaxbench.policies.base import (
     POLICIES,
+    Batch,
     Block,
     Fidelity,
+    Judgement,
     Modes,
     Need,
     Origin,
+    Outcome,
     PolicyEnv,
     Verdict,
     VerificationPolicy,
@@ -34,8 +29,12 @@ from relaxbench.policies.base import (
     policy_key_name,
     register_policy,
 )
-from relaxbench.policies.strict import lossless_verdict, strict_policy
+from relaxbench.policies.strict import lossless_judgement, lossless_verdict, strict_policy
 
-__all__ = ["POLICIES", "Block", "DrafterDuties", "Fidelity", "Modes", "Need", "Origin", "PolicyEnv", "Verdict",
-           "VerificationPolicy", "check_arm", "drafter_duties", "lossless_verdict", "make_policy", "policy_key_name",
-           "register_policy", "strict_policy"]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")  # each rule module registers its rules
+
+__all__ = ["POLICIES", "Batch", "Block", "DrafterDuties", "Fidelity", "Judgement", "Modes", "Need", "Origin",
+           "Outcome", "PolicyEnv", "Verdict", "VerificationPolicy", "check_arm", "drafter_duties",
+           "lossless_judgement", "lossless_verdict", "make_policy", "policy_key_name", "register_policy",
+           "strict_policy"]

@@ -1,41 +1,40 @@
 """The one verification interface every method goes through.
 
-One round: the drafter proposed ``k`` tokens; the target ran one forward over ``[last committed, d_1..d_k]``
-(plus any extra tokens the policy asked for), giving a distribution for every draft position and the bonus
-position. A policy turns that ``Block`` into a ``Verdict``: how many drafts to keep and which token follows.
+One step: each request of a batch drafted up to K tokens; the target ran one forward over its drafts (plus any extra
+tokens the policy asked for), giving a distribution for every draft position and the bonus position. A policy judges
+the whole ``Batch`` at once (``judge``: per position, on the device, no host synchronisation) and ``decide`` turns that
+into a ``Verdict`` per request: how many drafts to keep and which token follows. The transformers loop decides a
+batch of one request per round, the vLLM adapter the batch of a step.
 
 What a policy declares beyond its decision is data: ``Origin`` (what it follows, how it is shown), ``Modes``
-(where it runs and where it is strict) and ``needs`` (its inputs). What the engine derives from them lives in
-``policies/arm.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py`` (the strict
-baseline).
+(where it runs, where it is strict, how its knobs loosen it) and ``needs`` (its inputs). What the engine derives from
+them lives in ``policies/arm.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py`` (the
+strict baseline).
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-import functools
 import inspect
 import re
 import sys
 import types
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, overload
 
 import torch
 
-from relaxbench.errors import ConfigError
-from relaxbench.ops.reductions import argmax
-from relaxbench.ops.rejection import Verdict
-from relaxbench.ops.rows import LazyRows, row_chunk
-from relaxbench.ops.sampling import SamplingParams, logits_to_probs, next_token
+from relaxbench.ops.sampling import SamplingParams
+from relaxbench.policies.batch import Batch, Block
+from relaxbench.policies.verdict import Judgement, Outcome, Verdict, finish, plain_verdict
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec, validate
 
-__all__ = ["MODES", "POLICIES", "Block", "Fidelity", "Modes", "Need", "Origin", "PolicyEnv", "Verdict",
-           "VerificationPolicy", "make_policy", "mode_of", "policy_key_name", "register_policy"]
+__all__ = ["MODES", "POLICIES", "Batch", "Block", "Fidelity", "Judgement", "Modes", "Need", "Origin", "Outcome",
+           "PolicyEnv", "Verdict", "VerificationPolicy", "make_policy", "mode_of", "policy_key_name",
+           "register_policy"]
 
 MODES = ("greedy", "sampling")
 
@@ -100,6 +99,9 @@ class Modes:
     ``greedy_drafts``: the rule verifies the drafter's top-1 path even when the run samples (its authors' drafts).
     ``relax_in``: where the rule relaxes unless a method says otherwise ('all', or 'thinking' as TensorRT-LLM's
     relaxed acceptance does; ``policies/span.py``).
+    ``loosening``: for a relaxed rule, each knob that loosens it monotonically with its values from strict to loose
+    (every step may only add acceptances on the same block with the same uniforms: the tests hold it), or a sentence
+    saying why no knob does (a mixing weight, a gate that can also reject).
     Iterating over, or testing membership in, a ``Modes`` means its supported modes."""
 
     supported: frozenset[str] = frozenset(MODES)
@@ -109,8 +111,12 @@ class Modes:
     greedy_is_exact: bool = False
     greedy_drafts: bool = False
     relax_in: str = "all"
+    loosening: Mapping[str, Sequence[Any]] | str = field(default_factory=lambda: types.MappingProxyType({}))
 
     def __post_init__(self) -> None:
+        if not isinstance(self.loosening, str):
+            object.__setattr__(self, "loosening",
+                               types.MappingProxyType({k: tuple(v) for k, v in self.loosening.items()}))
         object.__setattr__(self, "supported", frozenset(self.supported))
         object.__setattr__(self, "lossy", frozenset(self.lossy))
         object.__setattr__(self, "strict_knobs", types.MappingProxyType(dict(self.strict_knobs)))
@@ -130,124 +136,6 @@ class Modes:
         return mode in self.supported and (self.lossless or (bool(self.strict_knobs) and mode not in self.lossy))
 
 
-_BLOCK_EXTRAS = ("hidden_states", "draft_hidden_states", "extra_logits")
-
-
-@dataclass(frozen=True)
-class Block:
-    """Everything one verification round knows. Distributions and the argmax are computed lazily, at most once.
-
-    ``extras`` holds what the policy's ``needs`` asked for: ``hidden_states`` [k+1, H] (the target's, row 0 at the
-    last committed token, row i+1 at draft i), ``draft_hidden_states`` [k, H] (the draft model's, row i at draft i)
-    and ``extra_logits`` (the target's logits at the policy's extra tokens; when those end with the drafts again, as
-    the reflective rule's do, their last k+1 rows align with the draft positions 0..k). ``context`` is the committed
-    sequence before the round (prompt and generated tokens; ``prompt_len`` of them the prompt), for rules that
-    depend on where they are in the text.
-
-    Nothing cached here may refer back to the block (a reference cycle would keep every round's distributions
-    alive until the cyclic garbage collector runs: fresh memory, page faults, each round)."""
-
-    draft_tokens: torch.Tensor  # [k] long
-    target_logits: torch.Tensor  # [k+1, V] float32; row i is the target's distribution for draft position i
-    draft_logits: torch.Tensor | None  # [k, V]; None when the drafter has no distribution
-    sampling: SamplingParams
-    generator: torch.Generator | None
-    extras: Mapping[str, torch.Tensor] = field(default_factory=dict)
-    context: torch.Tensor | None = None  # [n] long, the committed tokens before this round
-    prompt_len: int = 0
-
-    @property
-    def k(self) -> int:
-        return int(self.draft_tokens.shape[0])
-
-    @property
-    def greedy(self) -> bool:
-        return self.sampling.greedy
-
-    @property
-    def mode(self) -> str:
-        return mode_of(self.sampling)
-
-    def sub(self, start: int, stop: int | None = None) -> Block:
-        """The round restricted to drafts ``start..stop − 1`` (``stop`` defaults to k), as if ``d_1..d_start`` were
-        already committed: its bonus position is ``stop``. For a rule that verifies parts of a block differently
-        (a span boundary inside the block); a verdict on the sub-block counts drafts from ``start``."""
-        stop = self.k if stop is None else stop
-        if not 0 <= start <= stop <= self.k:
-            raise ValueError(f"sub-block {start}..{stop} of a block of {self.k} drafts")
-        extras: dict[str, torch.Tensor] = {}
-        for key, value in self.extras.items():
-            if key == "hidden_states":
-                extras[key] = value[start: stop + 1]
-            elif key == "draft_hidden_states":
-                extras[key] = value[start:stop]
-            elif key == "extra_logits":  # keep the rows before the aligned ones, then the aligned rows start..stop
-                m = int(value.shape[0]) - self.k
-                extras[key] = torch.cat([value[: m - 1], value[m - 1 + start: m + stop]])
-            else:
-                raise ValueError(f"cannot take a sub-block of extra {key!r} (known: {', '.join(_BLOCK_EXTRAS)})")
-        context = self.context
-        if context is not None and start:
-            context = torch.cat([context, self.draft_tokens[:start].to(context.device)])
-        return replace(self, draft_tokens=self.draft_tokens[start:stop],
-                       target_logits=self.target_logits[start: stop + 1],
-                       draft_logits=None if self.draft_logits is None else self.draft_logits[start:stop],
-                       extras=extras, context=context)
-
-    @cached_property
-    def p_rows(self) -> LazyRows:
-        """p row by row, each computed when first read: after temperature/top-k/top-p (softmax at temperature 1
-        under greedy decoding)."""
-        return self.lazy_rows(self.target_logits, self.sampling)
-
-    @cached_property
-    def target_probs(self) -> torch.Tensor:
-        """p: [k+1, V], every row of ``p_rows``."""
-        return self.p_rows.all()
-
-    @cached_property
-    def q_rows(self) -> LazyRows:
-        """q row by row: the distribution the drafter sampled from."""
-        if self.draft_logits is None:
-            raise ConfigError("this policy needs draft probabilities but the drafter provides none")
-        return self.lazy_rows(self.draft_logits, self.sampling)
-
-    @cached_property
-    def draft_probs(self) -> torch.Tensor:
-        """q: [k, V], every row of ``q_rows``."""
-        return self.q_rows.all()
-
-    @cached_property
-    def tempered_rows(self) -> LazyRows:
-        """softmax(z / T) row by row: the temperature alone, without the run's top-k/top-p (the test distribution of
-        the rules whose authors apply only the temperature); ``p_rows`` itself when the run has no truncation."""
-        tempered = SamplingParams(self.sampling.temperature)
-        if tempered == self.sampling:
-            return self.p_rows
-        return self.lazy_rows(self.target_logits, tempered)
-
-    @staticmethod
-    def lazy_rows(logits: torch.Tensor, params: SamplingParams) -> LazyRows:
-        """The distributions of ``logits`` under ``params``, row by row (a function that does not refer to the
-        block, so the block is freed as soon as the round is over)."""
-        return LazyRows(logits, functools.partial(logits_to_probs, params=params),
-                        row_chunk(logits.device, int(logits.shape[0])))
-
-    @cached_property
-    def target_argmax(self) -> torch.Tensor:
-        """t: [k+1] greedy target tokens (the first index of each row's maximum, as ``torch.argmax``)."""
-        return argmax(self.target_logits)
-
-    @cached_property
-    def matches(self) -> torch.Tensor:
-        """m: [k] bool, draft token == target argmax (the exact-match test)."""
-        return self.draft_tokens == self.target_argmax[: self.k]
-
-    def target_logit_of_drafts(self, rows: torch.Tensor) -> torch.Tensor:
-        """[m] the target's logit of the draft token at draft positions ``rows`` (float)."""
-        return self.target_logits[rows, self.draft_tokens[rows]].float()
-
-
 @dataclass(frozen=True)
 class PolicyEnv:
     """What a policy may read about the run when it is configured."""
@@ -260,27 +148,33 @@ class PolicyEnv:
 
 
 class VerificationPolicy(abc.ABC):
-    """A verification rule. To add one, subclass and define:
+    """A verification rule. To add one, write one module in ``relaxbench/policies/`` (it is discovered: no list to
+    edit) with a subclass that defines:
 
     * ``name`` — the registry name (``--policy NAME``, ``policy:`` in a method YAML);
     * ``Knobs`` — a ``relaxbench.validation.Spec`` of its knobs with defaults (the class's own docstring "No knobs"
       when it has none);
-    * ``decide(block) -> Verdict`` — one round with ``k ≥ 1`` drafts (``verify`` handles ``k = 0``);
+    * ``judge(batch) -> Judgement`` — every draft position of every request of a ``Batch`` at once (K ≥ 1; requests
+      with no drafts are handled for it), with tensor operations only: no host synchronisation (``int()``,
+      ``bool()``, ``.item()``, ``.tolist()``, ``nonzero``) and no Python loop over requests or positions, so its
+      operation count does not grow with the batch (the tests count both);
     * ``origin = Origin(fidelity, reference, summary)`` — what it follows;
     * ``modes = Modes(...)`` when it differs from the default (both modes, relaxed, no strict setting): a relaxed
-      rule must name its ``strict_knobs``;
+      rule names its ``strict_knobs`` and its ``loosening``;
     * ``needs`` when it reads more than target logits and draft ids;
     * a module docstring that names the reference's functions it follows and lists its deviations from them under
       "Deviations" (unless its fidelity is ``BASELINE`` or ``PAPER``); the line-by-line mapping to the reference
       belongs in docs/conformance.md;
 
-    then decorate it with ``@register_policy``, which checks all of the above and says what is missing, and import
-    its module from ``relaxbench/policies/__init__.py`` (or expose it through the ``relaxbench.policies`` entry
-    point). Every registered rule is then held by the tests to its declared modes and strict setting.
+    then decorate it with ``@register_policy``, which checks all of the above and says what is missing. Every
+    registered rule is then held by the tests to its declared modes, strict setting and loosening, and to the
+    batch contract. ``uniform_dtype``: the dtype of the acceptance uniforms the engine draws for it (float32 unless
+    its authors draw float64).
 
-    Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``extra_verify_tokens`` (with
-    ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to). A rule that wraps another may set ``needs``
-    and ``modes`` on the instance; ``policies.arm`` reads them from the object it is given.
+    Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``observe`` (the sequence's committed tokens
+    as they grow), ``extra_verify_tokens`` (with ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to).
+    A rule that wraps another may set ``needs`` and ``modes`` on the instance; ``policies.arm`` reads them from the
+    object it is given.
     """
 
     name: ClassVar[str] = ""
@@ -317,15 +211,30 @@ class VerificationPolicy(abc.ABC):
         """Tokens to append after the drafts in the verify forward (their cache entries are dropped)."""
         return None
 
-    # -- one round ---------------------------------------------------------------------------------------------
-    def verify(self, block: Block) -> Verdict:
-        if block.k == 0:  # nothing drafted (e.g. an n-gram miss): a plain decoding step
-            return Verdict(0, int(next_token(block.target_logits[0], block.sampling, block.generator)), 0)
-        return self.decide(block)
+    def observe(self, tokens: Sequence[int]) -> None:
+        """Called with the sequence's committed tokens as they grow (after ``reset``: the prompt, then each round's
+        new tokens), for a rule that depends on where it is in the text. Host data: no synchronisation."""
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    uniform_dtype: ClassVar[torch.dtype] = torch.float32
 
     @abc.abstractmethod
-    def decide(self, block: Block) -> Verdict:
-        """The verdict of a round with ``block.k ≥ 1`` drafts."""
+    def judge(self, batch: Batch) -> Judgement:
+        """Every draft position of ``batch`` (K ≥ 1): accepted, relaxed, and the token after the accepted drafts."""
+
+    def decide(self, batch: Batch) -> Verdict:
+        """The verdict of every request of ``batch``: a plain decoding step where a request drafted nothing."""
+        if batch.width == 0:
+            return plain_verdict(batch)
+        verdict = finish(batch, self.judge(batch))
+        if batch.any_empty:
+            verdict = plain_verdict(batch).where(batch.num_drafts == 0, verdict)
+        return verdict
+
+    def verify(self, block: Block) -> Outcome:
+        """One request's round on the host (tests, benchmarks): ``decide`` on a batch of one, its uniforms drawn
+        from the block's generator."""
+        return self.decide(Batch.of_blocks([block], self.uniform_dtype)).to_host()[0]
 
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "knobs": self.knobs.model_dump()}
@@ -343,7 +252,8 @@ def registration_problems(cls: type) -> list[str]:
     if not cls.name or not isinstance(cls.name, str):
         problems.append("set `name`")
     if inspect.isabstract(cls):
-        problems.append(f"define {', '.join(sorted(cls.__abstractmethods__))}(block) -> Verdict")
+        problems.append(f"define {', '.join(sorted(cls.__abstractmethods__))}(batch) -> Judgement (the batched "
+                        "decision: see relaxbench.policies.base.VerificationPolicy)")
     if not (isinstance(cls.Knobs, type) and issubclass(cls.Knobs, Spec)):
         problems.append("`Knobs` must be a relaxbench.validation.Spec")
     if not isinstance(cls.modes, Modes):
@@ -355,6 +265,14 @@ def registration_problems(cls: type) -> list[str]:
         unknown = sorted(set(cls.modes.strict_knobs) - set(cls.Knobs.model_fields))
         if unknown:
             problems.append(f"strict_knobs name unknown knobs {unknown}")
+        loosening = cls.modes.loosening
+        if not cls.modes.lossless and not loosening:
+            problems.append("a relaxed rule must say how its knobs loosen it: modes = Modes(loosening={knob: (strict, "
+                            "..., loose)}), or a sentence saying why no knob loosens it monotonically")
+        elif not isinstance(loosening, str):
+            unknown = sorted(set(loosening) - set(cls.Knobs.model_fields))
+            if unknown:
+                problems.append(f"loosening names unknown knobs {unknown}")
     if not (isinstance(cls.needs, frozenset) and all(isinstance(n, Need) for n in cls.needs)):
         problems.append("`needs` must be a frozenset of Need")
     origin = cls.origin

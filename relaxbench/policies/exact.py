@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_judgement
 
 
 @register_policy
@@ -13,5 +13,5 @@ class ExactMatch(VerificationPolicy):
     origin = Origin(Fidelity.BASELINE, "exact match (standard)",
                     "greedy exact match: accept d_i iff d_i = argmax p_i (lossless)")
 
-    def decide(self, block: Block) -> Verdict:
-        return greedy_verdict(block)
+    def judge(self, batch: Batch) -> Judgement:
+        return greedy_judgement(batch)

@@ -30,9 +30,10 @@ import torch
 from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.ops.rejection import rejection_sample
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import RelaxRows, accept_relaxed, greedy_verdict
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_judgement
+from relaxbench.policies.rejection import rejection_judgement
+from relaxbench.policies.verdict import by_mode
 from relaxbench.validation import Integer, Number, Spec
 
 GATE_MIN_THETA = 0.01  # FLy keeps entropy_thre only when it is > 1e-2; below, the gate is off
@@ -50,38 +51,31 @@ def top3_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(dim=-1)
 
 
-def window_candidates(matches: torch.Tensor, window: int) -> torch.Tensor:
-    """[k] bool: mismatches followed by ``window − 1`` matches, with ``i + window < k`` (FLy's deferred window)."""
-    k = int(matches.shape[0])
-    out = torch.zeros_like(matches)
-    if k <= window:  # no position satisfies i + W < k
-        return out
-    spans = matches.unfold(0, window, 1)  # [k − W + 1, W]: spans[i] = m_i .. m_{i+W−1}
-    pattern = ~spans[:, 0] & spans[:, 1:].all(dim=1)
-    out[: k - window] = pattern[: k - window]
-    return out
+def window_candidates(matches: torch.Tensor, window: int, ends: torch.Tensor) -> torch.Tensor:
+    """[B, K] bool: mismatches followed by ``window − 1`` matches, with ``i + window < end`` (FLy's deferred window;
+    ``ends`` [B, K] the end of each position's block: the request's draft count, or its run's end)."""
+    width = int(matches.shape[-1])
+    counts = torch.nn.functional.pad(matches.long(), (0, window)).cumsum(dim=-1)  # matches in 0..j
+    positions = torch.arange(width, device=matches.device)
+    following = counts[:, positions + window - 1] - counts[:, positions]  # matches in i+1 .. i+W−1
+    return ~matches & (following == window - 1) & (positions + window < ends)
 
 
-def fly_relaxation(matches: torch.Tensor, logits: torch.Tensor, theta: float, window: int) -> RelaxRows:
-    """rows -> FLy's relaxation of the mismatches at ``rows``: a window candidate whose top-3 entropy (of the
-    target's raw ``logits`` [k+1, V]) is not below ``θ`` (NaN is not below); ``θ ≤ 0.01`` switches the gate off."""
-    candidates = window_candidates(matches, window)
-
-    def relax(rows: torch.Tensor) -> torch.Tensor:
-        reachable = candidates[rows].cumprod(dim=0).bool()  # candidates before the first mismatch that is not one
-        if theta <= GATE_MIN_THETA or not bool(reachable.any()):
-            return reachable
-        accept = reachable.clone()
-        accept[reachable] = ~(top3_entropy(logits[rows[reachable]]) < theta)
-        return accept
-
-    return relax
+def fly_relax(matches: torch.Tensor, batch: Batch, theta: float, window: int) -> torch.Tensor:
+    """[B, K] FLy's relaxation given ``matches``: a window candidate whose top-3 entropy (of the target's raw
+    logits) is not below θ (NaN is not below); θ ≤ 0.01 switches the gate off."""
+    candidates = window_candidates(matches, window, batch.ends)
+    if theta <= GATE_MIN_THETA:
+        return candidates
+    low = batch.target.of(top3_entropy(batch.target.source) < theta)[:, :-1]
+    return candidates & ~low
 
 
 @register_policy
 class FLy(VerificationPolicy):
     name = "fly"
-    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_drafts=True)
+    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_drafts=True,
+                  loosening={"theta": (math.inf, 1.0, 0.6, 0.3, 0.1, 0.0), "window": (16, 8, 6, 4, 3, 2, 1)})
     origin = Origin(Fidelity.REFERENCE,
                     "AMD-AGI/FLy@6667ae8 fly/models/FLy.py SPDGenerate.generate_chunks (chain mode)",
                     "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta",
@@ -91,19 +85,31 @@ class FLy(VerificationPolicy):
         theta: Number = 0.3  # entropy gate θ (nats); inf = exact match
         window: Integer = Field(6, ge=1)  # W: the mismatch plus W − 1 following matches
 
-    def decide(self, block: Block) -> Verdict:
-        theta, window = self.knobs.theta, self.knobs.window
-        strict = math.isinf(theta) and theta > 0
-        if block.greedy:
-            if strict:
-                return greedy_verdict(block)
-            return greedy_verdict(block, fly_relaxation(block.matches, block.target_logits, theta, window))
-        p = block.tempered_rows.all()  # softmax(z / T): the temperature only, as sample_with_temperature
-        p_d = p[:-1].gather(-1, block.draft_tokens.unsqueeze(-1)).squeeze(-1)
+    @property
+    def strict(self) -> bool:
+        return math.isinf(self.knobs.theta) and self.knobs.theta > 0
+
+    def judge(self, batch: Batch) -> Judgement:
+        return by_mode(batch, lambda: self.greedy(batch), lambda: self.sampled(batch))
+
+    def greedy(self, batch: Batch) -> Judgement:
+        if self.strict:
+            return greedy_judgement(batch)
+        return greedy_judgement(batch, fly_relax(batch.matches, batch, self.knobs.theta, self.knobs.window))
+
+    def sampled(self, batch: Batch) -> Judgement:
+        """Greedy drafts; ``d`` matches when it equals one of two samples from softmax(z / T), drawn in closed form
+        (``u < 1 − (1 − p(d))²``); after a rejection ``p`` without ``d``; the bonus from ``p``."""
+        p = batch.tempered  # softmax(z / T): the temperature only, as sample_with_temperature
+        rows = batch.target.index
+        p_d = p[rows[:, :-1], batch.drafts]
         two_sample_hit = 1 - (1 - p_d) ** 2
 
-        def relax(hits: torch.Tensor) -> torch.Tensor:
-            return accept_relaxed(hits, fly_relaxation(hits, block.target_logits, theta, window))
+        def at(n: torch.Tensor) -> torch.Tensor:
+            return p[rows.gather(1, n.unsqueeze(-1)).squeeze(-1)]
 
-        return rejection_sample(block.draft_tokens, None, two_sample_hit, p[:-1], p[-1], block.generator,
-                                strict_p=p_d, relax=None if strict else relax)
+        def relax(hits: torch.Tensor) -> torch.Tensor:
+            return hits | fly_relax(hits, batch, self.knobs.theta, self.knobs.window)
+
+        return rejection_judgement(batch, two_sample_hit, at, at, point_mass=True, strict_p=p_d,
+                                   relax=None if self.strict else relax)

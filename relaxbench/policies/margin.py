@@ -28,17 +28,17 @@ is ours (the paper tunes it); ``κ > 1`` is strict. Greedy only.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.ops.rows import LazyRows, row_chunk
-from relaxbench.ops.sampling import SamplingParams, process_logits, sample
-from relaxbench.policies.base import Block, Fidelity, Modes, Need, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.ops.sampling import process_rows
+from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
+                                      register_policy)
+from relaxbench.policies.greedy import greedy_judgement
+from relaxbench.policies.rejection import draw_after
 from relaxbench.validation import Flag, Number, Spec
 
 MARS_GREEDY_TEMPERATURE = 1e-5  # eagenerate: temperature <= 1e-5 runs without a logits processor (exact match)
@@ -46,82 +46,88 @@ MARS_RATIO_EPSILON = 1e-10  # z2 / (z1 + 1e-10)
 MARS_MIN_DRAFT_PROB = 1e-10  # q(d) is clamped to at least this
 
 
-def mars_gate(processed: torch.Tensor, theta: float, positive_top_only: bool = False) -> tuple[bool, list[int]]:
-    """(gate on, the two ``topk`` indices) for one row of processed logits [V]: ``z2 / (z1 + 1e-10) > θ`` in
-    double; off with fewer than 2 tokens (and, with ``positive_top_only``, where ``z1 ≤ 0``)."""
-    values, indices = torch.topk(processed, min(2, int(processed.shape[-1])))
-    if values.shape[0] < 2:
-        return False, indices.tolist()
-    z1, z2 = values.tolist()
-    gate = z2 / (z1 + MARS_RATIO_EPSILON) > theta and not (positive_top_only and z1 <= 0)
-    return gate, indices.tolist()
+def mars_gate(top2: torch.Tensor, theta: float, positive_top_only: bool = False) -> torch.Tensor:
+    """[N] bool: the gate ``z2 / (z1 + 1e-10) > θ`` of rows whose two largest processed logits are ``top2`` [N, 2]
+    (in double, as the authors' Python floats); off with fewer than 2 tokens (and, with ``positive_top_only``,
+    where ``z1 ≤ 0``)."""
+    if top2.shape[-1] < 2:
+        return torch.zeros(top2.shape[:-1], dtype=torch.bool, device=top2.device)
+    z1, z2 = top2.double().unbind(-1)
+    gate = z2 / (z1 + MARS_RATIO_EPSILON) > theta
+    return gate & ~(z1 <= 0) if positive_top_only else gate
 
 
 @register_policy
 class Margin(VerificationPolicy):
     name = "margin"
     needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
-    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_is_exact=True, greedy_drafts=True)
+    modes = Modes(strict_knobs={"theta": math.inf}, lossy={"sampling"}, greedy_is_exact=True, greedy_drafts=True,
+                  loosening="the gate can also reject: a gated draft outside the top 2 is rejected where the "
+                            "ratio test alone might accept it")
     origin = Origin(Fidelity.REFERENCE, "5SSjw/MARS@8909b41 mars/model/utils.py evaluate_posterior",
                     "MARS: under sampling accept a top-2 draft when z2/(z1+1e-10) > theta, else rejection sampling; "
                     "temperature 0: exact match",
                     revision=1)
+    uniform_dtype = torch.float64  # the authors' random.random()
 
     class Knobs(Spec):
         theta: Number = 0.9  # relaxation_threshold
         positive_top_only: Flag = False  # deviation, off by default: no relaxation where z1 <= 0
 
+    def judge(self, batch: Batch) -> Judgement:
+        shared = batch.sampling.uniform
+        if batch.sampling.all_greedy or (shared is not None and shared.temperature <= MARS_GREEDY_TEMPERATURE):
+            return greedy_judgement(batch)
+        sampled = self.sampled(batch)
+        if shared is not None:
+            return sampled
+        return greedy_judgement(batch).where(batch.sampling.temperature <= MARS_GREEDY_TEMPERATURE, sampled)
 
-    def decide(self, block: Block) -> Verdict:
-        if block.greedy or block.sampling.temperature <= MARS_GREEDY_TEMPERATURE:
-            return greedy_verdict(block)
-        theta, guard = self.knobs.theta, self.knobs.positive_top_only
-        chunk = row_chunk(block.target_logits.device, block.k + 1)
-        target = LazyRows(block.target_logits, functools.partial(mars_rows, sampling=block.sampling), chunk)
-        draft = (LazyRows(block.draft_logits, untempered_log_probs, chunk) if block.draft_logits is not None
-                 else None)
-        u = torch.rand(block.k, generator=block.generator, dtype=torch.float64, device=block.draft_tokens.device)
-        n_relaxed = 0
-        for i, token in enumerate(block.draft_tokens.tolist()):  # rows after a rejection are never computed
-            z, p = target[i].unbind(0)
-            gate, top2 = mars_gate(z, theta, guard)
-            p_d = float(p[token])
-            q_d = max(float(draft[i][token].exp()), MARS_MIN_DRAFT_PROB) if draft is not None else 1.0
-            passes = float(u[i]) <= min(1.0, p_d / q_d)
-            if gate:
-                if token not in top2:  # the gate rejects: the next token comes from the full p
-                    return Verdict(i, int(sample(p, block.generator)), n_relaxed)
-                n_relaxed += not passes
-            elif not passes:  # the rejected token keeps max(0, p − q) of its mass (0: p < q here)
-                residual = p.clone()
-                residual[token] = max(0.0, p_d - q_d)
-                return Verdict(i, int(sample(residual, block.generator)), n_relaxed)
-        return Verdict(block.k, int(sample(target[block.k][1], block.generator)), n_relaxed)
+    def sampled(self, batch: Batch) -> Judgement:
+        """Per position: the gate on the processed logits (temperature, top-p, top-k); gated, a top-2 draft is
+        accepted and any other rejected; else ``u ≤ min(1, p(d)/q(d))``. At a gated rejection the next token comes
+        from the full p; at a ratio rejection from p with the draft's mass reduced to max(0, p − q)."""
+        processed = process_rows(batch.target.source, batch.row_sampling, top_p_first=True)
+        p = torch.softmax(processed, dim=-1)
+        values, indices = torch.topk(processed, min(2, int(processed.shape[-1])), dim=-1)
+        gate = batch.target.of(mars_gate(values, self.knobs.theta, self.knobs.positive_top_only))[:, :-1]
+        top2 = batch.target.of(indices)[:, :-1]  # [B, K, 2]
+        in_top2 = (top2 == batch.drafts.unsqueeze(-1)).any(dim=-1)
+        rows = batch.target.index
+        p_d = p[rows[:, :-1], batch.drafts].double()
+        if batch.has_draft_distribution:
+            log_q = torch.log_softmax(batch.draft_logit_rows, dim=-1)  # retrieve_probs: untempered, untruncated
+            q_d = log_q[batch.q_index, batch.drafts].exp().double().clamp_min(MARS_MIN_DRAFT_PROB)
+        else:
+            q_d = torch.ones_like(p_d)
+        passes = batch.accept_u.double() <= torch.clamp(p_d / q_d, max=1.0)
+        accept = torch.where(gate, in_top2, passes)
+        full_row = gate | ~batch.valid  # a gated rejection (or the bonus) draws from the full p
+
+        def residual(n: torch.Tensor) -> torch.Tensor:
+            row = p[rows.gather(1, n.unsqueeze(-1)).squeeze(-1)]
+            at = n.clamp_max(batch.width - 1).unsqueeze(-1)
+            reduced = (p_d.gather(1, at) - q_d.gather(1, at)).clamp_min(0).float()
+            trimmed = row.scatter(-1, batch.drafts.gather(1, at), reduced)
+            return torch.where(full_row.gather(1, at), row, trimmed)
+
+        return Judgement(accept, gate & in_top2 & ~passes,
+                         draw_after(batch, residual, lambda n: p[rows.gather(1, n.unsqueeze(-1)).squeeze(-1)]))
 
 
-def mars_rows(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """[..., 2, V]: MARS's processed logits (temperature, top-p, top-k) and their softmax."""
-    processed = process_logits(logits, sampling, top_p_first=True)
-    return torch.stack([processed, torch.softmax(processed, dim=-1)], dim=-2)
-
-
-def untempered_log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """MARS's ``retrieve_probs`` before the exp: the draft's log-softmax, untempered and untruncated."""
-    return torch.log_softmax(logits.float(), dim=-1)
-
-
-def top2_ratio_accepts(block: Block, rows: torch.Tensor, theta: float) -> torch.Tensor:
-    """[m] the greedy variant's relaxation at draft positions ``rows``: the draft holds the second-largest logit (or
-    ties it), ``z_(1) > 0`` and ``z_(2)/z_(1) > θ``."""
-    z1, z2 = top_values(block.target_logits[rows], 2).double().unbind(-1)
-    is_top2 = block.target_logit_of_drafts(rows).double() >= z2
+def top2_ratio_accepts(batch: Batch, theta: float) -> torch.Tensor:
+    """[B, K] the greedy variant's relaxation: the draft holds the second-largest logit (or ties it), ``z_(1) > 0``
+    and ``z_(2)/z_(1) > θ``."""
+    z1, z2 = batch.target.of(top_values(batch.target.source, 2).double())[:, :-1].unbind(-1)
+    is_top2 = batch.target_logit_of_drafts.double() >= z2
     return is_top2 & (z1 > 0) & (z2 / z1 > theta)
 
 
 @register_policy
 class MarginGreedy(VerificationPolicy):
     name = "margin-greedy"
-    modes = Modes(supported={"greedy"}, strict_knobs={"theta": 1.0})
+    modes = Modes(supported={"greedy"}, strict_knobs={"theta": 1.0},
+                  loosening={"theta": (1.0, 0.95, 0.9, 0.8, 0.5, 0.0)})
     origin = Origin(Fidelity.VARIANT, "MARS's rule applied to greedy decoding; not in the authors' code",
                     "MARS's ratio applied to greedy decoding: accept a top-2 draft when z2/z1 > theta "
                     "(z1 <= 0: strict)")
@@ -129,36 +135,32 @@ class MarginGreedy(VerificationPolicy):
     class Knobs(Spec):
         theta: Number = Field(0.9, ge=0)
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         theta = self.knobs.theta
         if theta >= 1:
-            return greedy_verdict(block)
-        return greedy_verdict(block, lambda rows: top2_ratio_accepts(block, rows, theta))
+            return greedy_judgement(batch)
+        return greedy_judgement(batch, top2_ratio_accepts(batch, theta))
 
 
 @register_policy
 class MarginFirst(VerificationPolicy):
     name = "margin-first"
-    modes = Modes(supported={"greedy"}, strict_knobs={"kappa": math.inf})
+    modes = Modes(supported={"greedy"}, strict_knobs={"kappa": math.inf},
+                  loosening={"kappa": (math.inf, 0.9, 0.5, 0.1, 0.0)})
     origin = Origin(Fidelity.PAPER, "arXiv 2609.02897 (AdaptiveSpec)",
                     "AdaptiveSpec: promote the first mismatch of a block iff p(d)/p(top1) >= kappa")
 
     class Knobs(Spec):
         kappa: Number = Field(0.5, ge=0)
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         kappa = self.knobs.kappa
         if kappa > 1:
-            return greedy_verdict(block)
-
-        def promote_first(rows: torch.Tensor) -> torch.Tensor:  # only the block's first mismatch can pass
-            accept = torch.zeros_like(rows, dtype=torch.bool)
-            if kappa == 0:
-                accept[0] = True
-            else:
-                first = rows[:1]
-                gap = block.target_logit_of_drafts(first).double() - block.target_logits[first].amax(-1).double()
-                accept[0] = bool(gap[0] >= math.log(kappa))  # ln p(d)/p(top1) >= ln κ
-            return accept
-
-        return greedy_verdict(block, promote_first)
+            return greedy_judgement(batch)
+        mismatch = ~batch.matches & batch.valid
+        first = mismatch & (mismatch.long().cumsum(dim=-1) == 1)  # only the block's first mismatch can pass
+        if kappa == 0:
+            return greedy_judgement(batch, first)
+        top = batch.target.of(batch.target.source.amax(dim=-1).double())[:, :-1]
+        gap = batch.target_logit_of_drafts.double() - top  # ln p(d)/p(top1)
+        return greedy_judgement(batch, first & (gap >= math.log(kappa)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
 
 
 @register_policy
@@ -12,5 +12,5 @@ class Autoregressive(VerificationPolicy):
     origin = Origin(Fidelity.BASELINE, "autoregressive decoding",
                     "autoregressive baseline: no drafts, one target forward per token")
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         raise AssertionError("the autoregressive baseline never receives drafts")

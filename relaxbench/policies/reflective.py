@@ -45,21 +45,21 @@ import torch
 from pydantic import Field
 
 from relaxbench.errors import ConfigError
-from relaxbench.ops.reductions import argmax
-from relaxbench.ops.rejection import AcceptTest, rejection_sample
-from relaxbench.ops.sampling import logits_to_probs
+from relaxbench.ops.sampling import probs_rows
 from relaxbench.policies.base import (
-    Block,
+    Batch,
     Fidelity,
+    Judgement,
     Modes,
     Need,
     Origin,
     PolicyEnv,
-    Verdict,
     VerificationPolicy,
     register_policy,
 )
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.greedy import greedy_judgement
+from relaxbench.policies.rejection import rejection_judgement
+from relaxbench.policies.verdict import by_mode
 from relaxbench.validation import Number, Spec, Text
 
 DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again, correcting any mistake:\n"
@@ -69,7 +69,9 @@ DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again,
 class ReflectiveVerification(VerificationPolicy):
     name = "reflective"
     needs = frozenset({Need.EXTRA_TOKENS, Need.DRAFT_PROBS_IF_ANY})
-    modes = Modes(strict_knobs={"alpha": 0.0})
+    modes = Modes(strict_knobs={"alpha": 0.0},
+                  loosening="the fusion weight α is a mixing weight: the reflective view can favour a draft at one "
+                            "α and not at a larger one (every α accepts at least what the strict rule accepts)")
     origin = Origin(Fidelity.PAPER_UNVERIFIED,
                     "arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
                     "chiatzenw-cur/lossy-token-eff@5b1b42c",
@@ -78,7 +80,6 @@ class ReflectiveVerification(VerificationPolicy):
     class Knobs(Spec):
         alpha: Number = Field(0.3, ge=0, le=1)
         prompt: Text = DEFAULT_REFLECTION
-
 
     def __init__(self, knobs=None) -> None:
         super().__init__(knobs)
@@ -97,36 +98,39 @@ class ReflectiveVerification(VerificationPolicy):
             raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
         return torch.cat([self.reflection.to(draft_tokens.device), draft_tokens])
 
-    def reflective_logits(self, block: Block) -> torch.Tensor:
-        """[k+1, V] logits read after ``R, d_1..d_{i−1}``, aligned with ``block.target_logits``."""
-        extra = block.extras["extra_logits"]
-        m = int(extra.shape[0]) - block.k
-        return extra[m - 1: m + block.k]
-
-    def fused_logits(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
-        """[m, V] ``(1 − α)·z0 + α·zr`` at draft positions ``rows``."""
+    def fused_logits(self, batch: Batch) -> torch.Tensor:
+        """[T, V] ``(1 − α)·z0 + α·zr`` at every real draft position: ``zr`` is the row read after ``R, d_1..d_{i−1}``
+        (the extra tokens are ``R`` then the drafts, so position i's reflective row is extra row ``len(R) − 1 + i``)."""
+        if self.reflection is None:
+            raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
         alpha = self.knobs.alpha
-        return torch.add((1 - alpha) * block.target_logits[rows].float(),
-                         self.reflective_logits(block)[rows].float(), alpha=alpha)
+        requests, positions = batch.pairs
+        extra = batch.extras["extra_logits"]
+        reflective = extra.source[extra.index[requests, positions + int(self.reflection.shape[0]) - 1]]
+        original = batch.target.source[batch.target_rows_of_pairs()]
+        return torch.add((1 - alpha) * original.float(), reflective.float(), alpha=alpha)
 
-    def decide(self, block: Block) -> Verdict:
-        if block.greedy:
-            if self.knobs.alpha == 0:
-                return greedy_verdict(block)
-            def fused_argmax_is_draft(rows: torch.Tensor) -> torch.Tensor:
-                return argmax(self.fused_logits(block, rows)) == block.draft_tokens[rows]
+    def judge(self, batch: Batch) -> Judgement:
+        if self.knobs.alpha == 0:
+            return by_mode(batch, lambda: greedy_judgement(batch), lambda: self.sampled(batch, None))
+        fused = self.fused_logits(batch)
+        return by_mode(batch, lambda: self.greedy(batch, fused), lambda: self.sampled(batch, fused))
 
-            return greedy_verdict(block, fused_argmax_is_draft)
-        p = block.p_rows
-        tokens = block.draft_tokens.tolist()
+    def greedy(self, batch: Batch, fused: torch.Tensor) -> Judgement:
+        """Accept the target's argmax or the fused logits' argmax; the correction is the target's argmax."""
+        return greedy_judgement(batch, batch.per_position(fused.argmax(dim=-1), -1) == batch.drafts)
 
-        def rescued(i: int, scaled_u: torch.Tensor) -> bool:  # u·q(d) < max(p, π)(d)
-            p_d = p[i][tokens[i]]
-            if bool(scaled_u < p_d):  # max(p, π)(d) >= p(d): accepted without the reflective row
-                return True
-            fused = self.fused_logits(block, torch.tensor([i], device=block.draft_tokens.device))
-            return bool(scaled_u < torch.maximum(p_d, logits_to_probs(fused[0], block.sampling)[tokens[i]]))
-
-        q = block.q_rows if block.draft_logits is not None else None
-        return rejection_sample(block.draft_tokens, q, AcceptTest(rescued) if self.knobs.alpha > 0 else p, p,
-                                lambda: p[block.k], block.generator, strict_p=p)
+    def sampled(self, batch: Batch, fused: torch.Tensor | None) -> Judgement:
+        """Accept iff ``u·q(d) < max(p, π)(d)``, π the fused distribution after the run's settings; residual
+        ``(p − q)+``, bonus ``p``."""
+        p_d = batch.p_of_drafts
+        if fused is None:
+            pi_d = p_d
+        else:
+            requests = batch.pairs[0]
+            settings = batch.sampling if batch.sampling.uniform is not None else batch.sampling.take(requests)
+            pi = probs_rows(fused, settings)
+            rescued = batch.per_position(pi.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1))
+            pi_d = torch.maximum(p_d, rescued)
+        return rejection_judgement(batch, pi_d, batch.p_at, batch.p_at,
+                                   point_mass=not batch.has_draft_distribution, strict_p=p_d)

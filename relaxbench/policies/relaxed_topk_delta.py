@@ -31,15 +31,16 @@ import torch
 from pydantic import model_validator
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_judgement
 from relaxbench.validation import Integer, Number, Spec
 
 
 @register_policy
 class RelaxedTopKDelta(VerificationPolicy):
     name = "relaxed-topk-delta"
-    modes = Modes(supported={"greedy"}, strict_knobs={"topk": 1}, relax_in="thinking")
+    modes = Modes(supported={"greedy"}, strict_knobs={"topk": 1}, relax_in="thinking",
+                  loosening={"delta": (0.0, 0.05, 0.3, 0.6, 1.0), "topk": (1, 2, 5, 10, 48)})
     origin = Origin(Fidelity.REFERENCE,
                     "NVIDIA/TensorRT-LLM@b35ac1b cpp/tensorrt_llm/kernels/speculativeDecoding/mtpKernels.cu "
                     "mtpRelaxedAcceptanceKernel",
@@ -58,15 +59,17 @@ class RelaxedTopKDelta(VerificationPolicy):
                 raise ValueError("delta must be >= 0")
             return self
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         topk, delta = self.knobs.topk, self.knobs.delta
         if topk == 1:
-            return greedy_verdict(block)
+            return greedy_judgement(batch)
+        probs = torch.softmax(batch.target.source.float(), dim=-1)  # the kernel's input: temperature 1
+        top = batch.target.of(top_values(probs, min(topk, int(probs.shape[-1]))))[:, :-1]  # [B, K, topk]
+        p_draft = probs[batch.target.index[:, :-1], batch.drafts]
+        return greedy_judgement(batch, within_top_k_and_delta(p_draft, top, delta))
 
-        def within(rows: torch.Tensor) -> torch.Tensor:  # in the top K, and p(d) >= p(top-1) - delta
-            probs = torch.softmax(block.target_logits[rows].float(), dim=-1)
-            top = top_values(probs, min(topk, probs.shape[-1]))
-            p_draft = probs.gather(1, block.draft_tokens[rows].unsqueeze(1)).squeeze(1)
-            return (p_draft >= top[:, -1]) & (p_draft >= top[:, 0] - delta)
 
-        return greedy_verdict(block, within)
+def within_top_k_and_delta(p_draft: torch.Tensor, top: torch.Tensor, delta: float) -> torch.Tensor:
+    """The kernel's test on probabilities: ``p(d)`` is at least the K-th largest (``top[..., -1]``; a tie is in)
+    and ``p(d) ≥ p(top-1) − δ`` (at equality the draft is accepted, as the kernel's ``>=``)."""
+    return (p_draft >= top[..., -1]) & (p_draft >= top[..., 0] - delta)

@@ -27,20 +27,19 @@ differs only on a set of probability zero; the uniforms are drawn as the shared 
 
 from __future__ import annotations
 
-import torch
 from pydantic import model_validator
 
-from relaxbench.ops.rejection import AcceptTest, rejection_sample
 from relaxbench.policies.base import (
-    Block,
+    Batch,
     Fidelity,
+    Judgement,
     Modes,
     Need,
     Origin,
-    Verdict,
     VerificationPolicy,
     register_policy,
 )
+from relaxbench.policies.rejection import rejection_judgement
 from relaxbench.validation import Number, Spec
 
 ACC_FLOOR = 1e-9  # speculative_sampling.cuh: capped_threshold_acc = fmaxf(threshold_acc, 1e-9f)
@@ -50,7 +49,8 @@ ACC_FLOOR = 1e-9  # speculative_sampling.cuh: capped_threshold_acc = fmaxf(thres
 class SGLangThreshold(VerificationPolicy):
     name = "sglang-threshold"
     needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
-    modes = Modes(supported={"sampling"}, strict_knobs={"threshold_single": 1.0, "threshold_acc": 1.0})
+    modes = Modes(supported={"sampling"}, strict_knobs={"threshold_single": 1.0, "threshold_acc": 1.0},
+                  loosening={"threshold_acc": (1.0, 0.8, 0.5, 0.2, 0.0), "threshold_single": (1.0, 0.8, 0.5, 0.0)})
     origin = Origin(Fidelity.REFERENCE,
                     "sgl-project/sglang@b227f63 sgl-kernel/csrc/speculative/speculative_sampling.cuh "
                     "TreeSpeculativeSamplingTargetOnly",
@@ -69,15 +69,12 @@ class SGLangThreshold(VerificationPolicy):
                 raise ValueError("threshold_acc must be in [0, 1]")
             return self
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         single, acc = self.knobs.threshold_single, max(self.knobs.threshold_acc, ACC_FLOOR)
-        p = block.p_rows
-        q = block.q_rows if block.draft_logits is not None else None
-        tokens = block.draft_tokens.tolist()
+        p_d = batch.p_of_drafts
 
-        def accepts(i: int, scaled: torch.Tensor) -> bool:  # scaled = u_i·q_i(d_i), or u_i for point-mass drafts
-            p_d = p[i][tokens[i]]
-            return bool(scaled < p_d / acc) or bool(p_d >= single)
+        def accepts(scaled):  # scaled = u·q(d), or u for point-mass drafts
+            return (scaled < p_d / acc) | (p_d >= single)
 
-        return rejection_sample(block.draft_tokens, q, AcceptTest(accepts), p, lambda: p[block.k], block.generator,
-                                strict_p=p)
+        return rejection_judgement(batch, accepts, batch.p_at, batch.p_at,
+                                   point_mass=not batch.has_draft_distribution, strict_p=p_d)

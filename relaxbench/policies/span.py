@@ -4,17 +4,18 @@ TensorRT-LLM relaxes its MTP acceptance only while the model thinks (``use_relax
 relaxed δ is set when a begin-of-thinking token is accepted and reset to 0 at the end-of-thinking token); users ask
 the other engines for the same (SGLang #7702, vLLM #21157). Here any relaxed rule can be gated so: ``SpanGate``
 wraps it, and each draft position is verified by the rule where relaxation applies and strictly elsewhere (exact
-match under greedy decoding, speculative sampling under sampling: ``strict.lossless_verdict``).
+match under greedy decoding, speculative sampling under sampling: ``strict.lossless_judgement``).
 
 The span: the thinking span runs from an opening tag to the next closing tag (``<think>``/``</think>`` for Qwen3,
 as token sequences from the target's tokenizer; a method may name others). It is tracked per sequence across rounds
-(``reset`` per sequence; the committed context, prompt included, is read once as it grows), so a ``<think>`` in the
-prompt (Qwen3-2507's templates) opens it. A draft token belongs to the span of the text it was proposed after: a
+(``reset`` per sequence; the committed tokens, prompt included, are read once as they grow, through ``observe``), so a
+``<think>`` in the prompt (Qwen3-2507's templates) opens it. A draft token belongs to the span of the text it was proposed after: a
 drafted ``</think>`` is still inside (the model is thinking when it proposes it), the drafts after it are outside.
 
-A block that crosses a boundary is split into runs of positions with the same treatment, verified in order as
-sub-blocks (``Block.sub``): a run's verdict that rejects ends the round with its correction token; a run accepted
-whole hands on to the next, and the last run's bonus token is the round's. For rules that judge each position on
+A block that crosses a boundary is split into runs of positions with the same treatment: each position gets its run's
+test (the rule's or the strict one, judged for the whole block at once with the same uniforms), a rejection ends the
+round with the token of its run's rule, and after a full accept the last run's bonus token is the round's; a rule
+that looks ahead sees its run's end as the block's end (``Batch.segment_end``). For rules that judge each position on
 its own (every greedy rule, speculative sampling, the relaxed-target rules) the split changes nothing but which
 test a position gets; a rule that looks across positions (FLy's window) sees the boundary as the edge of a block.
 ``relax_in: all`` gates nothing but still splits at the boundaries, so the relaxed fractions inside and outside the
@@ -35,16 +36,16 @@ from typing import Any
 import torch
 
 from relaxbench.errors import ConfigError
-from relaxbench.ops.rejection import Verdict
-from relaxbench.policies.base import Block, PolicyEnv, VerificationPolicy
-from relaxbench.policies.strict import lossless_verdict
+from relaxbench.policies.base import Batch, Judgement, PolicyEnv, VerificationPolicy
+from relaxbench.policies.strict import lossless_judgement
 
 RELAX_IN = ("all", "thinking", "answer")
 THINKING_TAGS = ("<think>", "</think>")
 
 
 class SpanTracker:
-    """Whether a sequence is inside the thinking span, read token by token (tags may be several tokens long)."""
+    """Whether a sequence is inside the thinking span, read token by token on the host (tags may be several tokens
+    long): its state is the flag and the last tokens, which ``span_flags`` continues over a batch's drafts."""
 
     def __init__(self, open_ids: Sequence[int], close_ids: Sequence[int]) -> None:
         if not open_ids or not close_ids:
@@ -54,44 +55,59 @@ class SpanTracker:
         self.reset()
 
     def reset(self) -> None:
-        self.inside, self.tail, self.seen = False, (), 0
-
-    def step(self, inside: bool, tail: tuple[int, ...], token: int) -> tuple[bool, tuple[int, ...]]:
-        tail = (tail + (token,))[-self.width:]
-        if tail[-len(self.open):] == self.open:
-            return True, tail
-        if tail[-len(self.close):] == self.close:
-            return False, tail
-        return inside, tail
+        self.inside, self.tail = False, ()
 
     def advance(self, new: Sequence[int]) -> None:
-        """Read the committed tokens after the ``seen`` already read."""
+        """Read committed tokens."""
         for token in new:
-            self.inside, self.tail = self.step(self.inside, self.tail, int(token))
-        self.seen += len(new)
-
-    def flags(self, drafts: Sequence[int]) -> list[bool]:
-        """For draft positions 0..k: inside the span after the committed context and the drafts before it."""
-        inside, tail, out = self.inside, self.tail, [self.inside]
-        for token in drafts:
-            inside, tail = self.step(inside, tail, int(token))
-            out.append(inside)
-        return out
+            self.tail = (self.tail + (int(token),))[-self.width:]
+            if self.tail[-len(self.open):] == self.open:
+                self.inside = True
+            elif self.tail[-len(self.close):] == self.close:
+                self.inside = False
 
 
-def runs(relax: Sequence[bool]) -> list[tuple[int, int, bool]]:
-    """Maximal runs ``(start, stop, relax)`` of equal flags."""
-    out: list[tuple[int, int, bool]] = []
-    for i, flag in enumerate(relax):
-        if out and out[-1][2] == flag:
-            out[-1] = (out[-1][0], i + 1, flag)
-        else:
-            out.append((i, i + 1, flag))
-    return out
+def span_flags(tracker: SpanTracker, drafts: torch.Tensor) -> torch.Tensor:
+    """[1, K + 1] bool: for draft positions 0..K, inside the span after the committed context and the drafts before
+    it (a drafted closing tag is still inside; the drafts after it are outside), on the device."""
+    width = tracker.width
+    tail = torch.full((1, width), -1, dtype=torch.long, device=drafts.device)
+    if tracker.tail:
+        tail[0, width - len(tracker.tail):] = torch.tensor(tracker.tail, dtype=torch.long, device=drafts.device)
+    sequence = torch.cat([tail, drafts], dim=1)
+    k = int(drafts.shape[1])
+
+    def completes(tag: tuple[int, ...]) -> torch.Tensor:  # [1, K]: the tag ends at draft j
+        windows = sequence.unfold(1, len(tag), 1)
+        hits = (windows == torch.tensor(tag, device=drafts.device)).all(dim=-1)
+        start = width - len(tag) + 1
+        return hits[:, start: start + k]
+
+    opens, closes = completes(tracker.open), completes(tracker.close)
+    event = torch.where(opens, 1, torch.where(closes, -1, 0))  # an opening tag wins, as the tracker reads it
+    positions = torch.arange(k, device=drafts.device)
+    last = torch.where(event != 0, positions, -1).cummax(dim=1).values
+    inside = torch.full((1, 1), tracker.inside, dtype=torch.bool, device=drafts.device)
+    after = torch.where(last >= 0, event.gather(1, last.clamp_min(0)) == 1, inside)
+    return torch.cat([inside, after], dim=1)
+
+
+def run_ends(flags: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tensor:
+    """[B, K] the end (exclusive) of the run of equal ``flags`` [B, K] each position belongs to, at most the
+    request's draft count: a rule that looks ahead sees a span boundary as the edge of its block."""
+    k = int(flags.shape[1])
+    positions = torch.arange(k, device=flags.device)
+    big = torch.full_like(positions, k)
+    boundary = torch.cat([torch.zeros_like(flags[:, :1]), flags[:, 1:] != flags[:, :-1]], dim=1)
+    starts = torch.where(boundary, positions, big)  # a run starts at j when flag j differs from flag j − 1
+    following = torch.cat([starts[:, 1:], big.expand(flags.shape[0], 1)], dim=1)  # the next start after i
+    ends = following.flip(1).cummin(dim=1).values.flip(1)
+    return torch.minimum(ends, num_drafts.unsqueeze(-1))
 
 
 class SpanGate(VerificationPolicy):
-    """``inner`` where relaxation applies (``relax_in``), strict elsewhere; not registered (methods build it)."""
+    """``inner`` where relaxation applies (``relax_in``), strict elsewhere; not registered (methods build it). It
+    follows one sequence at a time (``observe``), so it decides batches of one request."""
 
     name = "span-gate"
 
@@ -103,6 +119,7 @@ class SpanGate(VerificationPolicy):
         super().__init__(inner.knobs)
         self.inner, self.relax_in, self.tags = inner, relax_in, tags
         self.name, self.origin, self.modes, self.needs = inner.name, inner.origin, inner.modes, inner.needs
+        self.uniform_dtype = inner.uniform_dtype
         self.tracker: SpanTracker | None = None
 
     def bind(self, env: PolicyEnv) -> None:
@@ -116,34 +133,40 @@ class SpanGate(VerificationPolicy):
         if self.tracker is not None:
             self.tracker.reset()
 
+    def observe(self, tokens: Sequence[int]) -> None:
+        self.inner.observe(tokens)
+        if self.tracker is None:
+            raise ConfigError("a span-gated rule must be bound to a tokenizer first")
+        self.tracker.advance(tokens)
+
     def provenance(self) -> Any:
         return self.inner.provenance()
 
     def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
         return self.inner.extra_verify_tokens(draft_tokens)
 
-    def relaxes(self, inside: bool) -> bool:
-        return self.relax_in == "all" or (self.relax_in == "thinking") == inside
+    def relaxes(self, inside: torch.Tensor) -> torch.Tensor:
+        if self.relax_in == "all":
+            return torch.ones_like(inside)
+        return inside if self.relax_in == "thinking" else ~inside
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         if self.tracker is None:
             raise ConfigError("a span-gated rule must be bound to a tokenizer first")
-        if block.context is None:
-            raise ConfigError("a span-gated rule needs the block's context")
-        self.tracker.advance(block.context[self.tracker.seen:].tolist())
-        inside = self.tracker.flags(block.draft_tokens.tolist())  # positions 0..k
-        accepted = relaxed = relaxed_in = 0
-        verdict = Verdict(0, 0)
-        for start, stop, in_span in runs(inside[: block.k]):
-            part = block if (start, stop) == (0, block.k) else block.sub(start, stop)
-            verdict = self.inner.decide(part) if self.relaxes(in_span) else lossless_verdict(part)
-            accepted += verdict.n_accepted
-            relaxed += verdict.n_relaxed
-            relaxed_in += verdict.n_relaxed if in_span else 0
-            if verdict.n_accepted < stop - start:
-                break
-        emitted_in = sum(inside[: accepted + 1])
-        return Verdict(accepted, verdict.next_token, relaxed, emitted_in, relaxed_in)
+        if batch.size != 1:
+            raise ConfigError("a span-gated rule follows one sequence: it decides batches of one request")
+        flags = span_flags(self.tracker, batch.drafts)  # positions 0..K
+        inside = flags[:, :-1]
+        relax = self.relaxes(inside)
+        inner = self.inner.judge(batch.with_segments(run_ends(inside, batch.num_drafts)))
+        strict = lossless_judgement(batch)
+        last = (batch.num_drafts - 1).clamp_min(0)
+
+        def next_token(n: torch.Tensor) -> torch.Tensor:  # the rule of the run that ends the round
+            at = torch.minimum(n, last).unsqueeze(-1)
+            return torch.where(relax.gather(1, at).squeeze(-1), inner.next_token(n), strict.next_token(n))
+
+        return Judgement(torch.where(relax, inner.accept, strict.accept), relax & inner.relaxed, next_token, flags)
 
 
 def gate(policy: VerificationPolicy, relax_in: str | None, tags: Sequence[str] | None = None) -> VerificationPolicy:

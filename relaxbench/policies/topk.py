@@ -17,28 +17,24 @@ from __future__ import annotations
 from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import greedy_judgement
 from relaxbench.validation import Integer, Spec
 
 
 @register_policy
 class LenientTopK(VerificationPolicy):
     name = "topk"
-    modes = Modes(supported={"greedy"}, strict_knobs={"top": 1})
+    modes = Modes(supported={"greedy"}, strict_knobs={"top": 1}, loosening={"top": (1, 2, 3, 5, 48)})
     origin = Origin(Fidelity.REFERENCE, "garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec_top_k",
                     "lenient top-K: accept iff the draft is among the target's K most likely tokens")
 
     class Knobs(Spec):
         top: Integer = Field(2, ge=1)  # K: how many of the target's most likely tokens are acceptable
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         top = self.knobs.top
         if top == 1:
-            return greedy_verdict(block)
-
-        def in_top(rows):  # z_d >= the K-th largest logit of its row
-            kth = top_values(block.target_logits[rows], top)[:, -1]
-            return block.target_logit_of_drafts(rows) >= kth.float()
-
-        return greedy_verdict(block, in_top)
+            return greedy_judgement(batch)
+        kth = batch.target.of(top_values(batch.target.source, top)[:, -1])[:, :-1]  # [B, K] the K-th largest
+        return greedy_judgement(batch, batch.target_logit_of_drafts >= kth.float())

@@ -44,17 +44,17 @@ from pydantic import Field
 
 from relaxbench.errors import ConfigError
 from relaxbench.policies.base import (
-    Block,
+    Batch,
     Fidelity,
+    Judgement,
     Modes,
     Need,
     Origin,
     PolicyEnv,
-    Verdict,
     VerificationPolicy,
     register_policy,
 )
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.greedy import greedy_judgement
 from relaxbench.policies.judge_head import JudgeHead, file_digest, load_head
 from relaxbench.validation import Number, Spec, Text
 
@@ -66,7 +66,7 @@ class TrainedJudge(VerificationPolicy):
     """A greedy rule that accepts a mismatch when its trained head says P(important) < tau."""
 
     kind: ClassVar[str] = ""
-    modes = Modes(supported={"greedy"}, strict_knobs={"tau": 0.0})
+    modes = Modes(supported={"greedy"}, strict_knobs={"tau": 0.0}, loosening={"tau": (0.0, 0.05, 0.1, 0.3, 1.0)})
 
     class Knobs(Spec):
         head: Text  # a head file written by `relaxbench judge train`; no default: a head is trained per pair
@@ -86,30 +86,28 @@ class TrainedJudge(VerificationPolicy):
         self.head.check_pair(self.where, env.target_name, env.draft_name)
         self.head = self.head.to(env.device)
 
-    def features(self, block: Block, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The head's inputs for draft positions ``rows``: each model's hidden state at the draft token."""
+    def features(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The head's inputs at every real draft position [T, H]: each model's hidden state at the draft token."""
+        requests, positions = batch.pairs
         out = {}
         for name in self.head.inputs:
             key, offset = _SOURCES[name]
-            states = block.extras.get(key)
+            states = batch.extras.get(key)
             if states is None:
-                raise RuntimeError(f"{self.where}: the block has no {key!r} (the engine did not provide {name} "
+                raise RuntimeError(f"{self.where}: the batch has no {key!r} (the engine did not provide {name} "
                                    "hidden states)")
             if not self._widths_checked:
-                self.head.check_width(self.where, name, int(states.shape[-1]))
-            out[name] = states[rows + offset]
+                self.head.check_width(self.where, name, int(states.source.shape[-1]))
+            out[name] = states.source[states.index[requests, positions + offset]]
         self._widths_checked = True
         return out
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         tau = self.knobs.tau
         if tau == 0:
-            return greedy_verdict(block)
-
-        def unimportant(rows: torch.Tensor) -> torch.Tensor:
-            return self.head.p_important(self.features(block, rows)) < tau
-
-        return greedy_verdict(block, unimportant)
+            return greedy_judgement(batch)
+        unimportant = self.head.p_important(self.features(batch)) < tau
+        return greedy_judgement(batch, batch.per_position(unimportant, False))
 
     # -- records -----------------------------------------------------------------------------------------------
     def provenance(self) -> Mapping[str, Any]:

@@ -12,7 +12,6 @@ Deviations (why, in docs/conformance.md):
 
 * a chain, not a tree (no choice among tree paths, no padding token);
 * float32 from the engine's logits (Medusa: the model's dtype);
-* the entropy is skipped where ``p(d) > ε`` (the floor never exceeds ε; no verdict changes);
 * Medusa's ``fast=False`` path is not offered (it raises ``TypeError`` at this commit).
 
 ``typical-greedy`` — variant: the paper's rule applied to greedy decoding; not in the authors' code. Accept the argmax
@@ -27,28 +26,27 @@ import math
 import torch
 from pydantic import Field
 
-from relaxbench.ops.reductions import argmax
-from relaxbench.policies.base import Block, Fidelity, Modes, Origin, Verdict, VerificationPolicy, register_policy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
+from relaxbench.policies.greedy import argmax_next, greedy_judgement
+from relaxbench.policies.verdict import by_mode
 from relaxbench.validation import Number, Spec
 
 MEDUSA_LOG_EPSILON = 1e-5  # inside Medusa's entropy: −Σ p·ln(p + 1e-5)
+LADDER = {"epsilon": (math.inf, 0.3, 0.09, 0.02, 0.0), "delta": (math.inf, 1.0, 0.3, 0.05, 0.0)}
 
 
 def medusa_entropy(probs: torch.Tensor) -> torch.Tensor:
-    """0-d ``−Σ p·ln(p + 1e-5)`` of one distribution ``probs`` [V] (Medusa's entropy; float32)."""
-    return -torch.dot(probs, torch.add(probs, MEDUSA_LOG_EPSILON).log_())
+    """[N] ``−Σ p·ln(p + 1e-5)`` of each row of ``probs`` [N, V] (Medusa's entropy; float32)."""
+    return -(probs * torch.add(probs, MEDUSA_LOG_EPSILON).log_()).sum(dim=-1)
 
 
-def medusa_accepts(probs: torch.Tensor, token: int, epsilon: float, delta: float) -> bool:
-    """``p(d) > min(ε, δ·exp(−H))`` on one row ``probs`` [V], as Medusa's float32 tensors compute it; the entropy
-    only when ``p(d) ≤ ε`` (the floor never exceeds ε)."""
-    p_d = probs[token]
+def medusa_accepts(batch: Batch, probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
+    """[B, K] ``p(d) > min(ε, δ·exp(−H))`` at every draft position, with ``probs`` [N, V] the target rows'
+    distributions, in float32 as Medusa's tensors compute it."""
+    p_d = probs[batch.target.index[:, :-1], batch.drafts]
     cap = torch.tensor(epsilon, dtype=probs.dtype, device=probs.device)  # Medusa's ones_like(H) * ε
-    if bool(p_d > cap):
-        return True
-    floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)
-    return bool(p_d > floor)
+    floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)  # [N]
+    return p_d > batch.target.of(floor)[:, :-1]
 
 
 class TypicalKnobs(Spec):
@@ -60,7 +58,7 @@ class TypicalKnobs(Spec):
 class TypicalAcceptance(VerificationPolicy):
     name = "typical"
     modes = Modes(strict_knobs={"epsilon": math.inf, "delta": math.inf}, lossy={"sampling"}, greedy_is_exact=True,
-                  greedy_drafts=True)
+                  greedy_drafts=True, loosening=LADDER)
     origin = Origin(Fidelity.REFERENCE,
                     "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)",
                     "Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next "
@@ -68,37 +66,27 @@ class TypicalAcceptance(VerificationPolicy):
                     revision=1)
     Knobs = TypicalKnobs
 
-    def decide(self, block: Block) -> Verdict:
-        if block.greedy:
-            return greedy_verdict(block)
-        eps, delta = self.knobs.epsilon, self.knobs.delta
-        tokens = block.draft_tokens.tolist()
-        rows = block.tempered_rows  # softmax(z / T), row by row up to the first rejection
-        n = next((i for i in range(block.k) if not medusa_accepts(rows[i], tokens[i], eps, delta)), block.k)
-        n_relaxed = int((block.draft_tokens[:n] != argmax(block.target_logits[:n])).sum()) if n else 0
-        return Verdict(n, int(argmax(block.target_logits[n])), n_relaxed)
+    def judge(self, batch: Batch) -> Judgement:
+        return by_mode(batch, lambda: greedy_judgement(batch), lambda: self.sampled(batch))
+
+    def sampled(self, batch: Batch) -> Judgement:
+        """softmax(z / T) (the temperature only), the floor test at every position, the argmax next."""
+        accept = medusa_accepts(batch, batch.tempered, self.knobs.epsilon, self.knobs.delta)
+        return Judgement(accept, accept & ~batch.matches, argmax_next(batch))
 
 
 @register_policy
 class TypicalGreedy(VerificationPolicy):
     name = "typical-greedy"
-    modes = Modes(supported={"greedy"}, strict_knobs={"epsilon": math.inf, "delta": math.inf})
+    modes = Modes(supported={"greedy"}, strict_knobs={"epsilon": math.inf, "delta": math.inf}, loosening=LADDER)
     origin = Origin(Fidelity.VARIANT, "Medusa's rule applied to greedy decoding; not in the authors' code",
                     "Medusa's floor applied to greedy decoding: accept the argmax or p(d) > min(epsilon, "
                     "delta*exp(-H))")
     Knobs = TypicalKnobs
 
-    def decide(self, block: Block) -> Verdict:
+    def judge(self, batch: Batch) -> Judgement:
         eps, delta = self.knobs.epsilon, self.knobs.delta
         if math.isinf(eps) and math.isinf(delta):
-            return greedy_verdict(block)
-
-        def relax(rows: torch.Tensor) -> torch.Tensor:  # up to the first mismatch the floor rejects
-            accept = torch.zeros_like(rows, dtype=torch.bool)
-            for j, (row, token) in enumerate(zip(rows.tolist(), block.draft_tokens[rows].tolist(), strict=True)):
-                if not medusa_accepts(torch.softmax(block.target_logits[row].float(), dim=-1), token, eps, delta):
-                    break
-                accept[j] = True
-            return accept
-
-        return greedy_verdict(block, relax)
+            return greedy_judgement(batch)
+        probs = torch.softmax(batch.target.source.float(), dim=-1)
+        return greedy_judgement(batch, medusa_accepts(batch, probs, eps, delta))

@@ -27,10 +27,10 @@ from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.models.dtypes import parse_dtype
 from relaxbench.models.load import LoadedModel, load_model
 from relaxbench.models.resolve import ModelLocation
-from relaxbench.ops.rejection import rejection_sample
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
-from relaxbench.policies.base import Block, Need, Verdict, VerificationPolicy
+from relaxbench.policies.base import Batch, Judgement, Need, VerificationPolicy
+from relaxbench.policies.rejection import rejection_judgement
 
 AR = MethodSpec(name="ar", policy="none")
 EXACT = {"model": MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model")),
@@ -111,10 +111,11 @@ class ResampleFromTarget(VerificationPolicy):
     name = "wrong-resample"
     needs = frozenset({Need.DRAFT_PROBS})
 
-    def decide(self, block: Block) -> Verdict:
-        p = block.target_probs
-        return rejection_sample(block.draft_tokens, block.draft_probs, p[:-1], p[:-1] + block.draft_probs,
-                                p[-1], block.generator)
+    def judge(self, batch: Batch) -> Judgement:
+        def from_p_plus_q(n):  # the residual (π − q)+ with π = p + q is p itself
+            return batch.p_at(n) + batch.q_at(n)
+
+        return rejection_judgement(batch, batch.p_of_drafts, from_p_plus_q, batch.p_at)
 
 
 @torch.inference_mode()

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from relaxbench.ops.rows import LazyRows
-from relaxbench.ops.sampling import sample
+from tests.oracle.rows import LazyRows
+from tests.oracle.sampling import sample
 
 Row = Callable[[int], torch.Tensor]  # row n -> [V]
 AtDraft = Callable[[int], torch.Tensor]  # row i -> the value at the draft token of row i (a 0-d tensor)

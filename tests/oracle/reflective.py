@@ -1,0 +1,132 @@
+"""Reflective verification (Wang et al., "Think Before You Accept: Semantic Reflective Verification for Faster
+Speculative Decoding", arXiv 2505.18629): the target re-reads its drafts after a reflection prompt in the same
+forward pass, training-free. Registered as ``reflective``; ``judge`` is an alias (stored runs and method files that
+name it keep resolving, and its runs keep their keys).
+
+Fidelity: as paper, unverified — the paper's method section could not be retrieved (only its abstract), and no code
+from the authors was found. What the abstract states, and this policy does: training-free; "prompt-based probing"
+gives "both the original and reflective distributions of draft tokens in a single forward pass"; "the fusion of these
+distributions" verifies the drafts; it combines with statistical verification rules. Everything below that the
+abstract does not state is our choice, and the paper's own choices may differ: no section or equation of the paper
+is cited because none could be read.
+
+Our choices:
+
+* Layout: the verify forward runs over ``[pending, d_1..d_k, R, d_1..d_k]``, ``R`` a reflection prompt (a knob,
+  tokenized once in ``bind``). The first span gives the usual logits ``z0_i``; the duplicated span, read after the
+  model has seen the whole draft and the prompt, gives "reflective" logits ``zr_i`` for the same positions (the row
+  read after ``R, d_1..d_{i−1}``). The engine appends ``R, d_1..d_k`` through ``extra_verify_tokens`` and drops
+  their cache entries after the round. This layout, the index alignment and the fusion below follow a third-party
+  reimplementation (chiatzenw-cur/lossy-token-eff @ 5b1b42c, its vLLM patches), which calls α = 0.3
+  "Reflective Verification's own default"; we could not check that against the paper.
+* Fusion: at the logit level, ``z_i = (1 − α)·z0_i + α·zr_i`` (α = 0.3, as that reimplementation).
+* Prompt (``DEFAULT_REFLECTION``): "\\n\\nLet me double-check the text above and write it again, correcting any
+  mistake:\\n" — written for this suite (the paper's prompt is unknown); any text works (``--knob prompt='...'``).
+* Acceptance. The reflective view can only *rescue* drafts; every token it emits itself comes from the target:
+  - greedy: accept ``d_i`` iff it is the target's argmax or the argmax of the fused logits; the correction token is
+    the target's argmax;
+  - sampling: accept ``x ~ q`` with probability ``min(1, max(p, π)(x)/q(x))``, ``π`` the fused distribution after
+    the run's temperature/top-k/top-p; after a rejection sample ``norm((p − q)+)``; the bonus token comes from
+    ``p``. With an n-gram drafter (no ``q``) the drafts are point masses. Acceptance is a superset of speculative
+    sampling with the same uniforms. ``π`` is computed only where speculative sampling rejects (``u·q(d) ≥ p(d)``:
+    elsewhere ``max(p, π)`` cannot change the verdict), and only up to the first rejection.
+
+Deviations: unknown — the paper's own layout, prompt, fusion and acceptance could not be read, so every choice above
+may deviate from it; a reader of the paper should settle them.
+
+``α = 0`` is exactly ``exact`` / ``speculative-sampling``. The fusion weight is not a monotone looseness knob (the
+reflective view can favour the draft at one α and not at a larger one); every α ≥ 0 accepts at least what the
+strict rule accepts.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from relaxbench.errors import ConfigError
+from relaxbench.ops.reductions import argmax
+from tests.oracle.rejection import AcceptTest, rejection_sample
+from tests.oracle.sampling import logits_to_probs
+from tests.oracle.base import (
+    Block,
+    Fidelity,
+    Modes,
+    Need,
+    Origin,
+    PolicyEnv,
+    Verdict,
+    VerificationPolicy,
+    register_policy,
+)
+from tests.oracle.greedy import greedy_verdict
+from relaxbench.validation import Number, Spec, Text
+
+DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again, correcting any mistake:\n"
+
+
+@register_policy(aliases=("judge",), key_name="judge")
+class ReflectiveVerification(VerificationPolicy):
+    name = "reflective"
+    needs = frozenset({Need.EXTRA_TOKENS, Need.DRAFT_PROBS_IF_ANY})
+    modes = Modes(strict_knobs={"alpha": 0.0})
+    origin = Origin(Fidelity.PAPER_UNVERIFIED,
+                    "arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
+                    "chiatzenw-cur/lossy-token-eff@5b1b42c",
+                    "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt")
+
+    class Knobs(Spec):
+        alpha: Number = Field(0.3, ge=0, le=1)
+        prompt: Text = DEFAULT_REFLECTION
+
+
+    def __init__(self, knobs=None) -> None:
+        super().__init__(knobs)
+        self.reflection: torch.Tensor | None = None
+
+    def bind(self, env: PolicyEnv) -> None:
+        ids = env.tokenizer.encode(self.knobs.prompt, add_special_tokens=False)
+        if not ids:
+            raise ConfigError(f"policy {self.name!r}: the reflection prompt tokenizes to nothing")
+        self.reflection = torch.tensor(ids, dtype=torch.long, device=env.device)
+
+    def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
+        if draft_tokens.numel() == 0 or self.knobs.alpha == 0:  # α = 0 never reads the reflective logits
+            return None
+        if self.reflection is None:
+            raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
+        return torch.cat([self.reflection.to(draft_tokens.device), draft_tokens])
+
+    def reflective_logits(self, block: Block) -> torch.Tensor:
+        """[k+1, V] logits read after ``R, d_1..d_{i−1}``, aligned with ``block.target_logits``."""
+        extra = block.extras["extra_logits"]
+        m = int(extra.shape[0]) - block.k
+        return extra[m - 1: m + block.k]
+
+    def fused_logits(self, block: Block, rows: torch.Tensor) -> torch.Tensor:
+        """[m, V] ``(1 − α)·z0 + α·zr`` at draft positions ``rows``."""
+        alpha = self.knobs.alpha
+        return torch.add((1 - alpha) * block.target_logits[rows].float(),
+                         self.reflective_logits(block)[rows].float(), alpha=alpha)
+
+    def decide(self, block: Block) -> Verdict:
+        if block.greedy:
+            if self.knobs.alpha == 0:
+                return greedy_verdict(block)
+            def fused_argmax_is_draft(rows: torch.Tensor) -> torch.Tensor:
+                return argmax(self.fused_logits(block, rows)) == block.draft_tokens[rows]
+
+            return greedy_verdict(block, fused_argmax_is_draft)
+        p = block.p_rows
+        tokens = block.draft_tokens.tolist()
+
+        def rescued(i: int, scaled_u: torch.Tensor) -> bool:  # u·q(d) < max(p, π)(d)
+            p_d = p[i][tokens[i]]
+            if bool(scaled_u < p_d):  # max(p, π)(d) >= p(d): accepted without the reflective row
+                return True
+            fused = self.fused_logits(block, torch.tensor([i], device=block.draft_tokens.device))
+            return bool(scaled_u < torch.maximum(p_d, logits_to_probs(fused[0], block.sampling)[tokens[i]]))
+
+        q = block.q_rows if block.draft_logits is not None else None
+        return rejection_sample(block.draft_tokens, q, AcceptTest(rescued) if self.knobs.alpha > 0 else p, p,
+                                lambda: p[block.k], block.generator, strict_p=p)
