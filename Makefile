@@ -13,7 +13,7 @@ RUN_SUITE := $(BENCH_SUITE)$(if $(filter vllm,$(ENGINE)),-vllm,)
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
-.PHONY: install install-vllm system-deps test test-fast bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
+.PHONY: install install-vllm system-deps test test-fast check-policy bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
 
 install: $(STAMP) install-vllm
 
@@ -75,6 +75,12 @@ system-deps:
 test: install system-deps
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
+
+# the checks the policy registry generates for one rule (docs/extending.md): make check-policy POLICY=topk
+check-policy: install
+	@test -n "$(POLICY)" || { echo "name the rule: make check-policy POLICY=NAME"; exit 2; }
+	$(PY) -m pytest -q -k "$(POLICY)" tests/test_policies.py tests/test_batched_rules.py \
+	  tests/test_policy_interface.py tests/test_conformance.py tests/test_docs_tables.py
 
 test-fast: install system-deps
 	$(VENV)/bin/lint-imports

@@ -26,10 +26,9 @@ import pytest
 import torch
 from scipy import stats
 
-from relaxbench.ops.rows import LazyRows
-from relaxbench.ops.sampling import SamplingParams, logits_to_probs, process_logits
+from relaxbench.ops.sampling import BatchSampling, SamplingParams, logits_to_probs, probs_rows, process_logits
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.base import Block, Fidelity, PolicyEnv, registration_problems
+from relaxbench.policies.base import Batch, Block, Fidelity, PolicyEnv, registration_problems
 from relaxbench.policies.fly import top3_entropy
 from relaxbench.policies.relaxed_target import divergence
 
@@ -58,6 +57,18 @@ def verdict(name, target, drafts, sampling=GREEDY, draft=None, seed=0, extras=No
         policy.bind(PolicyEnv(CountingTokenizer(), int(torch.as_tensor(target).shape[-1]), torch.device("cpu")))
     v = policy.verify(block(target, drafts, sampling, draft, seed, extras))
     return v.n_accepted, v.next_token, v.n_relaxed
+
+
+def relaxed_row(rule, b: Block, position: int = 0) -> tuple[float, torch.Tensor]:
+    """(π(d), π's residual row) of a relaxed-target rule at ``position`` of a one-request block."""
+    batch = Batch.of_blocks([b], rule.uniform_dtype)
+    pi_accept, residual = rule.relaxed_target(batch)
+    return float(pi_accept[0, position]), residual(torch.tensor([position]))[0]
+
+
+def probs(b: Block, which: str = "p", position: int = 0) -> torch.Tensor:
+    batch = Batch.of_blocks([b])
+    return (batch.p_at if which == "p" else batch.q_at)(torch.tensor([position]))[0]
 
 
 class CountingTokenizer:
@@ -93,30 +104,22 @@ def test_the_policy_table_names_what_every_policy_follows():
             assert origin.reference.split()[0] in row, (name, origin.reference)
 
 
-# -- processing: lazily computed rows, the run's order and MARS's order ---------------------------------------------
-@pytest.mark.parametrize("sampling", [GREEDY, T1, TRUNCATED, SamplingParams(0.7, top_p=0.5)])
-def test_rows_computed_one_at_a_time_equal_the_batched_rows_bit_for_bit(sampling):
-    logits = torch.randn(9, 3000, generator=torch.Generator().manual_seed(1)) * 3
-    lazy = LazyRows(logits, lambda z: logits_to_probs(z, sampling))
-    batched = logits_to_probs(logits, sampling)
-    for i in (4, 0, 8, 4):
-        assert torch.equal(lazy[i], batched[i])
-    assert lazy.computed == 3
-    assert torch.equal(lazy.all(), batched)
+# -- processing: each request's rows with its own settings, the run's order and MARS's order ----------------------
+SETTINGS = [GREEDY, T1, TRUNCATED, SamplingParams(0.7, top_p=0.5), SamplingParams(1.3, top_k=1)]
 
 
-def test_chunked_rows_equal_the_batched_rows_and_a_rejection_stops_the_walk():
-    logits = torch.randn(16, 2000, generator=torch.Generator().manual_seed(4)) * 3
-    lazy = LazyRows(logits, lambda z: logits_to_probs(z, T1), chunk=2)
-    assert torch.equal(lazy[5], logits_to_probs(logits, T1)[5]) and lazy.computed == 2  # rows 5 and 6
-    assert torch.equal(lazy[15], logits_to_probs(logits, T1)[15]) and lazy.computed == 3  # the last row alone
-    # speculative sampling that rejects its first draft reads p and q up to the rejected row (and its chunk) only
-    target = torch.randn(16, 50, generator=torch.Generator().manual_seed(5))
-    draft = target[:15].clone()
-    draft[0, 7] = 30.0  # q(7) ≈ 1 at position 0, where the target gives 7 a small p
-    b = block(target, [7] + [0] * 14, T1, draft)
-    assert make_policy("speculative-sampling").verify(b).n_accepted == 0
-    assert b.p_rows.computed <= b.p_rows.chunk and b.q_rows.computed <= b.q_rows.chunk
+@pytest.mark.parametrize("top_p_first", [False, True], ids=["top-k first", "top-p first"])
+def test_rows_processed_with_per_request_settings_equal_each_request_alone_bit_for_bit(top_p_first):
+    """A batch mixes requests with different temperatures, top-k and top-p: processing all rows at once with
+    per-row settings gives, bit for bit, what each row gets alone with its request's settings."""
+    logits = torch.randn(len(SETTINGS) * 3, 3000, generator=torch.Generator().manual_seed(1)) * 3
+    owners = [s for s in SETTINGS for _ in range(3)]
+    settings = BatchSampling.of(owners)
+    together = probs_rows(logits, settings, top_p_first)
+    for i, params in enumerate(owners):
+        alone = probs_rows(logits[i:i + 1], BatchSampling.of([params]), top_p_first)[0]  # the scalar path
+        assert torch.equal(alone, torch.softmax(process_logits(logits[i], params, top_p_first), -1)), i
+        assert torch.equal(together[i], alone), i
 
 
 def test_a_block_is_freed_as_soon_as_the_round_is_over():
@@ -451,25 +454,27 @@ def test_casc_tok_alpha_0_is_the_single_first_argmax_and_not_strict():
     draft = torch.log(torch.tensor([[0.1, 0.6, 0.2, 0.1]]))
     policy = make_policy("casc-tok", {"alpha": 0.0})
     b = block(target, [1], T1, draft)
-    p1 = float(b.p_rows[0][1])
+    p = probs(b)
+    p1 = float(p[1])
     # T = {0} (the first argmax only), η = 0.9: π(1) = 0.9·p(1); were both tied tokens in T, π(1) = 0.6 + 0.3·p(1)
-    assert float(policy.row_target(b, 0, 1).accept) == pytest.approx(0.9 * p1)
-    residual = policy.row_target(b, 0, 1).residual()
-    expected = 0.9 * b.p_rows[0]
+    accept, residual = relaxed_row(policy, b)
+    assert accept == pytest.approx(0.9 * p1)
+    expected = 0.9 * p
     expected[0] += 0.1
     torch.testing.assert_close(residual, expected)  # π ≠ p: α = 0 is not the strict end
-    assert float(make_policy("casc-tok", {"alpha": 1.0}).row_target(b, 0, 1).accept) == pytest.approx(0.6)
+    assert relaxed_row(make_policy("casc-tok", {"alpha": 1.0}), b)[0] == pytest.approx(0.6)
 
 
 def test_fuzzy_uses_the_draft_when_the_divergence_equals_the_threshold():
     target = torch.stack([torch.log(torch.tensor([0.5, 0.3, 0.2])), torch.zeros(3)])
     draft = torch.log(torch.tensor([[0.2, 0.6, 0.2]]))
     b = block(target, [1], T1, draft)
-    d = float(divergence(b.p_rows[0], b.q_rows[0], "js"))
-    q1, p1 = float(b.q_rows[0][1]), float(b.p_rows[0][1])
-    assert float(make_policy("fuzzy", {"threshold": d}).row_target(b, 0, 1).accept) == pytest.approx(q1)  # D ≤ T
+    p, q = probs(b), probs(b, "q")
+    d = float(divergence(p, q, "js"))
+    q1, p1 = float(q[1]), float(p[1])
+    assert relaxed_row(make_policy("fuzzy", {"threshold": d}), b)[0] == pytest.approx(q1)  # D ≤ T
     below = float(np.nextafter(np.float32(d), np.float32(-np.inf)))  # D is float32, and T is compared in float32
-    assert float(make_policy("fuzzy", {"threshold": below}).row_target(b, 0, 1).accept) == pytest.approx(p1)
+    assert relaxed_row(make_policy("fuzzy", {"threshold": below}), b)[0] == pytest.approx(p1)
 
 
 def test_fuzzy_kl_counts_a_zero_draft_probability_as_float32_tiny():
@@ -485,9 +490,8 @@ def test_contrastive_puts_no_mass_outside_the_targets_support():
     draft = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
     sampling = SamplingParams(1.0, top_k=2)  # p's support: tokens 0 and 1
     b = block(target, [3], sampling, draft)
-    target_row = make_policy("contrastive", {"beta": 0.5}).row_target(b, 0, 3)
-    assert float(target_row.accept) == 0.0
-    pi = target_row.residual()
+    accept, pi = relaxed_row(make_policy("contrastive", {"beta": 0.5}), b)
+    assert accept == 0.0
     assert pi[2:].abs().sum() == 0
     zp, zq = target[0, :2], draft[0, :2]
     torch.testing.assert_close(pi[:2], torch.softmax(1.5 * zp - 0.5 * zq, -1))
@@ -499,11 +503,11 @@ def test_cactus_edges_p_one_and_a_budget_that_clips_to_one():
     target = torch.stack([torch.tensor([0.0, -math.inf, -math.inf]), torch.zeros(3)])  # p = δ_0
     draft = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
     b = block(target, [0], T1, draft)
-    t = make_policy("cactus", {"delta": 10.0}).row_target(b, 0, 0)
-    assert float(t.accept) == 1.0 and torch.equal(t.residual(), torch.tensor([1.0, 0.0, 0.0]))  # factor 1 at p = 1
+    accept, residual = relaxed_row(make_policy("cactus", {"delta": 10.0}), b)
+    assert accept == 1.0 and torch.equal(residual, torch.tensor([1.0, 0.0, 0.0]))  # factor 1 at p = 1
     target = torch.stack([torch.log(torch.tensor([0.5, 0.3, 0.2])), torch.zeros(3)])
     b = block(target, [1], T1, draft)
-    assert float(make_policy("cactus", {"delta": 10.0}).row_target(b, 0, 1).accept) == 1.0  # γ clipped to 1
+    assert relaxed_row(make_policy("cactus", {"delta": 10.0}), b)[0] == 1.0  # γ clipped to 1
 
 
 def test_mentored_and_ensemble_ends():
@@ -838,7 +842,7 @@ def test_casc_tok_top_set_with_non_finite_logits_follows_the_reference():
         assert isinstance(rule, SpecCascadeToken)
         assert rule.top_set(row_).int().tolist() == expected, (row_, alpha)
         b = block(torch.stack([row_, torch.zeros(4)]), [0], T1, torch.zeros(1, 4))
-        assert [rule.in_top_set(b, 0, t) for t in range(4)] == [bool(e) for e in expected]
+        assert rule.parts(Batch.of_blocks([b]))[0][0].int().tolist() == expected  # the set a batch reads
 
 
 def test_a_rule_whose_verdicts_changed_does_not_resume_its_earlier_runs():

@@ -12,8 +12,8 @@ from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import make_policy
-from relaxbench.policies.base import Block, Verdict, VerificationPolicy
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.base import Batch, Judgement, VerificationPolicy
+from relaxbench.policies.greedy import greedy_judgement
 
 AR = MethodSpec(name="ar", policy="none")
 EXACT = MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model"))
@@ -56,7 +56,7 @@ def test_eos_stops_and_is_kept(tiny_target):
     tiny_target_eos = type(tiny_target)(tiny_target.name, tiny_target.location, tiny_target.model,
                                         tiny_target.tokenizer, tiny_target.dtype, tiny_target.device)
     decoder = build_decoder(AR, tiny_target_eos, None, DecodeConfig(k=0, max_new_tokens=30))
-    decoder.eos = torch.tensor([forced_eos])
+    decoder.eos_ids = frozenset({forced_eos})
     out = decoder.generate([7, 8, 9])
     first = ar.output_ids.index(forced_eos)
     assert out.output_ids == ar.output_ids[: first + 1] and out.stop_reason == "eos"
@@ -118,9 +118,9 @@ class AppendsTokens(VerificationPolicy):
     def extra_verify_tokens(self, draft_tokens):
         return torch.tensor([3, 4, 5])
 
-    def decide(self, block: Block) -> Verdict:
-        self.seen.append(block.extras["extra_logits"].shape[0])
-        return greedy_verdict(block)
+    def judge(self, batch: Batch) -> Judgement:
+        self.seen.append(batch.extras["extra_logits"].source.shape[0])
+        return greedy_judgement(batch)
 
 
 def test_extra_verify_tokens_are_seen_then_dropped(tiny_target, tiny_draft):
@@ -183,9 +183,9 @@ def test_t_policy_is_the_policy_decision_alone(tiny_target, tiny_draft):
     class Slow(VerificationPolicy):
         name = "slow"
 
-        def decide(self, block: Block) -> Verdict:
+        def judge(self, batch: Batch) -> Judgement:
             time.sleep(0.02)
-            return greedy_verdict(block)
+            return greedy_judgement(batch)
 
     drafter = build_decoder(EXACT, tiny_target, tiny_draft, DecodeConfig(k=3)).drafter
     commit = drafter.commit

@@ -16,7 +16,8 @@ from relaxbench.methods import MethodSpec
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import make_policy
 from relaxbench.policies.base import Block, PolicyEnv
-from relaxbench.policies.span import SpanGate, SpanTracker, gate, runs
+from relaxbench.policies.relaxed_topk_delta import within_top_k_and_delta
+from relaxbench.policies.span import SpanGate, SpanTracker, gate, run_ends, span_flags
 from tests.test_conformance import (
     KS,
     STAT_SAMPLINGS,
@@ -40,9 +41,8 @@ def logits_of(probs: dict[int, float]) -> torch.Tensor:
     return torch.tensor([math.log(probs.get(t, rest)) for t in range(V)])
 
 
-def greedy_block(rows: list[dict[int, float]], drafts: list[int], context: list[int] | None = None) -> Block:
-    return Block(torch.tensor(drafts), torch.stack([logits_of(r) for r in rows]), None, GREEDY, None,
-                 context=None if context is None else torch.tensor(context), prompt_len=0)
+def greedy_block(rows: list[dict[int, float]], drafts: list[int]) -> Block:
+    return Block(torch.tensor(drafts), torch.stack([logits_of(r) for r in rows]), None, GREEDY, None)
 
 
 def topk_delta(rows, drafts, **knobs):
@@ -83,7 +83,15 @@ def test_a_tie_with_the_kth_probability_is_in_the_top_k():
 def test_the_first_rejection_ends_the_round_with_the_top_1():
     rows = [FLAT, {3: 0.6, 4: 0.1}, FLAT, BONUS]
     assert topk_delta(rows, [1, 4, 1], topk=10, delta=0.3) == (1, 3, 1)  # position 1: 0.1 < 0.3
-    assert topk_delta(rows, [1, 4, 1], topk=10, delta=0.5) == (3, 5, 3)
+    assert topk_delta(rows, [1, 4, 1], topk=10, delta=0.55) == (3, 5, 3)  # 0.1 >= 0.05, off the boundary
+
+
+def test_at_exactly_p_top_minus_delta_the_draft_is_accepted():
+    # the kernel's `>=`: dyadic probabilities make p(top-1) - delta exact in every float format on every CPU
+    top = torch.tensor([[0.75, 0.25]])
+    assert within_top_k_and_delta(torch.tensor([0.25]), top, 0.5).tolist() == [True]
+    below = torch.nextafter(torch.tensor([0.25]), torch.tensor([0.0]))
+    assert within_top_k_and_delta(below, top, 0.5).tolist() == [False]
 
 
 def test_topk_1_is_exact_match_and_the_defaults_are_maxs_preset():
@@ -162,10 +170,12 @@ class TagTokenizer:
         return {"<think>": [6], "</think>": [7]}.get(text, [0])
 
 
-def gated(relax_in: str, inner: str = "relaxed-topk-delta", **knobs) -> SpanGate:
+def gated(relax_in: str, inner: str = "relaxed-topk-delta", context: list[int] = (), **knobs) -> SpanGate:
+    """A gated rule that has read ``context`` (the committed tokens, prompt included)."""
     policy = SpanGate(make_policy(inner, knobs), relax_in)
     policy.bind(PolicyEnv(TagTokenizer(), V, torch.device("cpu")))
     policy.reset()
+    policy.observe(list(context))
     return policy
 
 
@@ -176,49 +186,54 @@ CLOSE = {7: 0.9}
 def test_a_block_crossing_the_end_of_thinking_is_split_there():
     # inside the span (the prompt opened it): a relaxable mismatch, the drafted </think>, a relaxable mismatch
     rows, drafts, context = [WITHIN, CLOSE, WITHIN, BONUS], [3, 7, 3], [1, 6, 2]
-    v = gated("thinking").verify(greedy_block(rows, drafts, context))
+    v = gated("thinking", context=context).verify(greedy_block(rows, drafts))
     assert (v.n_accepted, v.next_token, v.n_relaxed) == (2, 0, 1)  # after </think> the mismatch is verified exactly
     assert (v.emitted_in_span, v.relaxed_in_span) == (2, 1)  # d_0 and </think> inside; the correction outside
-    v = gated("all").verify(greedy_block(rows, drafts, context))
+    v = gated("all", context=context).verify(greedy_block(rows, drafts))
     assert (v.n_accepted, v.next_token, v.n_relaxed, v.emitted_in_span, v.relaxed_in_span) == (3, 5, 2, 2, 1)
-    v = gated("answer").verify(greedy_block(rows, drafts, context))
+    v = gated("answer", context=context).verify(greedy_block(rows, drafts))
     assert (v.n_accepted, v.next_token, v.n_relaxed) == (0, 0, 0)
 
 
 def test_a_block_opening_the_span_relaxes_only_after_the_tag():
     rows, context = [WITHIN, {6: 0.9}, WITHIN, BONUS], [1, 2]
-    v = gated("thinking").verify(greedy_block(rows, [3, 6, 3], context))
+    v = gated("thinking", context=context).verify(greedy_block(rows, [3, 6, 3]))
     assert (v.n_accepted, v.next_token) == (0, 0)  # outside: exact
-    v = gated("thinking").verify(greedy_block(rows, [0, 6, 3], context))
+    v = gated("thinking", context=context).verify(greedy_block(rows, [0, 6, 3]))
     assert (v.n_accepted, v.next_token, v.n_relaxed, v.relaxed_in_span) == (3, 5, 1, 1)
 
 
 def test_the_span_is_tracked_across_rounds_of_a_sequence_and_reset_between_sequences():
-    policy = gated("thinking")
+    policy = gated("thinking", context=[1, 2])
     rows = [WITHIN, BONUS]
-    assert policy.verify(greedy_block(rows, [3], [1, 2])).n_accepted == 0  # outside
-    assert policy.verify(greedy_block(rows, [3], [1, 2, 6, 0])).n_accepted == 1  # a committed <think> opened it
-    assert policy.verify(greedy_block(rows, [3], [1, 2, 6, 0, 3, 5, 7])).n_accepted == 0  # and </think> closed it
+    assert policy.verify(greedy_block(rows, [3])).n_accepted == 0  # outside
+    policy.observe([6, 0])
+    assert policy.verify(greedy_block(rows, [3])).n_accepted == 1  # a committed <think> opened it
+    policy.observe([3, 5, 7])
+    assert policy.verify(greedy_block(rows, [3])).n_accepted == 0  # and </think> closed it
     policy.reset()
-    assert policy.verify(greedy_block(rows, [3], [6])).n_accepted == 1
+    policy.observe([6])
+    assert policy.verify(greedy_block(rows, [3])).n_accepted == 1
 
 
 def test_multi_token_tags_and_runs():
     tracker = SpanTracker([1, 2], [3, 4])
     tracker.advance([9, 1, 2, 5])
-    assert tracker.inside and tracker.flags([3, 4, 1]) == [True, True, False, False]
-    tracker.advance([3])
-    assert tracker.inside and tracker.flags([4]) == [True, False]
-    assert runs([True, True, False, True]) == [(0, 2, True), (2, 3, False), (3, 4, True)]
+    assert tracker.inside
+    assert span_flags(tracker, torch.tensor([[3, 4, 1]])).tolist() == [[True, True, False, False]]
+    tracker.advance([3])  # half a closing tag: still inside, and the next draft completes it
+    assert tracker.inside and span_flags(tracker, torch.tensor([[4]])).tolist() == [[True, False]]
+    flags = torch.tensor([[True, True, False, True], [False, False, False, False]])
+    assert run_ends(flags, torch.tensor([4, 3])).tolist() == [[2, 2, 3, 4], [3, 3, 3, 3]]
 
 
 def test_outside_the_span_sampling_rules_are_strict_speculative_sampling():
     target, draft, _, drafts = sampling_case(5)
     t, dl = torch.as_tensor(target, dtype=torch.float32), torch.as_tensor(draft, dtype=torch.float32)
-    policy = gated("thinking", "sglang-threshold", threshold_acc=0.1)
+    policy = gated("thinking", "sglang-threshold", context=[0, 1], threshold_acc=0.1)
     for seed in range(40):
-        blocks = [Block(torch.tensor(drafts), t, dl, SamplingParams(1.0), torch.Generator().manual_seed(seed),
-                        context=torch.tensor([0, 1])) for _ in range(2)]
+        blocks = [Block(torch.tensor(drafts), t, dl, SamplingParams(1.0), torch.Generator().manual_seed(seed))
+                  for _ in range(2)]
         v = policy.verify(blocks[0])
         reference = make_policy("speculative-sampling").verify(blocks[1])
         assert (v.n_accepted, v.next_token, v.n_relaxed) == (reference.n_accepted, reference.next_token, 0)

@@ -20,10 +20,11 @@ from scipy.spatial.distance import jensenshannon
 
 from relaxbench.errors import ConfigError
 from relaxbench.ops.reductions import argmax, top_values
-from relaxbench.ops.rejection import rejection_sample
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.base import Block, Need, PolicyEnv, Verdict
+from relaxbench.policies.base import Batch, Block, Need, PolicyEnv, Outcome
+from relaxbench.policies.rejection import rejection_judgement
+from relaxbench.policies.verdict import finish
 from relaxbench.policies.fly import top3_entropy, window_candidates
 from relaxbench.policies.reflective import ReflectiveVerification
 
@@ -45,7 +46,7 @@ def greedy_block(logits: torch.Tensor, drafts: list[int], extras: dict | None = 
     return Block(torch.tensor(drafts), logits.float(), None, GREEDY, None, extras or {})
 
 
-def decide(policy_name: str, block: Block, **knobs) -> Verdict:
+def decide(policy_name: str, block: Block, **knobs) -> Outcome:
     return make_policy(policy_name, knobs).verify(block)
 
 
@@ -91,14 +92,21 @@ def test_top3_entropy_is_over_the_full_softmax_not_renormalised():
     assert float(top3_entropy(torch.zeros(1, 1000))) < math.log(3)  # at most ln 3 (three of 1000 equal tokens)
 
 
+def candidates(matches: torch.Tensor, window: int, end: int | None = None) -> list[int]:
+    k = int(matches.shape[0])
+    ends = torch.full((1, k), k if end is None else end)
+    return window_candidates(matches[None], window, ends)[0].nonzero().flatten().tolist()
+
+
 def test_window_pattern_and_block_end():
     m = torch.tensor([False, True, True, False, True, False, True, True, True, True])
     # W = 3: a mismatch followed by two matches, and i + 3 < 10
-    assert window_candidates(m, 3).nonzero().flatten().tolist() == [0, 5]
+    assert candidates(m, 3) == [0, 5]
     # position 5 with W = 5 needs i + 5 < 10: 5 + 5 = 10 is in the last W positions, so strict
-    assert window_candidates(m, 5).nonzero().flatten().tolist() == []
-    assert window_candidates(m, 4).nonzero().flatten().tolist() == [5]  # 5 + 4 = 9 < 10, m[6..8] all true
-    assert not window_candidates(m[:3], 3).any()  # k <= W: no window at all
+    assert candidates(m, 5) == []
+    assert candidates(m, 4) == [5]  # 5 + 4 = 9 < 10, m[6..8] all true
+    assert candidates(m[:3], 3) == []  # k <= W: no window at all
+    assert candidates(m, 3, end=8) == [0]  # a run ending at 8 (a span boundary) is the block's edge: 5 + 3 = 8
 
 
 V = 8
@@ -166,18 +174,16 @@ def test_top3_entropy_is_nan_with_fewer_than_three_finite_logits():
     assert not math.isnan(float(top3_entropy(z)))
 
 
-def test_fly_computes_the_entropy_only_where_it_can_change_the_verdict(monkeypatch):
-    from relaxbench.policies import fly
-
-    judged = []
-    entropy = fly.top3_entropy
-    monkeypatch.setattr(fly, "top3_entropy", lambda logits: judged.append(logits.shape[0]) or entropy(logits))
+def test_fly_entropy_gates_only_window_candidates():
     # k = 12, W = 3: mismatches at 0, 4 (window candidates), 7 (not: 8 mismatches too) and 8 (a candidate, but after
-    # the rejection at 7 it cannot matter)
-    v = decide("fly", greedy_block(fly_logits(["high"] * 13), [1, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0]),
-               theta=0.3, window=3)
+    # the rejection at 7 it cannot matter); a low-entropy row at a matching position changes nothing
+    kinds = ["high"] * 13
+    kinds[2] = "low"
+    v = decide("fly", greedy_block(fly_logits(kinds), [1, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0]), theta=0.3, window=3)
     assert (v.n_accepted, v.next_token, v.n_relaxed) == (7, 0, 2)
-    assert judged == [2]  # one batched call over positions 0 and 4
+    kinds[4] = "low"  # the candidate at 4 now sits on a confident row: its deferral is revoked
+    v = decide("fly", greedy_block(fly_logits(kinds), [1, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0]), theta=0.3, window=3)
+    assert (v.n_accepted, v.next_token, v.n_relaxed) == (4, 0, 1)
 
 
 # -- margin-greedy (MARS's ratio under greedy decoding) and margin-first (AdaptiveSpec) -------------------------
@@ -314,8 +320,8 @@ def family_targets(name: str, drafts: list[int], target_logits=None, draft_logit
     target_logits = torch.cat([P4.log(), P4.log()]) if target_logits is None else target_logits
     draft_logits = Q4.log() if draft_logits is None else draft_logits
     block = Block(torch.tensor(drafts), target_logits, draft_logits, SamplingParams(1.0), None, {})
-    target = policy.row_target(block, 0, drafts[0])
-    return float(target.accept), target.residual()
+    pi_accept, residual = policy.relaxed_target(Batch.of_blocks([block]))
+    return float(pi_accept[0, 0]), residual(torch.tensor([0]))[0]
 
 
 def test_mentored_and_ensemble_accept_ratios():
@@ -451,58 +457,50 @@ def test_sampling_strict_end_equals_speculative_sampling(name, sampling):
     assert differs > 0, f"{name} at its defaults never differed from speculative sampling"
 
 
-# knob, values from strict to loose: every step may only add acceptances
-GREEDY_LADDERS = {
-    "fly": [("theta", [math.inf, 1.0, 0.6, 0.3, 0.1, 0.0]), ("window", [16, 8, 6, 4, 3, 2, 1])],
-    "margin-greedy": [("theta", [1.0, 0.95, 0.9, 0.8, 0.5, 0.0])],
-    "margin-first": [("kappa", [math.inf, 0.9, 0.5, 0.1, 0.0])],
-    "typical-greedy": [("epsilon", [math.inf, 0.3, 0.09, 0.02, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.05, 0.0])],
-    "topk": [("top", [1, 2, 3, 5, 48])],
-    "relaxed-topk-delta": [("delta", [0.0, 0.05, 0.3, 0.6, 1.0]), ("topk", [1, 2, 5, 10, 48])],
-}
-SAMPLING_LADDERS = {
-    "mentored": [("alpha", [0.0, 0.3, 0.7, 0.95])],
-    "cactus": [("delta", [0.0, 0.1, 0.25, 1.0, 10.0])],
-    "casc-opt": [("alpha", [-math.inf, -0.1, 0.0, 0.05, 1.0])],
-    "fuzzy": [("threshold", [0.0, 0.05, 0.2, 0.3, 1.0])],
-    "ensemble": [("w", [1.0, 0.95, 0.9, 0.8, 0.0])],
-    "fly": [("theta", [math.inf, 0.6, 0.3, 0.0]), ("window", [8, 6, 3, 1])],
-    "typical": [("epsilon", [math.inf, 0.3, 0.09, 0.0]), ("delta", [math.inf, 1.0, 0.3, 0.0])],
-    "sglang-threshold": [("threshold_acc", [1.0, 0.8, 0.5, 0.2, 0.0]), ("threshold_single", [1.0, 0.8, 0.5, 0.0])],
-}
+def ladders(mode: str) -> list[tuple[str, str, tuple]]:
+    """(rule, knob, values from strict to loose) as each rule declares them (``Modes.loosening``)."""
+    return [(name, knob, values) for name in RELAXED if mode in POLICIES.get(name).modes
+            and not isinstance(POLICIES.get(name).modes.loosening, str)
+            for knob, values in POLICIES.get(name).modes.loosening.items()]
 
 
-def test_every_relaxed_rule_is_in_a_monotonicity_ladder_or_documented_as_not_monotone():
-    # mixing weights (judge, casc-tok, contrastive), and MARS's gate, which can also reject: see their docstrings
-    not_monotone = {"reflective", "casc-tok", "contrastive", "margin"}
-    assert set(RELAXED) == set(GREEDY_LADDERS) | set(SAMPLING_LADDERS) | not_monotone
+def test_every_relaxed_rule_declares_how_it_loosens():
+    for name in RELAXED:
+        loosening = POLICIES.get(name).modes.loosening
+        assert loosening, name
+        if isinstance(loosening, str):  # why no knob loosens it monotonically, in its own words
+            assert len(loosening.split()) >= 5, (name, loosening)
+        else:
+            for knob, values in loosening.items():
+                assert len(values) >= 2, (name, knob)
+                assert make_policy(name, {knob: values[0]}) and make_policy(name, {knob: values[-1]})
 
 
-@pytest.mark.parametrize("name", sorted(GREEDY_LADDERS))
-def test_greedy_loosening_never_lowers_acceptance(name):
-    for knob, ladder in GREEDY_LADDERS[name]:
-        policies = [make_policy(name, {knob: value}) for value in ladder]
-        gained = 0
-        for seed in range(120):
-            block = random_greedy_block(seed)
-            counts = [policy.verify(block).n_accepted for policy in policies]
-            assert counts == sorted(counts), (knob, ladder, counts)
-            gained += counts[-1] > counts[0]
-        assert gained > 0, f"{name}: loosening {knob} never changed anything on these blocks"
+@pytest.mark.parametrize("name,knob,ladder", [(name, knob, ladder) for name, knob, ladder in ladders("greedy")
+                                               if not POLICIES.get(name).modes.greedy_is_exact],
+                         ids=lambda v: str(v)[:20])
+def test_greedy_loosening_never_lowers_acceptance(name, knob, ladder):
+    policies = [make_bound(name, {knob: value}) for value in ladder]
+    gained = 0
+    for seed in range(120):
+        block = greedy_inputs(name, seed)
+        counts = [policy.verify(block).n_accepted for policy in policies]
+        assert counts == sorted(counts), (knob, ladder, counts)
+        gained += counts[-1] > counts[0]
+    assert gained > 0, f"{name}: loosening {knob} never changed anything on these blocks"
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLING_LADDERS))
-def test_sampling_loosening_never_lowers_acceptance_with_the_same_uniforms(name):
+@pytest.mark.parametrize("name,knob,ladder", ladders("sampling"), ids=lambda v: str(v)[:20])
+def test_sampling_loosening_never_lowers_acceptance_with_the_same_uniforms(name, knob, ladder):
     sampling = SamplingParams(1.0)
-    for knob, ladder in SAMPLING_LADDERS[name]:
-        policies = [make_policy(name, {knob: value}) for value in ladder]
-        gained = 0
-        for seed in range(80):
-            case = random_sampling_case(seed, sampling, k=10)
-            counts = [policy.verify(sampling_block(case, sampling, seed)).n_accepted for policy in policies]
-            assert counts == sorted(counts), (knob, ladder, counts)
-            gained += counts[-1] > counts[0]
-        assert gained > 0
+    policies = [make_bound(name, {knob: value}) for value in ladder]
+    gained = 0
+    for seed in range(80):
+        case = random_sampling_case(seed, sampling, k=10)
+        counts = [policy.verify(sampling_block(case, sampling, seed)).n_accepted for policy in policies]
+        assert counts == sorted(counts), (knob, ladder, counts)
+        gained += counts[-1] > counts[0]
+    assert gained > 0
 
 
 def test_judge_never_accepts_less_than_the_strict_rule():
@@ -544,8 +542,9 @@ def test_n_relaxed_counts_accepted_drafts_speculative_sampling_would_reject(name
         v = policy.verify(block)
         # replay the uniforms the rejection sampler drew first, and run the strict test with them
         u = torch.rand(block.k, generator=torch.Generator().manual_seed(seed))
-        p = block.target_probs[:-1].gather(-1, block.draft_tokens[:, None]).squeeze(-1)
-        q = torch.ones_like(p) if point_mass else block.draft_probs.gather(-1, block.draft_tokens[:, None]).squeeze(-1)
+        batch = Batch.of_blocks([block])
+        p = batch.p_of_drafts[0]
+        q = torch.ones_like(p) if point_mass else batch.q_of_drafts[0]
         strict_rejects = ~(u * q < p)
         assert v.n_relaxed == int(strict_rejects[: v.n_accepted].sum())
         total_relaxed += v.n_relaxed
@@ -557,39 +556,45 @@ def test_n_relaxed_counts_accepted_drafts_speculative_sampling_would_reject(name
         assert total_relaxed > 0
 
 
-# -- the shared rejection sampler --------------------------------------------------------------------------------
-def outcome_frequencies(n_trials: int, **call) -> np.ndarray:
-    counts = np.zeros(5)
-    for seed in range(n_trials):
-        v = rejection_sample(generator=torch.Generator().manual_seed(seed), **call)
-        counts[4 if v.n_accepted else v.next_token] += 1
-    return counts
+# -- the shared rejection step ----------------------------------------------------------------------------------
+def one_draft_block(q: torch.Tensor | None, seed: int) -> Block:
+    return Block(torch.tensor([1]), torch.zeros(2, 4), None if q is None else torch.log(q), SamplingParams(1.0),
+                 torch.Generator().manual_seed(seed))
+
+
+def judged(q, seed, pi_accept, pi_residual, **options) -> Outcome:
+    batch = Batch.of_blocks([one_draft_block(q, seed)])
+    judgement = rejection_judgement(batch, pi_accept, lambda n: pi_residual.expand(1, -1),
+                                    lambda n: torch.ones(1, 4), point_mass=q is None, **options)
+    return finish(batch, judgement).to_host()[0]
 
 
 @pytest.mark.parametrize("point_mass", [False, True], ids=["q", "point-mass"])
-def test_rejection_sampler_accepts_with_min_1_pi_over_q_and_draws_the_residual(point_mass):
+def test_rejection_step_accepts_with_min_1_pi_over_q_and_draws_the_residual(point_mass):
     """One draft x = 1: P(accept) = min(1, π(x)/q(x)); after a rejection the token follows norm((π_res − q)+)."""
     q = None if point_mass else torch.tensor([[0.2, 0.5, 0.2, 0.1]])
     q_row = torch.tensor([0.0, 1.0, 0.0, 0.0]) if point_mass else q[0]
-    pi_accept = torch.tensor([0.35])  # gathered at x
+    pi_accept = torch.tensor([[0.35]])  # gathered at x
     pi_residual = torch.tensor([0.4, 0.35, 0.05, 0.2])
     accept = min(1.0, 0.35 / float(q_row[1]))
     residual = (pi_residual - q_row).clamp_min(0)
     expected = np.append(((1 - accept) * residual / residual.sum()).numpy(), accept)
-    counts = outcome_frequencies(3000, draft_tokens=torch.tensor([1]), q=q, pi_accept=pi_accept,
-                                 pi_residual=lambda n: pi_residual, bonus=torch.ones(4))
+    counts = np.zeros(5)
+    for seed in range(3000):
+        v = judged(q, seed, pi_accept, pi_residual)
+        counts[4 if v.n_accepted else v.next_token] += 1
     keep = expected > 0
     assert counts[~keep].sum() == 0
     expected = expected[keep].astype(np.float64)
     assert stats.chisquare(counts[keep], expected / expected.sum() * counts.sum()).pvalue > 1e-3
 
 
-def test_rejection_sampler_relax_may_only_add_acceptances():
-    call = dict(draft_tokens=torch.tensor([1, 2]), q=None, pi_accept=torch.tensor([1.0, 0.0]),
-                pi_residual=torch.full((2, 4), 0.25), bonus=torch.ones(4), generator=torch.Generator())
-    assert rejection_sample(**call, relax=lambda m: torch.ones_like(m)).n_accepted == 2
-    with pytest.raises(AssertionError):
-        rejection_sample(**call, relax=lambda m: torch.zeros_like(m))
+def test_rejection_step_relax_may_only_add_acceptances():
+    never, always = torch.tensor([[0.0]]), torch.tensor([[1.0]])
+    residual = torch.full((4,), 0.25)
+    assert judged(None, 0, never, residual, relax=lambda m: torch.ones_like(m)).n_accepted == 1
+    assert judged(None, 0, always, residual, relax=lambda m: torch.zeros_like(m)).n_accepted == 1
+    assert judged(None, 0, never, residual, relax=lambda m: torch.zeros_like(m)).n_accepted == 0
 
 
 def emitted_frequencies(policy_name: str, target_logits: torch.Tensor, drafts: list[int], n_trials: int,
@@ -634,22 +639,24 @@ def test_typical_sampling_is_medusas_deterministic_fast_path():
 
 
 # -- the greedy walk ---------------------------------------------------------------------------------------------
-def test_greedy_verdict_takes_the_leading_run_and_counts_relaxed_mismatches():
-    from relaxbench.policies.greedy import greedy_verdict
+def test_greedy_judgement_takes_the_leading_run_and_counts_relaxed_mismatches():
+    from relaxbench.policies.greedy import greedy_judgement
 
     block = greedy_block(torch.stack([row(V, {0: 1.0})] * 6), [0, 3, 0, 4, 0])  # the argmax is 0 everywhere
-    assert greedy_verdict(block) == Verdict(1, 0, 0)
-    asked = []
+    batch = Batch.of_blocks([block])
 
-    def relax_first(rows):
-        asked.append(rows.tolist())
-        return torch.tensor([True, False])
+    def outcome(relax=None) -> Outcome:
+        return finish(batch, greedy_judgement(batch, relax)).to_host()[0]
 
-    assert greedy_verdict(block, relax_first) == Verdict(3, 0, 1)
-    assert asked == [[1, 3]]  # every mismatch at once, in order
-    assert greedy_verdict(block, lambda rows: torch.ones_like(rows, dtype=torch.bool)) == Verdict(5, 0, 2)
-    matching = greedy_block(torch.stack([row(V, {2: 1.0})] * 4), [2, 2, 2])
-    assert greedy_verdict(matching, relax_first) == Verdict(3, 2, 0)  # nothing to relax: never asked
+    assert outcome() == Outcome(1, 0, 0)
+    relax_first = torch.tensor([[False, True, False, False, False]])  # only the first mismatch (position 1)
+    assert outcome(relax_first) == Outcome(3, 0, 1)
+    assert outcome(torch.ones(1, 5, dtype=torch.bool)) == Outcome(5, 0, 2)
+    matching = Batch.of_blocks([greedy_block(torch.stack([row(V, {2: 1.0})] * 4), [2, 2, 2])])
+    everywhere = torch.ones(1, 3, dtype=torch.bool)
+    judgement = greedy_judgement(matching, everywhere)
+    assert finish(matching, judgement).to_host()[0] == Outcome(3, 2, 0)  # a match is never counted relaxed
+    assert not judgement.relaxed.any()
 
 
 # -- the exact reductions ----------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import (
     POLICIES,
+    Batch,
     Block,
     Fidelity,
     Modes,
     Need,
     Origin,
-    Verdict,
+    Outcome,
     VerificationPolicy,
     check_arm,
     drafter_duties,
@@ -28,7 +29,7 @@ from relaxbench.policies import (
     strict_policy,
 )
 from relaxbench.policies.base import PolicyEnv
-from relaxbench.policies.greedy import greedy_verdict
+from relaxbench.policies.greedy import greedy_judgement
 
 GREEDY, T1 = SamplingParams(), SamplingParams(1.0)
 
@@ -45,16 +46,17 @@ def a_module(doc: str) -> str:
 
 def rule(module_doc: str = "A rule. Deviations: none.", **attrs) -> type[VerificationPolicy]:
     body = {"name": "", "__module__": a_module(module_doc),
-            "origin": Origin(Fidelity.VARIANT, "our rule", "a rule"), "modes": Modes(strict_knobs={"x": 0}),
-            "decide": lambda self, block: greedy_verdict(block)}
+            "origin": Origin(Fidelity.VARIANT, "our rule", "a rule"),
+            "modes": Modes(strict_knobs={"x": 0}, loosening={"x": (0, 1)}),
+            "judge": lambda self, batch: greedy_judgement(batch)}
 
     class Knobs(VerificationPolicy.Knobs):
         x: int = 1
 
     body["Knobs"] = Knobs
     body.update(attrs)
-    if body["decide"] is None:
-        del body["decide"]
+    if body["judge"] is None:
+        del body["judge"]
     return type("Rule", (VerificationPolicy,), body)
 
 
@@ -73,10 +75,14 @@ def test_a_complete_rule_registers_and_resolves():
 
 @pytest.mark.parametrize("attrs,doc,message", [
     ({"name": ""}, "Deviations: none.", "set `name`"),
-    ({"decide": None}, "Deviations: none.", "define decide(block) -> Verdict"),
+    ({"judge": None}, "Deviations: none.", "define judge(batch) -> Judgement"),
     ({"origin": None}, "Deviations: none.", "set origin = Origin("),
     ({"modes": Modes()}, "Deviations: none.", "must name the knob setting at which it is strict"),
-    ({"modes": Modes(strict_knobs={"y": 0})}, "Deviations: none.", "strict_knobs name unknown knobs ['y']"),
+    ({"modes": Modes(strict_knobs={"y": 0}, loosening={"x": (0, 1)})}, "Deviations: none.",
+     "strict_knobs name unknown knobs ['y']"),
+    ({"modes": Modes(strict_knobs={"x": 0})}, "Deviations: none.", "must say how its knobs loosen it"),
+    ({"modes": Modes(strict_knobs={"x": 0}, loosening={"z": (0, 1)})}, "Deviations: none.",
+     "loosening names unknown knobs ['z']"),
     ({"origin": Origin(Fidelity.REFERENCE, "the authors' code")}, "Deviations: none.", "owner/repo@commit"),
     ({}, "A rule without a list of how it differs.", "must list its deviations"),
 ])
@@ -157,9 +163,11 @@ def random_block(seed: int, sampling: SamplingParams, k: int = 6, vocab: int = 1
 
 @pytest.mark.parametrize("seed", range(20))
 def test_lossless_verdict_is_exact_match_and_speculative_sampling(seed):
-    assert lossless_verdict(random_block(seed, GREEDY)) == make_policy("exact").verify(random_block(seed, GREEDY))
-    assert (lossless_verdict(random_block(seed, T1))
-            == make_policy("speculative-sampling").verify(random_block(seed, T1)))
+    def lossless(block: Block) -> Outcome:
+        return lossless_verdict(Batch.of_blocks([block])).to_host()[0]
+
+    assert lossless(random_block(seed, GREEDY)) == make_policy("exact").verify(random_block(seed, GREEDY))
+    assert lossless(random_block(seed, T1)) == make_policy("speculative-sampling").verify(random_block(seed, T1))
 
 
 def test_strict_policy():
@@ -171,26 +179,27 @@ def test_strict_policy():
     exact = make_policy("exact")
     assert strict_policy(exact, "greedy") is exact
     for seed in range(10):
-        assert strict.verify(random_block(seed, T1)) == lossless_verdict(random_block(seed, T1))
+        assert strict.verify(random_block(seed, T1)) == lossless_verdict(
+            Batch.of_blocks([random_block(seed, T1)])).to_host()[0]
 
 
-# -- sub-blocks -----------------------------------------------------------------------------------------------------
-def test_sub_block_is_the_round_after_a_committed_prefix():
-    block = random_block(3, GREEDY)
-    block = Block(block.draft_tokens, block.target_logits, block.draft_logits, GREEDY, None,
-                  {"hidden_states": torch.arange(7.0).unsqueeze(-1),
-                   "draft_hidden_states": torch.arange(6.0).unsqueeze(-1)},
-                  torch.tensor([5, 6]), 1)
-    sub = block.sub(2, 5)
-    assert sub.k == 3 and torch.equal(sub.draft_tokens, block.draft_tokens[2:5])
-    assert torch.equal(sub.target_logits, block.target_logits[2:6])  # its bonus row is row 5
-    assert torch.equal(sub.draft_logits, block.draft_logits[2:5])
-    assert sub.extras["hidden_states"].flatten().tolist() == [2.0, 3.0, 4.0, 5.0]
-    assert sub.extras["draft_hidden_states"].flatten().tolist() == [2.0, 3.0, 4.0]
-    assert sub.context.tolist() == [5, 6, *block.draft_tokens[:2].tolist()] and sub.prompt_len == 1
-    assert block.sub(0).k == block.k and block.sub(4, 4).k == 0
-    with pytest.raises(ValueError, match="sub-block"):
-        block.sub(3, 2)
+# -- batches of blocks -------------------------------------------------------------------------------------------
+def test_a_batch_of_blocks_keeps_each_requests_extras_aligned():
+    a, b = random_block(3, GREEDY, k=4), random_block(4, GREEDY, k=2)
+    blocks = [Block(x.draft_tokens, x.target_logits, x.draft_logits, GREEDY, None,
+                    {"hidden_states": torch.arange(x.k + 1.0).unsqueeze(-1) + 10 * i,
+                     "draft_hidden_states": torch.arange(float(x.k)).unsqueeze(-1) + 10 * i})
+              for i, x in enumerate((a, b))]
+    batch = Batch.of_blocks(blocks)
+    assert batch.num_drafts.tolist() == [4, 2] and batch.width == 4
+    # position i reads the target's hidden state whose logits judge draft i (row i, as the target's logits) and
+    # the draft model's at draft i
+    positions = batch.positions.expand(2, -1)
+    hidden = batch.extras["hidden_states"].at(positions).squeeze(-1)
+    draft_hidden = batch.extras["draft_hidden_states"].at(positions).squeeze(-1)
+    assert hidden[0].tolist() == [0.0, 1.0, 2.0, 3.0] and hidden[1, :2].tolist() == [10.0, 11.0]
+    assert draft_hidden[0].tolist() == [0.0, 1.0, 2.0, 3.0] and draft_hidden[1, :2].tolist() == [10.0, 11.0]
+    assert torch.equal(batch.target.at(positions)[1, :2], b.target_logits[:2])
 
 
 class ThreeTokens:
@@ -198,21 +207,21 @@ class ThreeTokens:
         return [1, 2, 3]
 
 
-def test_sub_block_keeps_the_reflective_rows_aligned():
-    block = random_block(5, GREEDY, k=5)
-    m = 3  # the reflection prompt's length: extra tokens are [R (3), d_1..d_5]
-    extra = torch.randn(m + block.k, block.target_logits.shape[-1], generator=torch.Generator().manual_seed(1))
-    block = Block(block.draft_tokens, block.target_logits, None, GREEDY, None, {"extra_logits": extra})
+def test_reflective_decides_each_request_of_a_batch_as_alone():
+    """Its extra rows ([R, d_1..d_k] per request) differ in length across a batch with mixed k."""
     policy = make_policy("reflective")
     policy.bind(PolicyEnv(ThreeTokens(), 12, torch.device("cpu")))
-    rows = policy.reflective_logits(block)
-    for start, stop in [(0, 5), (2, 5), (1, 3), (4, 4)]:
-        assert torch.equal(policy.reflective_logits(block.sub(start, stop)), rows[start: stop + 1])
-    assert policy.verify(block.sub(0)) == policy.verify(block)
+    blocks = []
+    for seed, k in ((5, 5), (6, 2), (7, 0), (8, 3)):
+        block = random_block(seed, GREEDY, k=k)
+        extra = torch.randn(3 + k, 12, generator=torch.Generator().manual_seed(seed + 100))
+        blocks.append(Block(block.draft_tokens, block.target_logits, None, GREEDY, None, {"extra_logits": extra}))
+    together = policy.decide(Batch.of_blocks(blocks)).to_host()
+    assert together == [policy.verify(block) for block in blocks]
 
 
-def test_verdict_is_the_public_result_type():
-    assert Verdict(1, 2) == Verdict(1, 2, 0)
+def test_outcome_is_the_public_host_result_type():
+    assert Outcome(1, 2) == Outcome(1, 2, 0)
 
 
 def test_a_method_is_checked_before_any_model_loads():

@@ -458,9 +458,9 @@ class RecordingAutoJudge(AutoJudge):
         super().__init__(knobs)
         self.blocks = []
 
-    def decide(self, block):
-        self.blocks.append(block)
-        return super().decide(block)
+    def decide(self, batch):
+        self.blocks.append(batch)
+        return super().decide(batch)
 
 
 @torch.inference_mode()
@@ -474,14 +474,16 @@ def test_features_are_the_hidden_states_at_each_draft_tokens_own_position(tiny_t
     # replay: the context before each round is the prompt plus what earlier rounds emitted
     context = list(prompt)
     emitted = list(result.output_ids)
-    for block, n_emitted in zip(policy.blocks, result.rounds.emitted, strict=False):
-        drafts = block.draft_tokens.tolist()
+    for batch, n_emitted in zip(policy.blocks, result.rounds.emitted, strict=False):
+        assert batch.size == 1
+        drafts = batch.drafts[0, : int(batch.num_drafts[0])].tolist()
+        hidden, draft_hidden = batch.extras["hidden_states"], batch.extras["draft_hidden_states"]
         for i in range(len(drafts)):
             ids = torch.tensor([context + drafts[: i + 1]])
             want_t = tiny_target.model.model(input_ids=ids).last_hidden_state[0, -1]
             want_d = tiny_draft.model.model(input_ids=ids).last_hidden_state[0, -1]
-            torch.testing.assert_close(block.extras["hidden_states"][i + 1], want_t)
-            torch.testing.assert_close(block.extras["draft_hidden_states"][i], want_d)
+            torch.testing.assert_close(hidden.source[hidden.index[0, i + 1]], want_t)
+            torch.testing.assert_close(draft_hidden.source[draft_hidden.index[0, i]], want_d)
         context += emitted[:n_emitted]
         emitted = emitted[n_emitted:]
 

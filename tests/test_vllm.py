@@ -2,7 +2,7 @@
 the records, the mapping of drafters, and every refusal (one line, exit 2, before anything starts).
 
 * replay: blocks recorded in the transformers engine (a recording policy around the real one), laid out as vLLM
-  lays out a batch, cut back by the adapter's ``request_block``: the same policy gives the same verdicts;
+  lays out a batch, read back by the adapter's ``engine_batch`` and decided at once: the same verdicts;
 * the run key of a transformers run is what it was (engine and concurrency enter only away from their default);
 * the worker's round records: the first token from prefill, the last step cut where the output ends.
 """
@@ -19,12 +19,12 @@ from relaxbench.arms import build_decoder
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import ADDED_KEY_FIELDS, VOLATILE_FIELDS, SuiteSpec
-from relaxbench.integrations.vllm_batch import flatten, output_row, request_block
+from relaxbench.integrations.vllm_batch import engine_batch, flatten, output_tokens
 from relaxbench.integrations.vllm_rules import RuleRequest, check_rule, speculative_config
 from relaxbench.integrations.vllm_worker import trim_rounds, verify_steps
 from relaxbench.methods import DrafterSpec, MethodSpec
-from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import POLICIES, make_policy
+from relaxbench.ops.sampling import BatchSampling, SamplingParams
+from relaxbench.policies import POLICIES, Batch, Block, make_policy
 from tests.conftest import assert_one_line_error, run_cli
 from tests.test_losslessness import random_prompts
 
@@ -46,7 +46,7 @@ def native():
 
 
 class Recorder:
-    """Wraps a policy: records every (block, verdict, generator state before the verdict) the engine produced."""
+    """Wraps a policy: records every batch (of one request) the engine decided and the verdict."""
 
     def __init__(self, policy):
         self.policy, self.seen = policy, []
@@ -54,11 +54,32 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.policy, name)
 
-    def verify(self, block):
-        state = None if block.generator is None else block.generator.get_state()
-        verdict = self.policy.verify(block)
-        self.seen.append((block, verdict, state))
+    def decide(self, batch):
+        verdict = self.policy.decide(batch)
+        self.seen.append((batch, verdict.to_host()[0]))
         return verdict
+
+
+def block_of(batch: Batch) -> Block:
+    """The one-request round a recorded batch holds, as the engine handed it over."""
+    k = int(batch.num_drafts[0])
+    return Block(batch.drafts[0, :k], batch.target.source,
+                 None if batch.draft_logits is None else batch.draft_logits.source, batch.sampling.uniform, None,
+                 draft_probs_given=None if batch.draft_probs is None else batch.draft_probs.source)
+
+
+def replayed(seen, sampling: SamplingParams) -> Batch:
+    """Every recorded round as ONE vLLM step: flattened as vLLM lays a batch out, read back by ``engine_batch``,
+    with the uniforms each round drew."""
+    flat = flatten([block_of(b) for b, _ in seen])
+    width = max(int(b.num_drafts[0]) for b, _ in seen)
+    accept_u = torch.zeros(len(seen), width, dtype=seen[0][0].accept_u.dtype)
+    for i, (b, _) in enumerate(seen):
+        accept_u[i, : b.accept_u.shape[1]] = b.accept_u[0]
+    draw_u = torch.cat([b.draw_u for b, _ in seen])
+    return engine_batch(flat["num_draft_tokens"], flat["draft_token_ids"], flat["target_logits_indices"],
+                        flat["bonus_logits_indices"], flat["logits"], flat["draft_probs"],
+                        BatchSampling.of([sampling] * len(seen)), accept_u, draw_u)
 
 
 REPLAYED = [("exact", SamplingParams(), "model"), ("fly", SamplingParams(), "model"),
@@ -69,35 +90,34 @@ REPLAYED = [("exact", SamplingParams(), "model"), ("fly", SamplingParams(), "mod
 
 @pytest.mark.parametrize("name,sampling,drafter", REPLAYED, ids=[f"{n}-{d}-T{s.temperature}" for n, s, d in REPLAYED])
 def test_adapter_replays_the_transformers_engine_verdicts(name, sampling, drafter, tiny_target, tiny_draft, native):
+    """Every round the transformers engine decided (one request each), decided again as one vLLM batch of all of
+    them (mixed k, some 0): the same verdicts, and the output rows in vLLM's layout."""
     method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(kind=drafter))
     decoder = build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=4, max_new_tokens=24, sampling=sampling))
     recorder = Recorder(decoder.policy)
     decoder.policy = recorder
     for prompt in random_prompts(3, 200, seed=7):
         decoder.generate(prompt, seed=11)
-    blocks = [b for b, _, _ in recorder.seen]
-    assert len(blocks) >= 8 and any(b.k for b in blocks)
-    batch = flatten(blocks)
+    seen = recorder.seen
+    assert len(seen) >= 8 and any(int(b.num_drafts[0]) for b, _ in seen)
+    batch = replayed(seen, sampling)
+    for i, (b, _) in enumerate(seen):
+        k = int(b.num_drafts[0])
+        assert torch.equal(batch.drafts[i, :k], b.drafts[0, :k])
+        assert torch.equal(batch.target.source[batch.target.index[i, : k + 1]], b.target.source.float())
     fresh = make_policy(name)
-    width = max(b.k for b in blocks) + 1
-    for i, (block, verdict, state) in enumerate(recorder.seen):
-        generator = None
-        if state is not None:
-            generator = torch.Generator().manual_seed(0)
-            generator.set_state(state)
-        cut = request_block(i, batch["num_draft_tokens"], batch["draft_token_ids"], batch["target_logits_indices"],
-                            batch["bonus_logits_indices"], batch["logits"], batch["draft_probs"], sampling, generator)
-        assert torch.equal(cut.draft_tokens, block.draft_tokens)
-        assert torch.equal(cut.target_logits, block.target_logits.float())
-        again = fresh.verify(cut)
-        assert again == verdict, (i, again, verdict)
-        row = output_row(cut, again, width, -1).tolist()
-        assert row[: again.n_accepted + 1] == block.draft_tokens[: again.n_accepted].tolist() + [again.next_token]
-        assert row[again.n_accepted + 1:] == [-1] * (width - again.n_accepted - 1)
+    verdict = fresh.decide(batch)
+    assert verdict.to_host() == [outcome for _, outcome in seen]
+    width = batch.width + 1
+    rows = output_tokens(batch, verdict, width, -1).tolist()
+    for i, (outcome, row) in enumerate(zip(verdict.to_host(), rows)):
+        n = outcome.n_accepted
+        assert row[: n + 1] == batch.drafts[i, :n].tolist() + [outcome.next_token]
+        assert row[n + 1:] == [-1] * (width - n - 1)
 
 
 def test_draft_probabilities_come_back_as_the_blocks_distributions(tiny_target, tiny_draft):
-    """The cut block's q is the distribution the engine hands over (the one the drafts were sampled from), row for
+    """The engine batch's q is the distribution the engine hands over (the one the drafts were sampled from), row for
     row, whatever the run's truncation (re-applying top-p to a truncated q would cut it further)."""
     sampling = SamplingParams(0.7, 30, 0.9)
     method = MethodSpec(name="ss", policy="speculative-sampling")
@@ -105,12 +125,12 @@ def test_draft_probabilities_come_back_as_the_blocks_distributions(tiny_target, 
     recorder = Recorder(decoder.policy)
     decoder.policy = recorder
     decoder.generate(random_prompts(1, 200, seed=3)[0], seed=5)
-    blocks = [b for b, _, _ in recorder.seen if b.k]
-    batch = flatten(blocks)
-    for i, block in enumerate(blocks):
-        cut = request_block(i, batch["num_draft_tokens"], batch["draft_token_ids"], batch["target_logits_indices"],
-                            batch["bonus_logits_indices"], batch["logits"], batch["draft_probs"], sampling, None)
-        assert torch.allclose(cut.draft_probs, block.draft_probs, atol=1e-6)
+    seen = [(b, o) for b, o in recorder.seen if int(b.num_drafts[0])]
+    batch = replayed(seen, sampling)
+    for i, (b, _) in enumerate(seen):
+        k = int(b.num_drafts[0])
+        for j in range(k):
+            assert torch.allclose(batch.q_at(torch.full((batch.size,), j))[i], b.q_at(torch.tensor([j]))[0], atol=1e-6)
 
 
 def test_run_key_of_the_transformers_engine_is_unchanged():
@@ -158,6 +178,17 @@ def test_rules_the_engine_cannot_feed_are_refused():
         with pytest.raises(ConfigError, match="vllm engine"):
             check_rule(policy)
     check_rule(make_policy("fly"))  # logits and drafts are all it reads
+
+
+def test_a_span_gated_method_is_refused_by_the_vllm_engine():
+    from relaxbench.integrations.vllm_executor import check_ungated
+
+    gated = MethodSpec(name="tkd", policy="relaxed-topk-delta")  # gated to the thinking span by default
+    with pytest.raises(ConfigError, match="relaxes only in the thinking span.*relax_in: all") as info:
+        check_ungated(gated)
+    assert "\n" not in str(info.value)
+    check_ungated(gated.model_copy(update={"relax_in": "all"}))  # relaxed everywhere: nothing to track
+    check_ungated(MethodSpec(name="fly", policy="fly"))
 
 
 def test_drafters_map_to_vllm_methods():

@@ -21,7 +21,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
-from relaxbench.policies.batch import Batch, draw_uniforms
+from relaxbench.policies.batch import Batch
 from relaxbench.policies.verdict import Outcome
 from relaxbench.timing import Clock
 
@@ -94,7 +94,7 @@ class SpeculativeDecoder:
             n_drafts = int(drafts.shape[0])
             block = Block(drafts, out.logits[: n_drafts + 1], _draft_logits(proposal, out.logits.shape[-1]),
                           cfg.sampling, generator, _extras(out, proposal, n_drafts, n_extra))
-            uniforms = draw_uniforms(generator, n_drafts, cfg.sampling, self.policy.uniform_dtype)
+            uniforms = self.policy.uniforms(generator, n_drafts, cfg.sampling)
             t3 = clock.now()
             verdict = self.policy.decide(Batch.of_blocks([block], uniforms=[uniforms]))
             host = torch.cat([verdict.stacked()[0], drafts]).tolist()  # the round's one synchronisation

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from relaxbench.ops.sampling import BatchSampling
+from relaxbench.ops.sampling import BatchSampling, probs_rows
 from relaxbench.policies import Batch, Block, Rows, Verdict
 
 __all__ = ["engine_batch", "flatten", "output_tokens", "select"]
@@ -23,12 +23,18 @@ __all__ = ["engine_batch", "flatten", "output_tokens", "select"]
 
 def engine_batch(num_draft_tokens: Sequence[int], draft_token_ids: torch.Tensor, target_logits_indices: torch.Tensor,
                  bonus_logits_indices: torch.Tensor, logits: torch.Tensor, draft_probs: torch.Tensor | None,
-                 sampling: BatchSampling, accept_u: torch.Tensor, draw_u: torch.Tensor) -> Batch:
+                 sampling: BatchSampling, accept_u: torch.Tensor, draw_u: torch.Tensor,
+                 cu_num_draft_tokens: torch.Tensor | None = None) -> Batch:
     """The ``Batch`` of one vLLM verification step. The drafts are scattered into [B, K]; the logits and the draft
     probabilities stay as vLLM holds them (``draft_probs``: the distribution the drafts were sampled from,
-    softmax(z/T), which the run's top-k/top-p do not truncate)."""
+    softmax(z/T), which the run's top-k/top-p do not truncate). ``cu_num_draft_tokens``: vLLM's cumulative counts
+    on the device (else the host counts are copied over)."""
     device = logits.device
-    counts = torch.as_tensor(list(num_draft_tokens), dtype=torch.long, device=device)
+    if cu_num_draft_tokens is not None:
+        cumulative = cu_num_draft_tokens.to(device=device, dtype=torch.long)
+        counts = torch.diff(cumulative, prepend=torch.zeros(1, dtype=torch.long, device=device))
+    else:
+        counts = torch.as_tensor(list(num_draft_tokens), dtype=torch.long, device=device)
     size, total = len(num_draft_tokens), int(sum(num_draft_tokens))
     width = max(num_draft_tokens, default=0)
     requests = torch.arange(size, device=device).repeat_interleave(counts, output_size=total)
@@ -74,7 +80,8 @@ def output_tokens(batch: Batch, verdict: Verdict, width: int, placeholder: int) 
 
 def flatten(blocks: Sequence[Block]) -> dict[str, torch.Tensor | list[int] | None]:
     """The inverse, as vLLM lays a batch out: every request's draft rows then its bonus row, in request order, and
-    the distributions the drafts were sampled from (what the replay tests feed ``engine_batch``)."""
+    the distributions the drafts were sampled from (the draft logits processed with the block's settings where the
+    block names none), which is what the replay tests feed ``engine_batch``."""
     counts = [b.k for b in blocks]
     target_idx, bonus_idx, rows, start = [], [], [], 0
     for b in blocks:
@@ -86,7 +93,7 @@ def flatten(blocks: Sequence[Block]) -> dict[str, torch.Tensor | list[int] | Non
     q = None
     if has_q:
         q = torch.cat([b.draft_probs_given if b.draft_probs_given is not None
-                       else torch.softmax(b.draft_logits.float() / (b.sampling.temperature or 1.0), dim=-1)
+                       else probs_rows(b.draft_logits, BatchSampling.of([b.sampling] * b.k))
                        for b in blocks if b.k])
     return {"num_draft_tokens": counts, "draft_token_ids": torch.cat([b.draft_tokens for b in blocks]),
             "target_logits_indices": torch.tensor(target_idx, dtype=torch.int32),

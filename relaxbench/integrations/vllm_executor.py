@@ -84,6 +84,7 @@ def check_plan(plan: RunPlan) -> None:
             continue
         policy = make_policy(arm.method.policy, arm.method.knobs)
         check_rule(policy)
+        check_ungated(arm.method)
         if arm.drafter is not None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
             facts = DRAFTERS.get(arm.drafter.kind) if arm.drafter.kind in DRAFTERS else None
@@ -92,6 +93,18 @@ def check_plan(plan: RunPlan) -> None:
         if job.source.likelihood_only:
             raise ConfigError(f"task {job.name!r} is scored by the target's likelihoods, which the {ENGINE} engine "
                               "does not return; run it on the transformers engine")
+
+
+def check_ungated(method: Any) -> None:
+    """The span gate (``relax_in``) follows each sequence's committed text on the host, which relaxbench's own loop
+    does and vLLM's verification step does not: a method gated to a span is refused here, in one line."""
+    from relaxbench.policies.span import SpanGate, gate
+
+    gated = gate(make_policy(method.policy, method.knobs), method.relax_in, method.thinking_tags)
+    if isinstance(gated, SpanGate) and gated.relax_in != "all":
+        raise ConfigError(f"method {method.name!r} relaxes only in the {gated.relax_in} span "
+                          f"(relax_in), which the {ENGINE} engine does not track; set relax_in: all to relax "
+                          "everywhere there, or run it on the transformers engine")
 
 
 def engine_groups(arms: Sequence[Arm], sampling: SamplingParams) -> list[tuple[tuple[Any, ...], list[Arm]]]:
@@ -330,6 +343,7 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
     if method.policy != "none":
         if method.policy != NATIVE:
             check_rule(make_policy(method.policy, method.knobs))
+            check_ungated(method)
         assert drafter is not None
         draft_ref = locate(draft)[1] if drafter.kind not in ("ngram",) and draft is not None else None
         spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref,

@@ -30,6 +30,8 @@ from typing import Any, TextIO
 from relaxbench.integrations.vllm_plugin import ENABLE_VARIABLE
 from relaxbench.integrations.vllm_rules import EXTRA_KEY, RuleRequest
 
+FLUSH_EXTENSION = "relaxbench.integrations.vllm_adapter.FlushExtension"
+
 PROTOCOL = 1
 
 
@@ -54,6 +56,7 @@ class Worker:
             kwargs["max_model_len"] = int(engine["max_model_len"])
         if self.spec is not None:
             kwargs["per_request_spec_decode_metrics"] = "detailed"
+            kwargs["worker_extension_cls"] = FLUSH_EXTENSION  # lets generate() ask the adapter for its records
         self.llm = LLM(**kwargs)
         import vllm
 
@@ -64,11 +67,11 @@ class Worker:
 
         if self.llm is None:
             raise RuntimeError("no engine started")
-        params, prompts, logs = [], [], []
-        for req in requests:
-            self.counter += 1
-            tag = f"r{self.counter}"
-            log = self.logs / f"{tag}.jsonl"
+        params, prompts, tags = [], [], []
+        self.counter += 1
+        log = self.logs / f"g{self.counter}.jsonl"  # one log per call: the adapter appends every request's steps
+        for i, req in enumerate(requests):
+            tag = f"g{self.counter}r{i}"
             rule = req.get("rule")
             extra = None
             if self.spec is not None:
@@ -80,19 +83,24 @@ class Worker:
                 stop=list(req.get("stop") or []) or None, include_stop_str_in_output=True,
                 ignore_eos=bool(req.get("ignore_eos", False)), extra_args=extra))
             prompts.append(TokensPrompt(prompt_token_ids=list(req["prompt_ids"])))
-            logs.append(log)
+            tags.append(tag)
         t0 = time.perf_counter()
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - t0
-        return {"wall": wall, "results": [self._result(o, log) for o, log in zip(outputs, logs)]}
+        steps: dict[str, list[dict[str, Any]]] = {tag: [] for tag in tags}
+        if self.spec is not None:
+            self.llm.collective_rpc("relaxbench_flush")
+            if log.exists():
+                for line in log.read_text(encoding="utf-8").splitlines():
+                    if line:
+                        step = json.loads(line)
+                        steps.setdefault(step["tag"], []).append(step)
+                log.unlink()
+        return {"wall": wall, "results": [self._result(o, steps[tag]) for o, tag in zip(outputs, tags)]}
 
-    def _result(self, output: Any, log: Path) -> dict[str, Any]:
+    def _result(self, output: Any, steps: list[dict[str, Any]]) -> dict[str, Any]:
         completion = output.outputs[0]
         ids = list(completion.token_ids)
-        steps = []
-        if log.exists():
-            steps = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
-            log.unlink()
         rounds = trim_rounds(ids, steps, speculative=self.spec is not None)
         metrics = getattr(output, "metrics", None)
         spec = getattr(completion, "spec_decode_metrics", None)

@@ -29,12 +29,13 @@ from relaxbench.policies.base import (
     policy_key_name,
     register_policy,
 )
+from relaxbench.policies.batch import Rows
 from relaxbench.policies.strict import lossless_judgement, lossless_verdict, strict_policy
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")  # each rule module registers its rules
 
 __all__ = ["POLICIES", "Batch", "Block", "DrafterDuties", "Fidelity", "Judgement", "Modes", "Need", "Origin",
-           "Outcome", "PolicyEnv", "Verdict", "VerificationPolicy", "check_arm", "drafter_duties",
+           "Outcome", "PolicyEnv", "Rows", "Verdict", "VerificationPolicy", "check_arm", "drafter_duties",
            "lossless_judgement", "lossless_verdict", "make_policy", "policy_key_name", "register_policy",
            "strict_policy"]

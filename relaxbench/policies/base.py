@@ -27,7 +27,7 @@ from typing import Any, ClassVar, overload
 import torch
 
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies.batch import Batch, Block
+from relaxbench.policies.batch import Batch, Block, draw_uniforms
 from relaxbench.policies.verdict import Judgement, Outcome, Verdict, finish, plain_verdict
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec, validate
@@ -169,7 +169,8 @@ class VerificationPolicy(abc.ABC):
     then decorate it with ``@register_policy``, which checks all of the above and says what is missing. Every
     registered rule is then held by the tests to its declared modes, strict setting and loosening, and to the
     batch contract. ``uniform_dtype``: the dtype of the acceptance uniforms the engine draws for it (float32 unless
-    its authors draw float64).
+    its authors draw float64); ``draws = False`` for a rule that decides a round without random numbers (its
+    authors draw none, so the run's stream, which the drafter shares, stays theirs).
 
     Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``observe`` (the sequence's committed tokens
     as they grow), ``extra_verify_tokens`` (with ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to).
@@ -217,6 +218,13 @@ class VerificationPolicy(abc.ABC):
 
     # -- one step ----------------------------------------------------------------------------------------------
     uniform_dtype: ClassVar[torch.dtype] = torch.float32
+    draws: ClassVar[bool] = True
+
+    def uniforms(self, generator: torch.Generator | None, k: int,
+                 sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """One request's uniforms for a round of ``k`` drafts from its stream (``draw_uniforms``); a rule that
+        draws nothing takes zeros, except in a plain step (k = 0), which draws its token."""
+        return draw_uniforms(generator if self.draws or k == 0 else None, k, sampling, self.uniform_dtype)
 
     @abc.abstractmethod
     def judge(self, batch: Batch) -> Judgement:
@@ -234,7 +242,8 @@ class VerificationPolicy(abc.ABC):
     def verify(self, block: Block) -> Outcome:
         """One request's round on the host (tests, benchmarks): ``decide`` on a batch of one, its uniforms drawn
         from the block's generator."""
-        return self.decide(Batch.of_blocks([block], self.uniform_dtype)).to_host()[0]
+        uniforms = self.uniforms(block.generator, block.k, block.sampling)
+        return self.decide(Batch.of_blocks([block], self.uniform_dtype, [uniforms])).to_host()[0]
 
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "knobs": self.knobs.model_dump()}

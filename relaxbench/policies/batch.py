@@ -54,12 +54,15 @@ class Rows:
         m = int(columns.shape[1])
         return self.source[self.index[:, :m], columns]
 
-    def row_owner(self) -> torch.Tensor:
-        """[N] the request each source row belongs to (rows no position reads: request 0)."""
+    def row_owner(self, valid: torch.Tensor) -> torch.Tensor:
+        """[N] the request each source row belongs to, read from the positions ``valid`` [B, J] marks as the
+        request's own (a padded position may point at another request's row); rows no valid position reads:
+        request 0."""
         b, j = self.index.shape
         owner = torch.zeros(int(self.source.shape[0]), dtype=torch.long, device=self.index.device)
-        requests = torch.arange(b, device=self.index.device).repeat_interleave(j)
-        return owner.scatter(0, self.index.reshape(-1), requests)
+        requests = torch.arange(b, device=self.index.device).unsqueeze(-1).expand(b, j)
+        claims = torch.where(valid[:, :j], requests, torch.full_like(requests, -1))
+        return owner.scatter_reduce(0, self.index.reshape(-1), claims.reshape(-1), "amax")
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,7 +180,8 @@ class Batch:
         """The settings of each target row (its request's)."""
         if self.sampling.uniform is not None:
             return self.sampling
-        return self.sampling.take(self.target.row_owner())
+        own = torch.arange(self.width + 1, device=self.device) <= self.num_drafts.unsqueeze(-1)
+        return self.sampling.take(self.target.row_owner(own))
 
     @cached_property
     def p(self) -> torch.Tensor:
@@ -213,7 +217,8 @@ class Batch:
         if self.draft_probs is not None:
             return self.draft_probs.source.float()
         rows = self._draft_rows()
-        settings = self.sampling if self.sampling.uniform is not None else self.sampling.take(rows.row_owner())
+        settings = self.sampling if self.sampling.uniform is not None else \
+            self.sampling.take(rows.row_owner(self.valid))
         return probs_rows(rows.source, settings)
 
     @cached_property
@@ -245,7 +250,7 @@ class Batch:
         if self.draft_logits is not None:
             return self.draft_logits.source.float()
         rows = self._draft_rows()
-        temperature = self.sampling.take(rows.row_owner()).temperature if self.sampling.uniform is None else \
+        temperature = self.sampling.take(rows.row_owner(self.valid)).temperature if self.sampling.uniform is None else \
             torch.full((int(rows.source.shape[0]),), self.sampling.uniform.temperature, device=self.device)
         scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).unsqueeze(-1)
         return torch.log(rows.source.float()) * scale

@@ -82,7 +82,7 @@ class FLy(VerificationPolicy):
                     revision=1)  # gate off at theta <= 0.01, NaN entropy, temperature-only sampling
 
     class Knobs(Spec):
-        theta: Number = 0.3  # entropy gate θ (nats); inf = exact match
+        theta: Number = Field(0.3, ge=0)  # entropy gate θ (nats); ≤ 0.01 gate off; inf = exact match
         window: Integer = Field(6, ge=1)  # W: the mismatch plus W − 1 following matches
 
     @property

@@ -99,14 +99,17 @@ class ReflectiveVerification(VerificationPolicy):
         return torch.cat([self.reflection.to(draft_tokens.device), draft_tokens])
 
     def fused_logits(self, batch: Batch) -> torch.Tensor:
-        """[T, V] ``(1 − α)·z0 + α·zr`` at every real draft position: ``zr`` is the row read after ``R, d_1..d_{i−1}``
-        (the extra tokens are ``R`` then the drafts, so position i's reflective row is extra row ``len(R) − 1 + i``)."""
+        """[T, V] ``(1 − α)·z0 + α·zr`` at every real draft position: ``zr`` is the row read after
+        ``R, d_1..d_{i−1}`` (the extra tokens are ``R`` then the drafts, so position i's reflective row is extra row
+        ``m − 1 + i``, ``m`` the request's extra rows less its drafts, which is ``len(R)``)."""
         if self.reflection is None:
             raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
         alpha = self.knobs.alpha
         requests, positions = batch.pairs
         extra = batch.extras["extra_logits"]
-        reflective = extra.source[extra.index[requests, positions + int(self.reflection.shape[0]) - 1]]
+        rows = extra.index[:, -1] - extra.index[:, 0] + 1  # [B] each request's extra rows (its index is clamped)
+        prompt = rows - batch.num_drafts
+        reflective = extra.source[extra.index[requests, prompt[requests] - 1 + positions]]
         original = batch.target.source[batch.target_rows_of_pairs()]
         return torch.add((1 - alpha) * original.float(), reflective.float(), alpha=alpha)
 

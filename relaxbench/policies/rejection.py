@@ -61,7 +61,7 @@ def rejection_judgement(
     bonus: RowsAt,  # n -> [B, V] the bonus distribution (read where n = k)
     point_mass: bool = False,
     strict_p: torch.Tensor | None = None,  # [B, K] p(d): the strict test, to mark relaxed acceptances
-    relax: Callable[[torch.Tensor], torch.Tensor] | None = None,  # [B, K] bool -> [B, K] bool, adds acceptances
+    relax: Callable[[torch.Tensor], torch.Tensor] | None = None,  # [B, K] bool -> [B, K] bool: acceptances to add
 ) -> Judgement:
     """One step of (relaxed) speculative sampling for every request: ``u·q(d) < π_accept(d)`` at every position
     (``pi_accept`` may instead be a function of ``u·q(d)`` for a rule whose test is not a single comparison)."""
@@ -69,7 +69,7 @@ def rejection_judgement(
     scaled = batch.accept_u if point_mass else batch.accept_u * batch.q_of_drafts
     accept = pi_accept(scaled) if callable(pi_accept) else scaled < pi_accept
     if relax is not None:
-        accept = relax(accept)
+        accept = accept | relax(accept)
     relaxed = accept & ~(scaled < strict_p) if strict_p is not None else torch.zeros_like(accept)
 
     def residual(n: torch.Tensor) -> torch.Tensor:

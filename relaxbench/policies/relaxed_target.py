@@ -237,7 +237,7 @@ class FuzzySpeculative(RelaxedTarget):
                     "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p")
 
     class Knobs(Spec):
-        threshold: Number = 0.05
+        threshold: Number = Field(0.05, ge=0)
         divergence: Literal["js", "kl"] = "js"
 
     def uses_q(self, batch: Batch) -> torch.Tensor:

@@ -28,7 +28,7 @@ probabilities cast to float). Greedy only: TensorRT-LLM applies the rule in its 
 from __future__ import annotations
 
 import torch
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from relaxbench.ops.reductions import top_values
 from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
@@ -49,7 +49,7 @@ class RelaxedTopKDelta(VerificationPolicy):
 
     class Knobs(Spec):
         topk: Integer = 10  # K: candidates walked from the target's most likely token
-        delta: Number = 0.6  # δ: how far below the top-1 probability a candidate may be
+        delta: Number = Field(0.6, ge=0)  # δ: how far below the top-1 probability a candidate may be
 
         @model_validator(mode="after")
         def _check(self):

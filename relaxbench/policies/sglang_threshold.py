@@ -27,7 +27,7 @@ differs only on a set of probability zero; the uniforms are drawn as the shared 
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from relaxbench.policies.base import (
     Batch,
@@ -58,8 +58,10 @@ class SGLangThreshold(VerificationPolicy):
                     "threshold_single, else resample without the draft")
 
     class Knobs(Spec):
-        threshold_single: Number = 1.0  # accept outright when p(d) reaches it (1.0: off, SGLang's default)
-        threshold_acc: Number = 0.5  # the coin test is coin < p(d) / threshold_acc (1.0: strict, SGLang's default)
+        # accept outright when p(d) reaches it (1.0: off, SGLang's default)
+        threshold_single: Number = Field(1.0, ge=0, le=1)
+        # the coin test is coin < p(d) / threshold_acc (1.0: strict, SGLang's default)
+        threshold_acc: Number = Field(0.5, ge=0, le=1)
 
         @model_validator(mode="after")
         def _check(self):

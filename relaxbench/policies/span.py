@@ -100,7 +100,8 @@ def run_ends(flags: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tensor:
     big = torch.full_like(positions, k)
     boundary = torch.cat([torch.zeros_like(flags[:, :1]), flags[:, 1:] != flags[:, :-1]], dim=1)
     starts = torch.where(boundary, positions, big)  # a run starts at j when flag j differs from flag j − 1
-    following = torch.cat([starts[:, 1:], big.expand(flags.shape[0], 1)], dim=1)  # the next start after i
+    last = torch.full((flags.shape[0], 1), k, dtype=positions.dtype, device=flags.device)
+    following = torch.cat([starts[:, 1:], last], dim=1)  # the next start after i
     ends = following.flip(1).cummin(dim=1).values.flip(1)
     return torch.minimum(ends, num_drafts.unsqueeze(-1))
 
@@ -120,6 +121,7 @@ class SpanGate(VerificationPolicy):
         self.inner, self.relax_in, self.tags = inner, relax_in, tags
         self.name, self.origin, self.modes, self.needs = inner.name, inner.origin, inner.modes, inner.needs
         self.uniform_dtype = inner.uniform_dtype
+        self.draws = True  # the strict test outside the span draws
         self.tracker: SpanTracker | None = None
 
     def bind(self, env: PolicyEnv) -> None:

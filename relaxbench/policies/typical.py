@@ -65,6 +65,7 @@ class TypicalAcceptance(VerificationPolicy):
                     "token the argmax; temperature 0: exact match",
                     revision=1)
     Knobs = TypicalKnobs
+    draws = False  # Medusa's typical acceptance draws no random number: it emits the argmax
 
     def judge(self, batch: Batch) -> Judgement:
         return by_mode(batch, lambda: greedy_judgement(batch), lambda: self.sampled(batch))
