@@ -176,14 +176,16 @@ class RoundLog:
         unknown = sorted(set(values) - set(self.columns))
         if unknown:
             raise TypeError(f"no per-round field {unknown[0]!r} (declared: {', '.join(self.columns)})")
+        row = {}
         for declared in round_fields():
             if declared.name in values:
-                value = _value(declared, values[declared.name])
+                row[declared.name] = _value(declared, values[declared.name])
             elif declared.required:
                 raise TypeError(f"a round needs {declared.name!r} ({declared.doc})")
             else:
-                value = declared.default
-            self.columns[declared.name].append(value)
+                row[declared.name] = declared.default
+        for name, value in row.items():  # checked whole first: a refused round leaves nothing half-written
+            self.columns[name].append(value)
 
     def __getattr__(self, name: str) -> list[Any]:
         if name.startswith("__") or name == "columns":

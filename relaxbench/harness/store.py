@@ -366,11 +366,22 @@ class Store(SQLiteFile):
                                 "another --out")
             create_schema(self.conn)
 
+    @classmethod
+    def check_writable(cls, path: str | Path) -> None:
+        """``SQLiteFile.check_writable``, and a store of an earlier schema version refused (before expensive work)."""
+        super().check_writable(path)
+        path = Path(path)
+        if path.is_file() and path.stat().st_size:
+            probe = SQLiteFile(path, read_only=True)
+            try:
+                version = schema_version(probe)
+            finally:
+                probe.close()
+            if version == 1:
+                raise DataError(upgrade_hint(path))
+
     def _schema_version(self) -> int | None:
-        if not self.has_table("meta"):
-            return None
-        row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return int(row["value"]) if row else None
+        return schema_version(self)
 
     def __enter__(self) -> Store:
         return self
@@ -527,6 +538,14 @@ class Store(SQLiteFile):
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return list(self.conn.execute(sql, params))
+
+
+def schema_version(file: SQLiteFile) -> int | None:
+    """The schema version an open store records (None: no schema in it)."""
+    if not file.has_table("meta"):
+        return None
+    row = file.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(row[0]) if row else None
 
 
 def create_schema(conn: sqlite3.Connection) -> None:

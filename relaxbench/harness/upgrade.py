@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import DataError
-from relaxbench.harness.store import SCHEMA_VERSION, STORE_NAME, SampleRow, create_schema
+from relaxbench.harness.store import SCHEMA_VERSION, STORE_NAME, SampleRow, create_schema, schema_version
 from relaxbench.sqlite_file import SQLiteFile, WriterLock
 
 V1 = 1
@@ -54,14 +54,11 @@ def store_file(run_dir: str | Path) -> Path:
     return path
 
 
-def schema_version(path: Path) -> int | None:
+def stored_version(path: Path) -> int | None:
     """The store's schema version, read without writing anything (None: no schema in it)."""
     probe = SQLiteFile(path, read_only=True)
     try:
-        if not probe.has_table("meta"):
-            return None
-        row = probe.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return None if row is None else int(row[0])
+        return schema_version(probe)
     finally:
         probe.close()
 
@@ -69,7 +66,7 @@ def schema_version(path: Path) -> int | None:
 def upgrade(run_dir: str | Path, command: str = "relaxbench store upgrade") -> Upgraded | None:
     """Convert the version-1 store of ``run_dir`` in place; None when it already is the current version."""
     path = store_file(run_dir)
-    version = schema_version(path)
+    version = stored_version(path)
     if version == SCHEMA_VERSION:
         return None
     if version != V1:
@@ -84,6 +81,9 @@ def upgrade(run_dir: str | Path, command: str = "relaxbench store upgrade") -> U
         try:
             counts = _convert(path, staging)
             _verify(path, staging)
+        except (sqlite3.DatabaseError, ValueError, TypeError, KeyError) as exc:  # JSON errors are ValueErrors
+            _remove(staging)
+            raise DataError(f"{path}: cannot be converted ({type(exc).__name__}: {exc}); it is left as it was") from None
         except BaseException:
             _remove(staging)
             raise
@@ -107,7 +107,7 @@ def _checkpoint(path: Path) -> None:
     if wal.exists() and wal.stat().st_size:
         raise DataError(f"{wal}: still holds changes after a checkpoint; stop what uses the store and run "
                         "`store upgrade` again")
-    _remove(wal)
+    wal.unlink(missing_ok=True)
 
 
 def _convert(source: Path, staging: Path) -> dict[str, int]:
