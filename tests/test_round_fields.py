@@ -88,3 +88,38 @@ def test_rounds_are_filled_by_declared_names_only():
 def test_a_generation_without_rounds_keeps_the_fields_that_cannot_be_none():
     stored = RoundLog().frozen()
     assert stored.drafted == () and stored.extra == () and stored.relaxed_in_span is None
+
+
+# ---------------------------------------------------------------------------------------------- docs/store.md
+
+ROOT = Path(__file__).resolve().parents[1]
+STORE_DOC = ROOT / "docs" / "store.md"
+BEGIN = ("<!-- generated from decoding/records.ROUND_FIELDS; regenerate with `python tests/test_round_fields.py` "
+         "-->\n")
+END = "<!-- end of generated table -->"
+
+
+def rounds_table() -> str:
+    """The declared per-round fields as docs/store.md lists them."""
+    lines = ["| field | kind | unit | meaning | when left out |", "|---|---|---|---|---|"]
+    for f in records.round_fields():
+        kind = "list of int" if f.kind is tuple else f.kind.__name__
+        absent = "required" if f.required else ("not recorded" if f.default is None else f"`{f.default!r}`")
+        lines.append(f"| `{f.name}` | {kind} | {f.unit} | {f.doc} | {absent} |")
+    return "\n".join(lines) + "\n"
+
+
+def _split(text: str) -> tuple[str, str, str]:
+    head, rest = text.split(BEGIN, 1)
+    table, tail = rest.split(END, 1)
+    return head + BEGIN, table, END + tail
+
+
+def test_the_store_doc_lists_every_declared_field():
+    _, committed, _ = _split(STORE_DOC.read_text())
+    assert committed == rounds_table(), "docs/store.md is out of date: regenerate with python tests/test_round_fields.py"
+
+
+if __name__ == "__main__":
+    head, _, tail = _split(STORE_DOC.read_text())
+    STORE_DOC.write_text(head + rounds_table() + tail)

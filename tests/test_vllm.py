@@ -152,7 +152,7 @@ def test_engines_follow_the_drafter_duties(native):
 
 
 def test_rules_the_engine_cannot_feed_are_refused():
-    for name in ("judge", "judge-decoding"):
+    for name in ("reflective", "judge-decoding"):
         cls = POLICIES.get(name)
         policy = cls.__new__(cls)  # needs only the class's declared needs
         with pytest.raises(ConfigError, match="vllm engine"):
@@ -217,7 +217,7 @@ def test_missing_vllm_environment_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("flags,fragment", [
-    (["--draft", "ngram", "--methods", "judge"], "vllm engine's verification step"),
+    (["--draft", "ngram", "--methods", "reflective"], "vllm engine's verification step"),
     (["--draft", "layerskip", "--methods", "exact"], "no counterpart on the vllm engine"),
     (["--draft", "ngram", "--methods", "exact", "--executor", "ray"], "--engine vllm"),
 ], ids=["rule", "drafter", "executor"])
