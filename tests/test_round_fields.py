@@ -13,7 +13,6 @@ from relaxbench.analysis import load_run
 from relaxbench.decoding import records
 from relaxbench.decoding.records import GenerationResult, RoundField, RoundLog, Rounds
 from relaxbench.harness.store import SampleRow, Store
-from relaxbench.integrations.vllm_executor import by_round, engine_rounds
 from tests.report_fixture import ARMS, _cell
 from tests.store_query import rows
 
@@ -59,6 +58,8 @@ def test_a_field_declared_in_a_test_is_stored_and_read_back_by_name(tmp_path: Pa
 def test_the_vllm_executor_keeps_every_declared_field_the_adapter_reports(bonus_field: RoundField):
     """The adapter's rounds, as columns or one mapping per round, are read by name: a declared field it reports is
     kept, names nobody declared are left out, and what vLLM does not measure is filled in."""
+    from relaxbench.integrations.vllm_executor import by_round, engine_rounds  # registers the engine's own arm
+
     columns = {"drafted": [3, 0], "accepted": [2, 0], "relaxed": [1, 0], "emitted": [3, 1], "t_policy": [0.5, 0.0],
                "bonus": [1, 1], "adapter_only": ["x", "y"]}
     for reported in (columns, by_round(columns)):

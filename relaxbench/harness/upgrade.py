@@ -5,7 +5,7 @@ Version 1 grew by addition: columns added to ``samples`` after it was first writ
 (``judges``, ``judgments``, ``sample_judgments``, keyed by ``judge_hash``). This module is the one place that
 knows that layout. The conversion writes a new file beside the store (``results.sqlite.upgrading``), checks it row
 for row against the original (every value of every table, and every sample as the original's columns decode it),
-keeps the original as ``results.v1.sqlite`` (a hard link: no copy) and then swaps the new file in with one rename.
+keeps the original as ``results.v1.sqlite`` (a hard link where the file system has them) and then swaps the new file in with one rename.
 Until that rename the store is the original, untouched: a failure or a kill leaves it as it was, and the next
 ``store upgrade`` starts over.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import closing
@@ -87,8 +88,12 @@ def upgrade(run_dir: str | Path, command: str = "relaxbench store upgrade") -> U
         except BaseException:
             _remove(staging)
             raise
+        os.chmod(staging, path.stat().st_mode & 0o7777)  # the store keeps its permissions
         if not original.exists():
-            os.link(path, original)
+            try:
+                os.link(path, original)
+            except OSError:  # a file system without hard links: a copy
+                shutil.copy2(path, original)
         os.replace(staging, path)  # the one step that changes the store: atomic
         _sync_folder(path.parent)
     return Upgraded(path, original, counts)
