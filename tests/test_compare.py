@@ -124,7 +124,8 @@ def record_set(db: Path) -> dict:
             "accepted", "drafted", "score", "passed", "matches_baseline", "prompt_ids")
     return {(s["task"], s["arm"], s["item_id"], s["turn"], s["repeat"]): tuple(s[k] for k in keep)
             for s in rows(db, "SELECT s.*, c.task, c.arm, json_extract(s.rounds, '$.accepted') AS accepted, "
-                              "json_extract(s.rounds, '$.drafted') AS drafted FROM samples s JOIN cells c USING (cell_id)")}
+                              "json_extract(s.rounds, '$.drafted') AS drafted "
+                              "FROM samples s JOIN cells c USING (cell_id)")}
 
 
 def test_resume_after_sigkill(tmp_path: Path):

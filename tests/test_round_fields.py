@@ -118,7 +118,7 @@ def _split(text: str) -> tuple[str, str, str]:
 
 def test_the_store_doc_lists_every_declared_field():
     _, committed, _ = _split(STORE_DOC.read_text())
-    assert committed == rounds_table(), "docs/store.md is out of date: regenerate with python tests/test_round_fields.py"
+    assert committed == rounds_table(), "docs/store.md is out of date: python tests/test_round_fields.py regenerates it"
 
 
 if __name__ == "__main__":

@@ -111,8 +111,8 @@ def _verdicts(store: Store, cell_id: int) -> tuple[SampleVerdict, ...]:
     return tuple(SampleVerdict(r["sample_id"], r["grader_hash"], r["draw"], r["rating"], r["score"], r["created_at"])
                  for r in store.rows(
         "SELECT l.sample_id, l.grader_hash, l.draw, l.created_at, v.rating, v.score FROM sample_verdicts l "
-        "JOIN verdicts v ON v.grader_hash=l.grader_hash AND v.prompt_hash=l.prompt_hash AND v.answer_hash=l.answer_hash "
-        "AND v.draw=l.draw JOIN samples s ON s.sample_id=l.sample_id WHERE s.cell_id=? ORDER BY l.sample_id, l.draw",
+        "JOIN verdicts v ON v.grader_hash=l.grader_hash AND v.prompt_hash=l.prompt_hash "
+        "AND v.answer_hash=l.answer_hash AND v.draw=l.draw JOIN samples s ON s.sample_id=l.sample_id WHERE s.cell_id=? ORDER BY l.sample_id, l.draw",
         (cell_id,)))
 
 

@@ -179,7 +179,8 @@ def upgrade_hint(path: Path) -> str:
     """The one line that sends a version-1 store to ``relaxbench store upgrade``."""
     folder = path.parent if path.name == STORE_NAME else path
     return (f"{path}: a version-1 results store; this relaxbench reads version {SCHEMA_VERSION}: run "
-            f"`relaxbench store upgrade {folder}` once (it converts the store in place, keeping the original beside it)")
+            f"`relaxbench store upgrade {folder}` once (it converts the store in place, keeping the original "
+            "beside it)")
 
 
 @dataclass(frozen=True)

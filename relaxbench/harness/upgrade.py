@@ -5,9 +5,9 @@ Version 1 grew by addition: columns added to ``samples`` after it was first writ
 (``judges``, ``judgments``, ``sample_judgments``, keyed by ``judge_hash``). This module is the one place that
 knows that layout. The conversion writes a new file beside the store (``results.sqlite.upgrading``), checks it row
 for row against the original (every value of every table, and every sample as the original's columns decode it),
-keeps the original as ``results.v1.sqlite`` (a hard link where the file system has them) and then swaps the new file in with one rename.
-Until that rename the store is the original, untouched: a failure or a kill leaves it as it was, and the next
-``store upgrade`` starts over.
+keeps the original as ``results.v1.sqlite`` (a hard link where the file system has them) and then swaps the new
+file in with one rename. Until that rename the store is the original, untouched: a failure or a kill leaves it as
+it was, and the next ``store upgrade`` starts over.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def upgrade(run_dir: str | Path, command: str = "relaxbench store upgrade") -> U
             _verify(path, staging)
         except (sqlite3.DatabaseError, ValueError, TypeError, KeyError) as exc:  # JSON errors are ValueErrors
             _remove(staging)
-            raise DataError(f"{path}: cannot be converted ({type(exc).__name__}: {exc}); it is left as it was") from None
+            raise DataError(f"{path}: cannot be converted ({type(exc).__name__}: {exc}); it is left as it "
+                            "was") from None
         except BaseException:
             _remove(staging)
             raise
