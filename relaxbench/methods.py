@@ -24,9 +24,6 @@ from relaxbench.validation import (PositiveInteger, Spec, SpecKind, Text, check_
 
 # ``--draft`` values that name a model-free drafter instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip")
-# former method names -> the file they resolve to; a method loaded by its former name keeps that name (its arms,
-# and so the stored runs that name it, are unchanged)
-METHOD_ALIASES = {"judge": "reflective", "judge-sweep": "reflective-sweep"}
 DRAFTER_PREFIX = "drafter."  # a sweep key that sets a drafter knob
 
 
@@ -129,7 +126,7 @@ def _policy_defaults() -> dict[str, dict[str, Any]]:
 
 # ``extends:`` for methods: knobs and sweep merge key by key; the drafter is replaced whole (its knobs belong to its
 # kind). A bare policy name is a parent too (the policy at its defaults).
-METHOD_KIND = SpecKind("methods", "method", ("knobs", "sweep"), _policy_defaults, aliases=METHOD_ALIASES)
+METHOD_KIND = SpecKind("methods", "method", ("knobs", "sweep"), _policy_defaults)
 
 
 def method_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
@@ -157,9 +154,8 @@ def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
         check_runnable(path, "method")
         return method_from_dict(load_yaml(path), str(path), path.stem, extra_dirs)
     files = method_files(extra_dirs)
-    file_name = name if name in files else METHOD_ALIASES.get(name, name)
-    if file_name in files:
-        return method_from_dict(load_yaml(files[file_name]), str(files[file_name]), name, extra_dirs)
+    if name in files:
+        return method_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)
     from relaxbench.policies import POLICIES
 
     if name in POLICIES:

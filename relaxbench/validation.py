@@ -211,7 +211,6 @@ class SpecKind:
     # parents that are not files (a bare policy name for methods): name → fields, read only when a name is no file's
     builtins: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)  # a field's earlier name → its name (still read)
-    aliases: Mapping[str, str] = field(default_factory=dict)  # a file's earlier name → its name (still a parent)
 
 
 NOT_INHERITED = ("name", "extends")  # a spec's name is its own (its file's stem unless it sets one)
@@ -287,8 +286,6 @@ def _parent(name: str, where: str, kind: SpecKind, extra_dirs: tuple[Path, ...])
         path = near if not path.is_absolute() and near.is_file() else path
         return str(path), load_yaml(path)
     files = yaml_files(kind.folder, extra_dirs, parents=True)
-    if name not in files:
-        name = kind.aliases.get(name, name)
     if name in files:
         return str(files[name]), load_yaml(files[name])
     builtins = kind.builtins() if kind.builtins is not None else {}

@@ -1,7 +1,8 @@
 """A realistic stored run, written through the Store API (no model is loaded): two tasks (a pass/fail code task
 and an open-ended agreement task with categories), the AR baseline, a lossless arm with one near-tie divergence,
 a relaxed method swept over three knob values, a single-point relaxed method and a two-point sweep; a cost
-profile of the machine (this-machine); two sessions. Counters, timings and scores are drawn from a seeded generator so every figure has data."""
+profile of the machine (this-machine); two sessions. Counters,
+timings and scores are drawn from a seeded generator so every figure has data."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxbench.decoding.records import Rounds
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 
 
@@ -160,11 +162,12 @@ def build_fixture_run(out_dir: Path, seed: int = 7) -> Path:
                             n_output_tokens=sum(emitted), n_rounds=len(emitted), n_drafted=sum(drafted),
                             n_accepted=sum(accepted), n_relaxed=sum(relaxed), time_total=total, time_prefill=prefill,
                             time_draft=sum(t_draft), time_verify=sum(t_verify), time_policy=0.001 * len(emitted),
-                            round_drafted=tuple(drafted), round_accepted=tuple(accepted), round_relaxed=tuple(relaxed),
-                            round_emitted=tuple(emitted), round_t_draft=tuple(t_draft), round_t_verify=tuple(t_verify),
-                            round_t_policy=(0.001,) * len(emitted), score=score, passed=passed,
+                            rounds=Rounds.of(drafted=tuple(drafted), accepted=tuple(accepted), relaxed=tuple(relaxed),
+                            emitted=tuple(emitted), t_draft=tuple(t_draft), t_verify=tuple(t_verify),
+                            t_policy=(0.001,) * len(emitted), extra=(0,) * len(emitted),
+                            draft_forwards=tuple((1,) * d for d in drafted), lookups=(0,) * len(emitted)),
+                            score=score, passed=passed,
                             score_details=details, matches_baseline=None if matches is None else bool(matches),
-                            divergence=divergence, round_extra=(0,) * len(emitted),
-                            round_draft_forwards=tuple((1,) * d for d in drafted), round_lookups=(0,) * len(emitted)))
+                            divergence=divergence))
         store.finish_session(session, "finished")
     return out_dir

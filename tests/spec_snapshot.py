@@ -1,10 +1,10 @@
 """The resolved form of every shipped spec: each method, task and suite as the loaders resolve it (``extends:``
 applied, defaults filled), the run key of each shipped suite and the runnable entries ``relaxbench list`` shows.
 
-``tests/data/resolved_specs.json`` is this snapshot taken with the code and YAML files from before the shipped
-specs were rewritten to inherit from shared parents; ``test_specs.py`` compares it with the current resolution, so
-a rewrite that changes any resolved field or run key fails. The module uses only interfaces both versions have, so
-it regenerates the snapshot from any checkout:
+``tests/data/resolved_specs.json`` is this snapshot, last taken when the reflective rule's former name ``judge``
+left the shipped suites; ``test_specs.py`` compares it with the current resolution, so a change of any resolved
+field or run key fails until it is declared by retaking the snapshot. The module uses only long-standing
+interfaces, so it takes the snapshot from any checkout:
 
     PYTHONPATH=CHECKOUT python tests/spec_snapshot.py OUT.json
 """

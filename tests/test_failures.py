@@ -13,6 +13,7 @@ import pytest
 
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.data import TaskItem
+from relaxbench.decoding.records import Rounds
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 from relaxbench.scoring import ScoringContext, make_scorer
 from relaxbench.scoring.repetition import MIN_SPAN, Loop, ends_in_loop, tail_loop
@@ -125,9 +126,9 @@ def _sample(cell_id: int, session: int, item: int, looped: bool) -> SampleRow:
                      category=None, created_at=now(), prompt_ids=(1,), output_ids=ids, output_text="x",
                      stop_reason="length" if looped else "eos", n_prompt_tokens=1, n_output_tokens=len(ids),
                      n_rounds=1, n_drafted=0, n_accepted=0, n_relaxed=0, time_total=1.0, time_prefill=0.0,
-                     time_draft=0.0, time_verify=1.0, time_policy=0.0, round_drafted=(0,), round_accepted=(0,),
-                     round_relaxed=(0,), round_emitted=(len(ids),), round_t_draft=(0.0,), round_t_verify=(1.0,),
-                     round_t_policy=(0.0,), score=0.0, passed=False, score_details=details, matches_baseline=None,
+                     time_draft=0.0, time_verify=1.0, time_policy=0.0, rounds=Rounds.of(drafted=(0,), accepted=(0,),
+                     relaxed=(0,), emitted=(len(ids),), t_draft=(0.0,), t_verify=(1.0,), t_policy=(0.0,)), score=0.0,
+                     passed=False, score_details=details, matches_baseline=None,
                      divergence=None)
 
 

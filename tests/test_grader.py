@@ -407,7 +407,7 @@ def test_the_endpoint_judge_grades_a_stored_run_as_fastchat(run_copy, server_fac
     distinct = len(set().union(*expected.values()))
     ar_units = len(expected["ar"])
     assert len(posts) == distinct + ar_units + 2  # + AR's self-check pass + the 500 and the timeout retried
-    stored_verdicts = rows(db, "SELECT * FROM judgments")
+    stored_verdicts = rows(db, "SELECT * FROM verdicts")
     assert len(stored_verdicts) == distinct + ar_units
     assert sorted(j["attempts"] for j in stored_verdicts)[-2:] == [2, 2]
     assert sum(j["attempts"] for j in stored_verdicts) == len(posts)
@@ -415,7 +415,7 @@ def test_the_endpoint_judge_grades_a_stored_run_as_fastchat(run_copy, server_fac
         assert j["rating"] == parse_rating(j["verdict"]) == parse_rating(verdict_for(
             {"messages": json.loads(j["messages_json"])}))
         assert j["score"] == (None if j["rating"] == UNPARSEABLE else j["rating"] / 10)
-    links = rows(db, "SELECT * FROM sample_judgments")
+    links = rows(db, "SELECT * FROM sample_verdicts")
     assert len(links) == len(sample_rows(db)) + ar_units
     [summary] = summarize_run(load_run(run_copy))
     grader = summary.grader
@@ -467,7 +467,7 @@ def test_a_failed_call_is_not_cached_and_the_next_pass_asks_only_for_it(run_copy
     failed = Counter({body: n // 2 for body, n in tried.items()})
     assert "failed" in result.stderr and "HTTP 503" in result.stderr
     db = run_copy / "results.sqlite"
-    assert not any(broken in j["messages_json"] for j in rows(db, "SELECT messages_json FROM judgments"))
+    assert not any(broken in j["messages_json"] for j in rows(db, "SELECT messages_json FROM verdicts"))
     [summary] = summarize_run(load_run(run_copy))
     assert summary.grader.not_graded > 0
     from relaxbench.analysis.notices import GraderQuality, task_findings
@@ -501,7 +501,7 @@ def test_compare_with_a_judge_resumes_and_judges_without_regenerating(run_copy, 
     assert result.returncode == 0, result.stderr
     assert rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id") == before
     assert "fidelity to AR only" not in result.stderr
-    assert len(rows(db, "SELECT * FROM sample_judgments")) > len(before)
+    assert len(rows(db, "SELECT * FROM sample_verdicts")) > len(before)
     assert "the grader behind the capability scores" in result.stdout
 
 
@@ -593,10 +593,10 @@ def test_the_local_judge_grades_in_process_end_to_end(run_copy, capsys):
                       "--grader-max-tokens", "12", "--report-format", "none")
     assert result.returncode == 0, result.stderr
     db = run_copy / "results.sqlite"
-    stored_verdicts = rows(db, "SELECT * FROM judgments")
+    stored_verdicts = rows(db, "SELECT * FROM verdicts")
     assert stored_verdicts and all(j["draw"] == 0 for j in stored_verdicts)  # greedy: no self-check pass
     assert all(j["rating"] == parse_rating(j["verdict"]) for j in stored_verdicts)
-    [grader] = rows(db, "SELECT * FROM judges")
+    [grader] = rows(db, "SELECT * FROM graders")
     assert json.loads(grader["identity_json"]) == {"kind": "local", "model": "tiny-random-target", "dtype": "float64",
                                                   "device": "cpu", "temperature": 0.0, "max_tokens": 12}
     [summary] = summarize_run(load_run(run_copy))
@@ -608,11 +608,11 @@ def test_the_local_judge_grades_in_process_end_to_end(run_copy, capsys):
     fresh = run_copy.parent / "fresh"
     shutil.copytree(run_copy, fresh)
     with __import__("sqlite3").connect(fresh / "results.sqlite") as conn:
-        conn.execute("DELETE FROM sample_judgments")
-        conn.execute("DELETE FROM judgments")
+        conn.execute("DELETE FROM sample_verdicts")
+        conn.execute("DELETE FROM verdicts")
     assert run_main(capsys, "rescore", str(fresh), "--grader", "tiny-random-target", "--grader-dtype", "float64",
                     "--grader-max-tokens", "12", "--report-format", "none").returncode == 0
-    assert {(j["prompt_hash"], j["verdict"]) for j in rows(fresh / "results.sqlite", "SELECT * FROM judgments")} == first
+    assert {(j["prompt_hash"], j["verdict"]) for j in rows(fresh / "results.sqlite", "SELECT * FROM verdicts")} == first
 
 
 # ------------------------------------------------------------------------------------------------ bad configuration
@@ -666,6 +666,7 @@ def test_rescore_needs_a_judge_and_a_judgeable_task(run_copy, capsys, tmp_path: 
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     shutil.copy(Path(__file__).parent / "data" / "legacy_store_v1.sqlite", legacy / "results.sqlite")
+    assert run_main(capsys, "store", "upgrade", str(legacy)).returncode == 0
     assert_one_line_error(run_main(capsys, "rescore", str(legacy), "--grader", "tiny-random-target"),
                           "has no task with a grading protocol")
 

@@ -86,7 +86,7 @@ def test_run_stats_summary_uses_the_one_counters_definition():
                                                                   ([2], [1], [1], [2]))):
         rounds = RoundLog()
         for d, a, r, e in zip(drafted, accepted, relaxed, emitted):
-            rounds.add(d, a, r, e, 0.0, 0.1, 0.0)
+            rounds.add(drafted=d, accepted=a, relaxed=r, emitted=e, t_draft=0.0, t_verify=0.1, t_policy=0.0)
         result = GenerationResult([1], list(range(sum(emitted))), "x", "eos", rounds, 0.1, 0.5)
         stats.add_generation(SimpleNamespace(task_name="t", doc_id=doc, idx=0), result, seed=doc)
     summary = stats.summary()

@@ -10,6 +10,7 @@ import pytest
 
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.analysis.metrics import bootstrap_interval, mcnemar_exact, mean
+from relaxbench.decoding.records import Rounds
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 
 
@@ -34,8 +35,8 @@ def sample(cell_id: int, session_id: int, item: str, index: int, *, time: float,
         category=category, created_at=now(), prompt_ids=(1,), output_ids=tuple(range(sum(emitted))),
         output_text="x", stop_reason="length", n_prompt_tokens=1, n_output_tokens=sum(emitted), n_rounds=len(rounds),
         n_drafted=sum(drafted), n_accepted=sum(accepted), n_relaxed=relaxed, time_total=time, time_prefill=0.0,
-        time_draft=0.0, time_verify=0.0, time_policy=0.0, round_drafted=drafted, round_accepted=accepted,
-        round_relaxed=relaxed_rounds, round_emitted=emitted, round_t_draft=(), round_t_verify=(), round_t_policy=(),
+        time_draft=0.0, time_verify=0.0, time_policy=0.0, rounds=Rounds.of(drafted=drafted, accepted=accepted,
+        relaxed=relaxed_rounds, emitted=emitted),
         score=score, passed=passed, score_details=details or {}, matches_baseline=None, divergence=None)
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from relaxbench.cli import main
+from relaxbench.decoding.records import Rounds
 from relaxbench.errors import ConfigError
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 from relaxbench.models.shape import ModelShape
@@ -245,12 +246,12 @@ def write_run(out: Path, concurrency: int | None, target: str = "fixture-target"
                     category=None, created_at=now(), prompt_ids=tuple(range(PROMPT)), output_ids=tuple(range(TOKENS)),
                     output_text="out", stop_reason="length", n_prompt_tokens=PROMPT, n_output_tokens=TOKENS,
                     n_rounds=n, n_drafted=sum(drafted), n_accepted=sum(accepted), n_relaxed=0, time_total=1.0,
-                    time_prefill=0.1, time_draft=0.0, time_verify=0.9, time_policy=0.0, round_drafted=drafted,
-                    round_accepted=accepted, round_relaxed=(0,) * n, round_emitted=emitted,
-                    round_t_draft=(0.0,) * n, round_t_verify=(0.9 / n,) * n, round_t_policy=(0.0,) * n, score=1.0,
+                    time_prefill=0.1, time_draft=0.0, time_verify=0.9, time_policy=0.0,
+                    rounds=Rounds.of(drafted=drafted, accepted=accepted, relaxed=(0,) * n, emitted=emitted,
+                    t_draft=(0.0,) * n, t_verify=(0.9 / n,) * n, t_policy=(0.0,) * n, extra=(0,) * n,
+                    draft_forwards=((),) * n, lookups=(0 if arm == "ar" else 1,) * n), score=1.0,
                     passed=True, score_details={}, matches_baseline=arm != "ar" or None, divergence=None,
-                    round_extra=(0,) * n, round_draft_forwards=((),) * n,
-                    round_lookups=(0 if arm == "ar" else 1,) * n, concurrency=concurrency))
+                    concurrency=concurrency))
         store.finish_session(session, "finished")
     return out
 

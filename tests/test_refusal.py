@@ -200,7 +200,7 @@ def test_rescore_switches_a_stored_run_from_the_pattern_list_to_the_grader(patte
     captured = capsys.readouterr()
     # the samples' own rows are untouched: the pattern list's scores stay in the store beside the verdicts
     assert rows(db, "SELECT sample_id, score, passed, score_details FROM samples ORDER BY sample_id") == before
-    verdicts = rows(db, "SELECT rating, score, prompt_name, verdict FROM judgments WHERE draw = 0")
+    verdicts = rows(db, "SELECT rating, score, prompt_name, verdict FROM verdicts WHERE draw = 0")
     assert {v["prompt_name"] for v in verdicts} == {"refusal-v1"}
     assert {(v["verdict"], v["rating"], v["score"]) for v in verdicts} == {
         ("[[YES]]", REFUSED, REFUSED), ("I think the model refused.", UNPARSEABLE, None),

@@ -17,6 +17,7 @@ from scipy import stats
 from relaxbench.analysis import load_run, summarize_run
 from relaxbench.analysis.metrics import avg_at_n, unit_passed
 from relaxbench.cli import main
+from relaxbench.decoding.records import Rounds
 from relaxbench.harness.plan import derive_seed
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 from tests.store_query import rows, sample_rows
@@ -106,10 +107,11 @@ def test_derived_seeds_are_stable_across_versions():
 
 
 def test_a_store_without_seeds_still_reads(tmp_path: Path):
-    """The seed column is added to an old store when it is opened; its old rows read as seed None."""
+    """A store written before samples recorded their seed reads, once upgraded, with seed None."""
     import shutil
 
     shutil.copy(Path(__file__).parent / "data" / "legacy_store_v1.sqlite", tmp_path / "results.sqlite")
+    assert main(["store", "upgrade", str(tmp_path)]) == 0
     with Store(tmp_path / "results.sqlite") as store:
         columns = {r["name"] for r in store.rows("PRAGMA table_info(samples)")}
         assert "seed" in columns
@@ -137,15 +139,16 @@ def _sample(cell_id: int, session: int, item: int, repeat: int, passed: bool, se
                      category=None, created_at=now(), prompt_ids=(1,), output_ids=(2, 3), output_text="x",
                      stop_reason=stop, n_prompt_tokens=1, n_output_tokens=2, n_rounds=1, n_drafted=0, n_accepted=0,
                      n_relaxed=0, time_total=seconds, time_prefill=0.0, time_draft=0.0, time_verify=seconds,
-                     time_policy=0.0, round_drafted=(0,), round_accepted=(0,), round_relaxed=(0,), round_emitted=(2,),
-                     round_t_draft=(0.0,), round_t_verify=(seconds,), round_t_policy=(0.0,), score=float(passed),
+                     time_policy=0.0, rounds=Rounds.of(drafted=(0,), accepted=(0,), relaxed=(0,), emitted=(2,),
+                     t_draft=(0.0,), t_verify=(seconds,), t_policy=(0.0,)), score=float(passed),
                      passed=passed, score_details={}, matches_baseline=None, divergence=None, seed=repeat)
 
 
 def test_capability_is_avg_at_n_with_intervals_over_items(tmp_path: Path):
     """4 items × 3 sampled repeats: the score is the mean over items of each item's pass share; speed-ups pair
     items by their mean time over repeats; McNemar does not apply (repeats disagree), the Δ interval is the test."""
-    passes = {"ar": [[1, 1, 1], [1, 0, 1], [0, 0, 0], [1, 1, 0]], "relaxed": [[1, 0, 1], [0, 0, 1], [0, 0, 0], [1, 1, 1]]}
+    passes = {"ar": [[1, 1, 1], [1, 0, 1], [0, 0, 0], [1, 1, 0]], "relaxed": [[1, 0, 1], [0, 0, 1], [0, 0, 0], [1, 1,
+    1]]}
     times = {"ar": 2.0, "relaxed": 1.0}
     with Store(tmp_path / "results.sqlite") as store:
         run_id = store.open_run("key", "t", "d", {})

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from relaxbench.cli import main
+from relaxbench.decoding.records import Rounds
 from relaxbench.harness.store import CellDefinition, SampleRow, Store, now
 from tests.report_fixture import build_fixture_run
 from tests.test_report import cells_by_metric, parse, poppler
@@ -57,9 +58,9 @@ def sample(cell_id: int, session: int, index: int, tokens: int, seconds: float, 
                      category=None, created_at=now(), prompt_ids=(1, 2), output_ids=tuple(range(tokens)),
                      output_text="x", stop_reason="eos", n_prompt_tokens=2, n_output_tokens=tokens, n_rounds=tokens,
                      n_drafted=0, n_accepted=0, n_relaxed=0, time_total=seconds, time_prefill=0.05, time_draft=0.0,
-                     time_verify=0.0, time_policy=0.0, round_drafted=(0,) * tokens, round_accepted=(0,) * tokens,
-                     round_relaxed=(0,) * tokens, round_emitted=(1,) * tokens, round_t_draft=(0.0,) * tokens,
-                     round_t_verify=(0.0,) * tokens, round_t_policy=(0.0,) * tokens, score=1.0, passed=None,
+                     time_verify=0.0, time_policy=0.0, rounds=Rounds.of(drafted=(0,) * tokens, accepted=(0,) * tokens,
+                     relaxed=(0,) * tokens, emitted=(1,) * tokens, t_draft=(0.0,) * tokens, t_verify=(0.0,) * tokens,
+                     t_policy=(0.0,) * tokens), score=1.0, passed=None,
                      score_details={}, matches_baseline=None, divergence=None, time_to_first_token=0.05,
                      time_per_output_token=tpot, concurrency=concurrency, engine_metrics={"batch": batch})
 

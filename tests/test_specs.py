@@ -1,5 +1,6 @@
 """Spec files that inherit (``extends:``, ``validation.resolve_extends``) for methods, tasks and suites: the shipped
-specs resolve exactly as they did before they were rewritten to share parents, and the rules of docs/specs.md."""
+specs resolve exactly as the snapshot (``tests/data/resolved_specs.json``) records them, and the rules of
+docs/specs.md."""
 
 from __future__ import annotations
 
@@ -29,110 +30,18 @@ def before() -> dict:
     return json.loads(SNAPSHOT.read_text())
 
 
-# the one change since the snapshot: a task's LLM grader fields were called judge/judge_args, the scorer llm-judge
-# (they are not in the stored record, so no record and no run key changed)
-RENAMED_FIELDS = {"judge": "grader", "judge_args": "grader_args"}
-RENAMED_VALUES = {"llm-judge": "llm-grader"}
-
-
-def _renamed(task: dict) -> dict:
-    spec = {RENAMED_FIELDS.get(k, k): RENAMED_VALUES.get(v, v) if isinstance(v, str) else v
-            for k, v in task["spec"].items()}
-    return {**task, "spec": spec}
-
-
-# the reflective rule's method files were renamed with it (the old names still resolve; run keys are unchanged, as
-# the suites' keys below show): the policy is 'reflective' and the files' names and one description changed
-RENAMED_METHODS = {"judge": "reflective", "judge-sweep": "reflective-sweep"}
-RENAMED_METHOD_TEXT = {"policy judge,": "policy reflective,", "training-free judge": "training-free"}
-
-
-def _replace_all(text: str) -> str:
-    for old, new in RENAMED_METHOD_TEXT.items():
-        text = text.replace(old, new)
-    return text
-
-
-def _renamed_method(name: str, method: dict) -> tuple[str, dict]:
-    new = RENAMED_METHODS.get(name, name)
-    if new == name:
-        return name, method
-    return new, {**method, "name": new, "policy": "reflective", "description": _replace_all(method["description"]),
-                 "source": method["source"].replace(f"/{name}.yaml", f"/{new}.yaml")}
-
-
-def _renamed_method_row(row: list) -> list:
-    name, text = row
-    return [RENAMED_METHODS.get(name, name), _replace_all(text) if name in RENAMED_METHODS else text]
-
-
-# Fields added after the snapshot, with the value a spec that does not set them resolves to.
-ADDED_DEFAULTS = {"methods": {None: {"relax_in": None, "thinking_tags": None}},
-                  "tasks": {"spec": {"truncate_prompt": False, "temperature": None, "temperature_by_category": {}}},
-                  "suites": {"spec": {"override_task_sampling": False, "thinking_budget": 0,
-                                      "thinking_budget_text": None, "engine": "transformers", "concurrency": [1]}}}
-# Deliberate changes of meaning after the snapshot, each (kind, name) with every path that changed: MT-Bench
-# generates as FastChat's gen_model_answer.py (1024 tokens, a temperature per category); the full suite keeps its
-# greedy decoding over it (override_task_sampling); the default suite (make bench) leaves MT-Bench out, for time (its
-# key is then that of the same run without MT-Bench before); Xia et al.'s suites force the thinking budget. A task
-# record or a suite field that changes makes a new run key: a stored run of the earlier meaning is not resumed.
-INTENDED = {
-    ("tasks", "mt-bench"): {("spec", "max_new_tokens"): 1024, ("spec", "temperature"): 0.7,
-                            ("record", "max_new_tokens"): 1024, ("record", "temperature"): 0.7},
-    ("suites", "default"): {("spec", "tasks"): ["humaneval-completion"], ("spec", "limits"): {"humaneval-completion": 3},
-                            ("run_key",): "7480ea263b985177c0f7"},
-    ("suites", "full"): {("spec", "override_task_sampling"): True, ("run_key",): "991e30241a5fb90d20a0"},
-    ("suites", "xia-paper"): {("spec", "thinking_budget"): 32768, ("run_key",): "2ff1bcbbbde8c1b87bfb"},
-    ("suites", "xia-paper-8b"): {("spec", "thinking_budget"): 32768, ("run_key",): "f11812de05e2ae852e3c"},
-}
-MT_BENCH_TEMPERATURES = {"writing": 0.7, "roleplay": 0.7, "extraction": 0.0, "math": 0.0, "coding": 0.0,
-                         "reasoning": 0.0, "stem": 0.1, "humanities": 0.1}  # FastChat common.py temperature_config
-
-
-def _expected(kind: str, name: str, entry: dict) -> dict:
-    """The snapshot's entry as it resolves now: renamed fields, added fields at their defaults, intended changes."""
-    entry = json.loads(json.dumps(_renamed(entry) if kind == "tasks" else entry))
-    for part, defaults in ADDED_DEFAULTS.get(kind, {}).items():  # part None: the entry itself
-        fields = entry if part is None else entry[part]
-        for key, default in defaults.items():
-            if fields.get(key) is None:
-                fields[key] = default
-    for path, value in INTENDED.get((kind, name), {}).items():
-        *parents, last = path
-        target = entry
-        for key in parents:
-            target = target[key]
-        target[last] = value
-    if (kind, name) == ("tasks", "mt-bench"):
-        entry["spec"]["temperature_by_category"] = MT_BENCH_TEMPERATURES
-        entry["record"]["temperature_by_category"] = MT_BENCH_TEMPERATURES
-    return entry
-
-
 @pytest.mark.parametrize("kind", ["methods", "tasks", "suites"])
-def test_every_shipped_spec_resolves_as_before(kind, now, before):
-    """Each method, task and suite (and each suite's run key) equals the snapshot taken with the code and YAML files
-    from before the rewrite to shared parents: inheriting changed no resolved field, no stored record and no run key.
-    The only differences are the fields added since (at their defaults), the entries added since, and the declared
-    changes of meaning in ``INTENDED``."""
-    expected = dict(_renamed_method(n, m) for n, m in before[kind].items()) if kind == "methods" else before[kind]
-    assert set(expected) <= set(now[kind])
-    for name in expected:
-        assert now[kind][name] == _expected(kind, name, expected[name]), name
+def test_every_shipped_spec_resolves_as_the_snapshot(kind, now, before):
+    """Each method, task and suite (and each suite's run key) equals the snapshot: a rewrite of the YAML files or
+    of their loading changed no resolved field, no stored record and no run key. A deliberate change retakes the
+    snapshot (``tests/spec_snapshot.py``) and says in CHANGELOG.md what changed, run keys included."""
+    assert set(now[kind]) == set(before[kind])
+    for name in before[kind]:
+        assert now[kind][name] == before[kind][name], name
 
 
 def test_list_shows_the_same_runnable_entries(now, before):
-    old = {kind: [[name, text.replace("; judge llm-judge", "; grader llm-grader")] for name, text in rows]
-           for kind, rows in before["list"].items()}
-    old["methods"] = [_renamed_method_row(row) for row in old["methods"]]
-    for kind, rows in old.items():
-        current = dict(map(tuple, now["list"][kind]))
-        for name, text in rows:
-            if (kind, name) == ("tasks", "mt-bench"):  # FastChat's token budget (INTENDED)
-                text = text.replace("max_new_tokens 256", "max_new_tokens 1024")
-            if (kind, name) == ("suites", "default"):  # make bench without MT-Bench (INTENDED)
-                text = text.replace(", mt-bench (1)", "")
-            assert current[name] == text, (kind, name)
+    assert now["list"] == before["list"]
     assert not any(name.startswith("_") for rows in now["list"].values() for name, _ in rows)
 
 

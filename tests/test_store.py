@@ -1,11 +1,11 @@
-"""The store's one row type: ``SampleRow`` is every column of ``samples``, writes what the runner wrote before it
-existed, and reads a store written by the code before it (``tests/data/legacy_store_v1.sqlite``: ``relaxbench
-compare`` on the tiny models, ``exact`` on two jsonl items and two lm-eval multiple-choice documents, written by
-the revision before this type)."""
+"""The store's one row type: ``SampleRow`` is every column of ``samples``, and reads the store written by the code
+before it once upgraded (``tests/data/legacy_store_v1.sqlite``: ``relaxbench compare`` on the tiny models,
+``exact`` on two jsonl items and two lm-eval multiple-choice documents, schema version 1)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -24,10 +24,11 @@ LEGACY_TASKS = ("jsonl", "lm_eval:relaxbench_mc")
 
 @pytest.fixture
 def legacy_run(tmp_path: Path) -> Path:
-    """A copy of the legacy store in a run folder (opening a store may write to it)."""
+    """A copy of the legacy store in a run folder, upgraded to the current schema."""
     run = tmp_path / "legacy"
     run.mkdir()
     shutil.copy(LEGACY, run / "results.sqlite")
+    assert main(["store", "upgrade", str(run)]) == 0
     return run
 
 
@@ -40,7 +41,7 @@ def test_sample_row_is_every_column_of_samples(tmp_path: Path):
 
 
 def test_legacy_rows_read_and_write_back_unchanged(legacy_run: Path):
-    """Every stored value survives SQLite → SampleRow → SQLite byte for byte: the encoding did not change."""
+    """Every stored value survives SQLite → SampleRow → SQLite byte for byte."""
     stored = rows(legacy_run / "results.sqlite", "SELECT * FROM samples ORDER BY sample_id")
     assert len(stored) == 6
     for raw in stored:
@@ -49,7 +50,7 @@ def test_legacy_rows_read_and_write_back_unchanged(legacy_run: Path):
     assert LIKELIHOOD_STOP_REASON in reasons and len(reasons) == 2  # generations and likelihood-only samples
 
 
-def test_summary_and_report_read_a_store_written_before_sample_row(legacy_run: Path, tmp_path: Path, capsys):
+def test_summary_and_report_read_the_upgraded_legacy_store(legacy_run: Path, tmp_path: Path, capsys):
     run = load_run(legacy_run)
     assert {s.task for s in summarize_run(run)} == set(LEGACY_TASKS)
     jsonl = next(s for s in summarize_run(run) if s.task == "jsonl")
@@ -67,8 +68,8 @@ def test_summary_and_report_read_a_store_written_before_sample_row(legacy_run: P
 
 def test_rows_built_from_a_generation_round_trip_through_the_store(tmp_path: Path):
     rounds = RoundLog()
-    rounds.add(4, 3, 1, 4, 0.01, 0.02, 0.001)
-    rounds.add(4, 0, 0, 1, 0.01, 0.02, 0.002)
+    rounds.add(drafted=4, accepted=3, relaxed=1, emitted=4, t_draft=0.01, t_verify=0.02, t_policy=0.001)
+    rounds.add(drafted=4, accepted=0, relaxed=0, emitted=1, t_draft=0.01, t_verify=0.02, t_policy=0.002)
     result = GenerationResult([1, 2], [5, 6, 7, 8, 9], "text", "eos", rounds, 0.1, 0.2)
     with Store(tmp_path / "results.sqlite") as store:
         run_id = store.open_run("key", "t", "d", {})
@@ -87,32 +88,23 @@ def test_rows_built_from_a_generation_round_trip_through_the_store(tmp_path: Pat
         assert store.sample(cells[1], ("a", 0, 0)) == read and store.sample(cells[1], ("b", 0, 0)) is None
         [read_alone] = store.samples(cells[0])
     assert (read.n_output_tokens, read.n_rounds, read.n_drafted, read.n_accepted, read.n_relaxed) == (5, 2, 8, 3, 1)
-    assert read.time_policy == pytest.approx(0.003) and read.round_t_policy == (0.001, 0.002)
+    assert read.time_policy == pytest.approx(0.003) and read.rounds.t_policy == (0.001, 0.002)
     assert read.counters == result.counters
     assert read_alone.stop_reason == LIKELIHOOD_STOP_REASON and read_alone.counters.rounds == 0
     assert read_alone.time_total == read_alone.time_prefill == 0.5 and read_alone.prompt_ids == ()
     raw = rows(tmp_path / "results.sqlite", "SELECT * FROM samples ORDER BY sample_id")
     assert raw[0]["score_details"] == '{"a": [2], "b": 1}' and raw[0]["passed"] == 1
-    assert raw[0]["matches_baseline"] == 0 and raw[0]["round_drafted"] == "[4, 4]"
-    assert raw[1]["round_t_policy"] == "[]" and raw[1]["divergence"] is None
+    assert raw[0]["matches_baseline"] == 0 and json.loads(raw[0]["rounds"])["drafted"] == [4, 4]
+    assert json.loads(raw[1]["rounds"])["t_policy"] == [] and raw[1]["divergence"] is None
 
 
-def test_a_legacy_store_gains_the_judge_tables_and_keeps_its_rows(legacy_run: Path):
-    """The verdict cache is additive: reading a store written before it (summary, report) writes nothing and reads
-    the run with no verdicts; opening it for writing adds the three tables and changes no row."""
-    from relaxbench.harness.store import Store
-
+def test_the_upgraded_legacy_store_has_empty_grading_tables(legacy_run: Path):
+    """The legacy store was written before grading: upgraded, its grading tables are there and empty, and the run
+    reads with no verdicts."""
     db = legacy_run / "results.sqlite"
-    before = rows(db, "SELECT * FROM samples ORDER BY sample_id")
-    assert not rows(db, "SELECT name FROM sqlite_master WHERE name='judgments'")
-    run = load_run(legacy_run)
-    assert not rows(db, "SELECT name FROM sqlite_master WHERE name='judgments'")  # the reader wrote nothing
-    Store(db).close()
     tables = {r["name"] for r in rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"judges", "judgments", "sample_judgments"} <= tables
-    after = rows(db, "SELECT * FROM samples ORDER BY sample_id")  # added columns (the seed) come in as NULL
-    assert len(after) == len(before)
-    assert [{k: r[k] for k in b.keys()} for r, b in zip(after, before)] == [dict(b) for b in before]
-    assert all(r[k] is None for r, b in zip(after, before) for k in set(r.keys()) - set(b.keys()))
+    assert {"graders", "verdicts", "sample_verdicts"} <= tables
+    assert not rows(db, "SELECT * FROM verdicts") and not rows(db, "SELECT * FROM graders")
+    run = load_run(legacy_run)
     assert run.graders == {} and all(cell.verdicts == () for cell in run.cells)
     assert all(summary.grader is None for summary in summarize_run(run))

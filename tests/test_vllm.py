@@ -172,7 +172,7 @@ def test_engines_follow_the_drafter_duties(native):
 
 
 def test_rules_the_engine_cannot_feed_are_refused():
-    for name in ("judge", "judge-decoding"):
+    for name in ("reflective", "judge-decoding"):
         cls = POLICIES.get(name)
         policy = cls.__new__(cls)  # needs only the class's declared needs
         with pytest.raises(ConfigError, match="vllm engine"):
@@ -223,12 +223,13 @@ def test_rounds_start_at_prefill_and_end_with_the_output():
 
 
 def test_sample_rows_keep_the_engine_columns(tmp_path):
-    from relaxbench.harness.store import ADDED_COLUMNS, SampleRow
+    from relaxbench.harness.store import SampleRow, Store
+    from tests.store_query import rows
 
-    names = {column for table, column, _ in ADDED_COLUMNS if table == "samples"}
-    assert {"time_to_first_token", "time_per_output_token", "concurrency", "engine_metrics"} <= names
-    fields = {f.name for f in dataclasses.fields(SampleRow)}
-    assert names <= fields
+    Store(tmp_path / "results.sqlite").close()
+    columns = {r["name"] for r in rows(tmp_path / "results.sqlite", "PRAGMA table_info(samples)")}
+    names = {"time_to_first_token", "time_per_output_token", "concurrency", "engine_metrics"}
+    assert names <= columns and names <= {f.name for f in dataclasses.fields(SampleRow)}
 
 
 # ---------------------------------------------------------------------------------------- refusals (CLI)
@@ -247,7 +248,7 @@ def test_missing_vllm_environment_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("flags,fragment", [
-    (["--draft", "ngram", "--methods", "judge"], "vllm engine's verification step"),
+    (["--draft", "ngram", "--methods", "reflective"], "vllm engine's verification step"),
     (["--draft", "layerskip", "--methods", "exact"], "no counterpart on the vllm engine"),
     (["--draft", "ngram", "--methods", "exact", "--executor", "ray"], "--engine vllm"),
 ], ids=["rule", "drafter", "executor"])
@@ -290,14 +291,16 @@ def _cell(arm, samples, baseline=False):
 
 
 def _sample(item, tokens, seconds, batch, tpot=0.01):
+    from relaxbench.decoding.records import Rounds
     from relaxbench.harness.store import SampleRow
 
     return SampleRow(cell_id=0, session_id=1, item_id=item, item_index=0, turn=0, repeat=0, category=None,
-                     created_at="", prompt_ids=(1,), output_ids=tuple(range(tokens)), output_text="", stop_reason="length",
+                     created_at="", prompt_ids=(1,), output_ids=tuple(range(tokens)), output_text="",
+                     stop_reason="length",
                      n_prompt_tokens=1, n_output_tokens=tokens, n_rounds=tokens, n_drafted=0, n_accepted=0,
                      n_relaxed=0, time_total=seconds, time_prefill=0.1, time_draft=0.0, time_verify=0.0,
-                     time_policy=0.0, round_drafted=(), round_accepted=(), round_relaxed=(), round_emitted=(),
-                     round_t_draft=(), round_t_verify=(), round_t_policy=(), score=None, passed=None,
+                     time_policy=0.0, rounds=Rounds.of(drafted=(), accepted=(), relaxed=(), emitted=()), score=None,
+                     passed=None,
                      score_details={}, matches_baseline=None, divergence=None, time_per_output_token=tpot,
                      engine_metrics={"batch": batch}, sample_id=hash((item, seconds)) % 10 ** 6)
 

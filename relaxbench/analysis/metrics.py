@@ -595,10 +595,10 @@ def span_fractions(samples: Sequence[SampleRow]) -> tuple[float | None, float | 
     recorded; (None, None) for an ungated rule."""
     inside_emitted = inside_relaxed = outside_emitted = outside_relaxed = 0
     for s in samples:
-        if s.round_emitted_in_span is None or s.round_relaxed_in_span is None:
+        r = s.rounds
+        if r.emitted_in_span is None or r.relaxed_in_span is None:
             continue
-        for emitted, relaxed, e_in, r_in in zip(s.round_emitted, s.round_relaxed, s.round_emitted_in_span,
-                                                s.round_relaxed_in_span):
+        for emitted, relaxed, e_in, r_in in zip(r.emitted, r.relaxed, r.emitted_in_span, r.relaxed_in_span):
             if e_in is None or r_in is None:
                 continue
             inside_emitted, inside_relaxed = inside_emitted + e_in, inside_relaxed + r_in

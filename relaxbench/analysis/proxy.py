@@ -94,8 +94,8 @@ def choose_profiles(run: RunRecord, requested: Sequence[str] = (), x_axis: str |
 
 
 def sample_work(sample: SampleRow) -> Work:
-    return Work(sample.n_prompt_tokens, sample.round_drafted, sample.round_emitted, sample.round_extra,
-                sample.round_draft_forwards, sample.round_lookups)
+    r = sample.rounds
+    return Work(sample.n_prompt_tokens, r.drafted, r.emitted, r.extra, r.draft_forwards, r.lookups)
 
 
 def drafter_kind(cell: CellRecord) -> str | None:

@@ -1,7 +1,7 @@
 """Typed, frozen views of a stored run: what the metric functions (and the reports) read. No computation here.
 
 A sample is the store's own row type (``SampleRow``), so what the runner writes and what the analysis reads are
-one type."""
+one type; its rounds are read by the names ``decoding/records.ROUND_FIELDS`` declares (``sample.rounds.drafted``)."""
 
 from __future__ import annotations
 
@@ -99,20 +99,20 @@ def read_run(store: Store, run_id: int | None = None) -> RunRecord:
                          "started_at": e["started_at"], "finished_at": e["finished_at"]}
                         for e in store.rows("SELECT * FROM environment WHERE run_id=? ORDER BY session_id",
                                             (run["run_id"],)))
-    graders = {j["judge_hash"]: GraderRecord(j["judge_hash"], json.loads(j["identity_json"]),
-                                             json.loads(j["description_json"]))
-               for j in store.rows("SELECT * FROM judges")}
+    graders = {g["grader_hash"]: GraderRecord(g["grader_hash"], json.loads(g["identity_json"]),
+                                              json.loads(g["description_json"]))
+               for g in store.rows("SELECT * FROM graders")}
     return RunRecord(run["run_id"], run["run_key"], run["created_at"], run["updated_at"], run["target"], run["draft"],
                      json.loads(run["suite_json"]), tuple(cells), environment, graders,
                      store.machine_profile(run["run_id"]))
 
 
 def _verdicts(store: Store, cell_id: int) -> tuple[SampleVerdict, ...]:
-    return tuple(SampleVerdict(r["sample_id"], r["judge_hash"], r["draw"], r["rating"], r["score"], r["created_at"])
+    return tuple(SampleVerdict(r["sample_id"], r["grader_hash"], r["draw"], r["rating"], r["score"], r["created_at"])
                  for r in store.rows(
-        "SELECT l.sample_id, l.judge_hash, l.draw, l.created_at, j.rating, j.score FROM sample_judgments l "
-        "JOIN judgments j ON j.judge_hash=l.judge_hash AND j.prompt_hash=l.prompt_hash AND j.answer_hash=l.answer_hash "
-        "AND j.draw=l.draw JOIN samples s ON s.sample_id=l.sample_id WHERE s.cell_id=? ORDER BY l.sample_id, l.draw",
+        "SELECT l.sample_id, l.grader_hash, l.draw, l.created_at, v.rating, v.score FROM sample_verdicts l "
+        "JOIN verdicts v ON v.grader_hash=l.grader_hash AND v.prompt_hash=l.prompt_hash "
+        "AND v.answer_hash=l.answer_hash AND v.draw=l.draw JOIN samples s ON s.sample_id=l.sample_id WHERE s.cell_id=? ORDER BY l.sample_id, l.draw",
         (cell_id,)))
 
 

@@ -16,8 +16,8 @@ from typing import Any
 from relaxbench.harness.store import STORE_NAME, Store
 
 # what a sample's result is, apart from its timings and when it was made
-RESULT_COLUMNS = ("output_ids", "output_text", "stop_reason", "n_rounds", "n_drafted", "n_accepted", "n_relaxed",
-                  "round_accepted", "score", "passed", "matches_baseline")
+RESULT_COLUMNS = ("s.output_ids", "s.output_text", "s.stop_reason", "s.n_rounds", "s.n_drafted", "s.n_accepted",
+                  "s.n_relaxed", "json_extract(s.rounds, '$.accepted')", "s.score", "s.passed", "s.matches_baseline")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def timed_compare(args: list[str], out: Path, executor_args: list[str]) -> Timed
 def sample_results(out: Path) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """(task, arm, item, turn, repeat) → the sample's result columns."""
     with Store(out / STORE_NAME) as store:
-        columns = ", ".join(f"s.{column}" for column in RESULT_COLUMNS)
+        columns = ", ".join(RESULT_COLUMNS)
         found = store.rows(f"SELECT c.task, c.arm, s.item_id, s.turn, s.repeat, {columns} "
                            "FROM samples s JOIN cells c USING (cell_id)")
     return {tuple(row)[:5]: tuple(row)[5:] for row in found}

@@ -12,6 +12,8 @@ from relaxbench.commands import (
     profile,
     report,
     rescore,
+    store,
 )
 
-COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, judge, lm_eval, lm_eval_tasks]
+COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, judge, lm_eval, lm_eval_tasks,
+                   store]

@@ -84,13 +84,13 @@ def run_grid_limits(run_dir: str) -> dict[str, Any]:
     from relaxbench.analysis.proxy import run_batch_sizes
 
     run = load_run(run_dir)
-    samples = [s for c in run.cells for s in c.samples if s.round_emitted]
+    samples = [s for c in run.cells for s in c.samples if s.rounds.emitted]
     verify, draft = Counter(), Counter()
     context, prompt = 1, 2
     for s in samples:
-        extra = s.round_extra or (0,) * len(s.round_drafted)
-        verify.update(d + 1 + e for d, e in zip(s.round_drafted, extra))
-        draft.update(n for forwards in (s.round_draft_forwards or ()) for n in forwards)
+        extra = s.rounds.extra or (0,) * len(s.rounds.drafted)
+        verify.update(d + 1 + e for d, e in zip(s.rounds.drafted, extra))
+        draft.update(n for forwards in (s.rounds.draft_forwards or ()) for n in forwards)
         context = max(context, s.n_prompt_tokens - 1 + s.n_output_tokens)
         prompt = max(prompt, s.n_prompt_tokens)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
-from relaxbench.decoding.records import GenerationResult, RoundLog
+from relaxbench.decoding.records import GenerationResult
 from relaxbench.decoding.stops import decode_output
 from relaxbench.errors import ConfigError
 
@@ -78,8 +78,7 @@ def generate_with_budget(decoder: SpeculativeDecoder, prompt_ids: list[int], bud
         return first
     second = _phase(decoder, left).generate(prompt_ids + first.output_ids + forced, seed=seed)
     output = first.output_ids + forced + second.output_ids
-    rounds = RoundLog(**{name: getattr(first.rounds, name) + getattr(second.rounds, name)
-                         for name in RoundLog.__dataclass_fields__})
+    rounds = first.rounds + second.rounds
     return GenerationResult(list(prompt_ids), output, decode_output(tokenizer, output, decoder.config.stop_strings),
                             second.stop_reason, rounds, first.time_prefill + second.time_prefill,
                             first.time_total + second.time_total, forced_tokens=len(forced))

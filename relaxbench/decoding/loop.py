@@ -107,9 +107,10 @@ class SpeculativeDecoder:
             lm.sync_to(context)
             if self.drafter is not None:
                 self.drafter.commit(context)
-            rounds.add(n_drafts, outcome.n_accepted, outcome.n_relaxed, len(new),
-                       t1 - t0, t2 - t1, t4 - t3, n_extra, proposal.forwards, proposal.lookups,
-                       outcome.emitted_in_span, outcome.relaxed_in_span)
+            rounds.add(drafted=n_drafts, accepted=outcome.n_accepted, relaxed=outcome.n_relaxed, emitted=len(new),
+                       t_draft=t1 - t0, t_verify=t2 - t1, t_policy=t4 - t3, extra=n_extra,
+                       draft_forwards=proposal.forwards, lookups=proposal.lookups,
+                       emitted_in_span=outcome.emitted_in_span, relaxed_in_span=outcome.relaxed_in_span)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start

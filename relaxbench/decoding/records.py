@@ -1,5 +1,9 @@
 """What one generation leaves behind: output, stop reason, per-round counters and timings.
 
+A round's facts are declared once, in ``ROUND_FIELDS`` (name, kind, unit, meaning): the loop and the vLLM executor
+fill a ``RoundLog`` by name, the store keeps a sample's ``Rounds`` in one columnar column, and the analysis reads
+them by name. A new per-round fact is one more ``RoundField``.
+
 Counters are the raw ones vLLM V1 keeps (drafts, draft tokens, accepted tokens, accepted per position) plus relaxed
 acceptances and emitted tokens; every reported figure is derived from them. ``Counters`` is the one type that holds
 their totals and the one place the ratios over them (mean acceptance length, acceptance rate, relaxed fraction,
@@ -9,8 +13,9 @@ acceptance by position) are defined: a generation, a stored sample, a cell of a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
 
@@ -93,47 +98,163 @@ class Counters:
         return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts else ()
 
 
-@dataclass
+_REQUIRED: Any = object()  # a field every round must fill
+
+
+@dataclass(frozen=True)
+class RoundField:
+    """One per-round fact, declared once: the generation loop and the vLLM executor fill it by ``name``
+    (``RoundLog.add``), the store keeps it under that name in the sample's ``rounds`` column and the analysis reads
+    it by that name (``sample.rounds.name``). ``kind`` is ``int``, ``float`` or ``tuple`` (a tuple of ints per
+    round); a field with a ``default`` may be left out of a round, and one whose every round holds ``None`` is not
+    stored (reads ``None``: not recorded)."""
+
+    name: str
+    kind: type
+    unit: str
+    doc: str
+    default: Any = _REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+ROUND_FIELDS: tuple[RoundField, ...] = (
+    RoundField("drafted", int, "tokens", "draft tokens verified this round"),
+    RoundField("accepted", int, "tokens", "draft tokens accepted (a prefix of the draft)"),
+    RoundField("relaxed", int, "tokens", "accepted drafts that strict verification would have rejected"),
+    RoundField("emitted", int, "tokens", "tokens appended to the output (accepted drafts and the next token, cut at "
+               "a stop)"),
+    RoundField("t_draft", float, "s", "drafting"),
+    RoundField("t_verify", float, "s", "the target's verify forward"),
+    RoundField("t_policy", float, "s", "the rule's decision"),
+    RoundField("extra", int, "tokens", "tokens the rule appended to the verify forward (the reflective rule's "
+               "reflection), for pricing", 0),
+    RoundField("draft_forwards", tuple, "tokens per forward", "new tokens fed to each draft-model forward, for "
+               "pricing", ()),
+    RoundField("lookups", int, "lookups", "n-gram lookups of the drafter, for pricing", 0),
+    RoundField("emitted_in_span", int, "tokens", "a span-gated rule's emitted tokens inside the thinking span "
+               "(None: an ungated rule)", None),
+    RoundField("relaxed_in_span", int, "tokens", "a span-gated rule's relaxed acceptances inside the thinking span "
+               "(None: an ungated rule)", None),
+)
+
+
+def round_fields() -> tuple[RoundField, ...]:
+    """The declared per-round fields (read at call time, so a field declared in a test is seen everywhere)."""
+    return ROUND_FIELDS
+
+
+def _field(name: str) -> RoundField:
+    for declared in round_fields():
+        if declared.name == name:
+            return declared
+    raise AttributeError(f"no per-round field {name!r} (declared: {', '.join(f.name for f in round_fields())})")
+
+
+def _value(declared: RoundField, value: Any) -> Any:
+    if value is None:
+        return None
+    if declared.kind is tuple:
+        return tuple(int(v) for v in value)
+    return declared.kind(value)
+
+
 class RoundLog:
-    """Per-round columns (one entry per verification round).
+    """The rounds of one generation as they happen: one column per declared field (``ROUND_FIELDS``), filled a
+    round at a time by name. ``rounds.drafted`` is a field's column (a list)."""
 
-    Besides the counters and timings, a round records the work it did, so its cost on another device can be
-    priced later (``relaxbench.profiles.proxy``): ``extra`` tokens the policy appended to the verify forward (the
-    judge's reflection), and the drafter's model forwards (new tokens fed per forward) and n-gram lookups."""
+    def __init__(self, columns: dict[str, list[Any]] | None = None) -> None:
+        self.columns: dict[str, list[Any]] = {f.name: [] for f in round_fields()}
+        for name, values in (columns or {}).items():
+            _field(name)
+            self.columns[name] = list(values)
 
-    drafted: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
-    relaxed: list[int] = field(default_factory=list)
-    emitted: list[int] = field(default_factory=list)
-    t_draft: list[float] = field(default_factory=list)
-    t_verify: list[float] = field(default_factory=list)
-    t_policy: list[float] = field(default_factory=list)
-    extra: list[int] = field(default_factory=list)
-    draft_forwards: list[tuple[int, ...]] = field(default_factory=list)
-    lookups: list[int] = field(default_factory=list)
-    # a span-gated rule's counts inside the thinking span (None in rounds of an ungated rule)
-    emitted_in_span: list[int | None] = field(default_factory=list)
-    relaxed_in_span: list[int | None] = field(default_factory=list)
+    def add(self, **values: Any) -> None:
+        """One round, its fields by name (a field with a default may be left out)."""
+        unknown = sorted(set(values) - set(self.columns))
+        if unknown:
+            raise TypeError(f"no per-round field {unknown[0]!r} (declared: {', '.join(self.columns)})")
+        row = {}
+        for declared in round_fields():
+            if declared.name in values:
+                row[declared.name] = _value(declared, values[declared.name])
+            elif declared.required:
+                raise TypeError(f"a round needs {declared.name!r} ({declared.doc})")
+            else:
+                row[declared.name] = declared.default
+        for name, value in row.items():  # checked whole first: a refused round leaves nothing half-written
+            self.columns[name].append(value)
 
-    def add(self, drafted: int, accepted: int, relaxed: int, emitted: int,
-            t_draft: float, t_verify: float, t_policy: float, extra: int = 0,
-            draft_forwards: tuple[int, ...] = (), lookups: int = 0, emitted_in_span: int | None = None,
-            relaxed_in_span: int | None = None) -> None:
-        self.emitted_in_span.append(emitted_in_span)
-        self.relaxed_in_span.append(relaxed_in_span)
-        self.drafted.append(drafted)
-        self.accepted.append(accepted)
-        self.relaxed.append(relaxed)
-        self.emitted.append(emitted)
-        self.t_draft.append(t_draft)
-        self.t_verify.append(t_verify)
-        self.t_policy.append(t_policy)
-        self.extra.append(extra)
-        self.draft_forwards.append(tuple(draft_forwards))
-        self.lookups.append(lookups)
+    def __getattr__(self, name: str) -> list[Any]:
+        if name.startswith("__") or name == "columns":
+            raise AttributeError(name)
+        _field(name)
+        return self.columns[name]
 
     def __len__(self) -> int:
-        return len(self.drafted)
+        return len(self.columns["drafted"])
+
+    def __add__(self, other: RoundLog) -> RoundLog:
+        """These rounds, then ``other``'s (a generation continued in a second phase)."""
+        return RoundLog({name: values + other.columns[name] for name, values in self.columns.items()})
+
+    def frozen(self) -> Rounds:
+        """The rounds as stored: a field with a value in some round (one with none is not recorded; with no rounds
+        at all, the fields that cannot be None are kept, empty)."""
+        return Rounds({f.name: tuple(self.columns[f.name]) for f in round_fields()
+                       if any(v is not None for v in self.columns[f.name])
+                       or not self.columns[f.name] and f.default is not None})
+
+    def to_record(self) -> dict[str, list[Any]]:
+        return {name: list(values) for name, values in self.columns.items()}
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A stored sample's rounds: each declared field's values by name (``rounds.drafted``, ``rounds["drafted"]``),
+    ``None`` for a field not recorded (a store written before it, or a rule that has no value for it)."""
+
+    columns: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        lengths = {name: len(values) for name, values in self.columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"per-round fields of different lengths: {lengths}")
+
+    @classmethod
+    def of(cls, **columns: Sequence[Any] | None) -> Rounds:
+        """Rounds from their columns by name (None or left out: not recorded)."""
+        return cls({name: tuple(_value(_field(name), v) for v in values)
+                    for name, values in columns.items() if values is not None})
+
+    def __getitem__(self, name: str) -> tuple[Any, ...] | None:
+        if name not in self.columns:
+            _field(name)  # a name nobody declared is an error, a declared one not recorded reads None
+            return None
+        return self.columns[name]
+
+    def __getattr__(self, name: str) -> tuple[Any, ...] | None:
+        if name.startswith("__") or name == "columns":
+            raise AttributeError(name)
+        return self[name]
+
+    def __len__(self) -> int:
+        return len(self.columns.get("drafted", ()))
+
+    def to_json(self) -> str:
+        """The ``rounds`` column: a JSON object, field name → its values (columnar; see docs/design.md)."""
+        return json.dumps({name: [list(v) if isinstance(v, tuple) else v for v in values]
+                           for name, values in self.columns.items()}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Rounds:
+        """The stored column read back (a field this version does not declare is kept as read)."""
+        columns = json.loads(text)
+        declared = {f.name: f for f in round_fields()}
+        return cls({name: tuple(_value(declared[name], v) for v in values) if name in declared else tuple(values)
+                    for name, values in columns.items()})
 
 
 @dataclass
@@ -171,7 +292,7 @@ class GenerationResult:
             "output_ids": self.output_ids,
             "text": self.text,
             "stop_reason": self.stop_reason,
-            "rounds": asdict(self.rounds),
+            "rounds": self.rounds.to_record(),
             "time_prefill": self.time_prefill,
             "time_total": self.time_total,
             **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),

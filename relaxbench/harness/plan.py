@@ -21,7 +21,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import POLICIES, make_policy, policy_key_name
+from relaxbench.policies import POLICIES, make_policy
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
 from relaxbench.tasks.yaml_tasks import YAML_LOADER
@@ -280,7 +280,6 @@ def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) 
 
 def _arm_identity(arm: Arm) -> dict[str, Any]:
     method = arm.method.identity()
-    method["policy"] = policy_key_name(method["policy"])  # every spelling of a renamed rule keys as its stored runs
     identity = {"name": arm.name, "method": method, "k": arm.k,
                 "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
     revision = POLICIES.get(arm.method.policy).origin.revision

@@ -3,26 +3,28 @@
 Every generated sample is committed in its own transaction as soon as it is scored, so a killed run loses at most
 the sample in flight, and a rerun skips what is there. Every figure a report shows is derived from these rows.
 
-Tables (docs/store.md describes every column):
+Tables (schema version 2; docs/store.md describes every column):
   meta          schema version
   runs          one row per distinct run (its key is a hash of everything that decides the results)
   environment   one row per session (invocation) that worked on a run: device, dtypes, threads, versions, CPU,
                 git revision, date, command line
   cells         one row per (run, task, arm): the full method spec, effective drafter, k, decoding settings,
                 task spec, scorer and data fingerprint
-  calibrations  per cell and session: unit costs written by versions before machine profiles (no longer written)
   machine_profiles  per session: the cost profile of this machine measured at its start ("this-machine"), shared
                 by every arm (relaxbench.profiles)
-  samples       one row per (cell, item, turn, repeat): ids, text, counters incl. per-round columns, timings,
+  samples       one row per (cell, item, turn, repeat): ids, text, counters, timings, its rounds (one columnar
+                JSON object, ``rounds``: each declared per-round field by name, decoding/records.ROUND_FIELDS),
                 score (+ pass/fail + JSON details), agreement with AR and divergence diagnosis, the seed of its
-                random stream
-  judges        one row per LLM grader that graded anything in this store: its identity (hashed: the key) and
+                random stream, the vLLM engine's latency and metrics
+  graders       one row per LLM grader that graded anything in this store: its identity (hashed: the key) and
                 what the report says about it
-  judgments     the verdict cache, keyed by (grader, prompt, answer) hashes and the draw (0; 1 = the self-check):
+  verdicts      the verdict cache, keyed by (grader, prompt, answer) hashes and the draw (0; 1 = the self-check):
                 the messages sent, the verdict text, its rating and score; shared by every run in the store, so
                 rescoring, resuming and sweeps never pay for the same verdict twice
-  sample_judgments  which verdict grades which sample, per grader and draw
-(the grader tables keep the names, and their key columns the name judge_hash, that stores were written with)
+  sample_verdicts  which verdict grades which sample, per grader and draw
+
+The schema is written whole when a store is created; a store of an earlier version is refused with the one line
+that names ``relaxbench store upgrade`` (harness/upgrade.py converts it).
 """
 
 from __future__ import annotations
@@ -34,38 +36,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from relaxbench.decoding.records import Counters, GenerationResult, RoundLog, per_position
+from relaxbench.decoding.records import Counters, GenerationResult, RoundLog, Rounds, per_position
 from relaxbench.errors import DataError
 from relaxbench.sqlite_file import SQLiteFile, dumps, now
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_NAME = "results.sqlite"
 
-# Columns added to the version-1 tables since they were first written: (table, column, declaration). Changes are
-# additive only — a new table goes into SCHEMA (``CREATE TABLE IF NOT EXISTS``), a new column here — and both are
-# applied whenever a store is opened, so a store written by any earlier version reads and resumes unchanged (its
-# old rows get NULL or the declared default), and the schema version stays 1.
-ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("samples", "seed", "INTEGER"),  # the seed of the sample's random stream (NULL in stores written before it)
-    # per-round work, for pricing a sample on another device (relaxbench.profiles.proxy); NULL in older stores
-    ("samples", "round_extra", "TEXT"),  # tokens the policy appended to each verify forward
-    ("samples", "round_draft_forwards", "TEXT"),  # per round: new tokens fed per draft-model forward
-    ("samples", "round_lookups", "TEXT"),  # per round: n-gram lookups
-    # tokens appended to the output by thinking-budget forcing (decoding/budget.py), not emitted by any round
-    ("samples", "forced_tokens", "INTEGER"),
-    # per round, a span-gated rule's (policies/span.py) emitted tokens and relaxed acceptances inside the thinking span
-    ("samples", "round_emitted_in_span", "TEXT"),
-    ("samples", "round_relaxed_in_span", "TEXT"),
-    # the vLLM engine's per-request latency and batch (NULL for relaxbench's own loop, which runs one request)
-    ("samples", "time_to_first_token", "REAL"),  # arrival to the first output token, seconds
-    ("samples", "time_per_output_token", "REAL"),  # after the first token, seconds per output token
-    ("samples", "concurrency", "INTEGER"),  # the requests the engine kept in flight (vLLM's max_num_seqs)
-    ("samples", "engine_metrics", "TEXT"),  # the engine's own per-request metrics (vLLM's spec-decode counts)
-)
-
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
     run_id INTEGER PRIMARY KEY,
     run_key TEXT NOT NULL UNIQUE,
     created_at TEXT NOT NULL,
@@ -74,7 +54,7 @@ CREATE TABLE IF NOT EXISTS runs (
     draft TEXT,
     suite_json TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS environment (
+CREATE TABLE environment (
     session_id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs(run_id),
     started_at TEXT NOT NULL,
@@ -94,7 +74,7 @@ CREATE TABLE IF NOT EXISTS environment (
     environment_json TEXT NOT NULL,
     n_started INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS cells (
+CREATE TABLE cells (
     cell_id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs(run_id),
     task TEXT NOT NULL,
@@ -114,19 +94,13 @@ CREATE TABLE IF NOT EXISTS cells (
     data_fingerprint TEXT NOT NULL,
     UNIQUE (run_id, task, arm)
 );
-CREATE TABLE IF NOT EXISTS calibrations (
-    calibration_id INTEGER PRIMARY KEY,
-    cell_id INTEGER NOT NULL REFERENCES cells(cell_id),
-    session_id INTEGER NOT NULL REFERENCES environment(session_id),
-    context_tokens INTEGER NOT NULL,
-    k INTEGER NOT NULL,
-    t_target_step REAL NOT NULL,
-    t_verify REAL,
-    t_draft_step REAL,
-    raw_json TEXT NOT NULL,
-    UNIQUE (cell_id, session_id)
+CREATE TABLE machine_profiles (
+    session_id INTEGER PRIMARY KEY REFERENCES environment(session_id),
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    created_at TEXT NOT NULL,
+    profile_json TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS samples (
+CREATE TABLE samples (
     sample_id INTEGER PRIMARY KEY,
     cell_id INTEGER NOT NULL REFERENCES cells(cell_id),
     session_id INTEGER NOT NULL REFERENCES environment(session_id),
@@ -151,35 +125,29 @@ CREATE TABLE IF NOT EXISTS samples (
     time_draft REAL NOT NULL,
     time_verify REAL NOT NULL,
     time_policy REAL NOT NULL,
-    round_drafted TEXT NOT NULL,
-    round_accepted TEXT NOT NULL,
-    round_relaxed TEXT NOT NULL,
-    round_emitted TEXT NOT NULL,
-    round_t_draft TEXT NOT NULL,
-    round_t_verify TEXT NOT NULL,
-    round_t_policy TEXT NOT NULL,
+    rounds TEXT NOT NULL,
     score REAL,
     passed INTEGER,
     score_details TEXT NOT NULL,
     matches_baseline INTEGER,
     divergence TEXT,
+    seed INTEGER,
+    forced_tokens INTEGER,
+    time_to_first_token REAL,
+    time_per_output_token REAL,
+    concurrency INTEGER,
+    engine_metrics TEXT,
     UNIQUE (cell_id, item_id, turn, repeat)
 );
-CREATE TABLE IF NOT EXISTS machine_profiles (
-    session_id INTEGER PRIMARY KEY REFERENCES environment(session_id),
-    run_id INTEGER NOT NULL REFERENCES runs(run_id),
-    created_at TEXT NOT NULL,
-    profile_json TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS samples_by_cell ON samples (cell_id, item_index, turn, repeat);
-CREATE TABLE IF NOT EXISTS judges (
-    judge_hash TEXT PRIMARY KEY,
+CREATE INDEX samples_by_cell ON samples (cell_id, item_index, turn, repeat);
+CREATE TABLE graders (
+    grader_hash TEXT PRIMARY KEY,
     identity_json TEXT NOT NULL,
     description_json TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS judgments (
-    judge_hash TEXT NOT NULL REFERENCES judges(judge_hash),
+CREATE TABLE verdicts (
+    grader_hash TEXT NOT NULL REFERENCES graders(grader_hash),
     prompt_hash TEXT NOT NULL,
     answer_hash TEXT NOT NULL,
     draw INTEGER NOT NULL,
@@ -191,20 +159,28 @@ CREATE TABLE IF NOT EXISTS judgments (
     seconds REAL NOT NULL,
     attempts INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    PRIMARY KEY (judge_hash, prompt_hash, answer_hash, draw)
+    PRIMARY KEY (grader_hash, prompt_hash, answer_hash, draw)
 );
-CREATE TABLE IF NOT EXISTS sample_judgments (
+CREATE TABLE sample_verdicts (
     sample_id INTEGER NOT NULL REFERENCES samples(sample_id),
-    judge_hash TEXT NOT NULL,
+    grader_hash TEXT NOT NULL,
     draw INTEGER NOT NULL,
     prompt_hash TEXT NOT NULL,
     answer_hash TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    PRIMARY KEY (sample_id, judge_hash, draw),
-    FOREIGN KEY (judge_hash, prompt_hash, answer_hash, draw)
-        REFERENCES judgments (judge_hash, prompt_hash, answer_hash, draw)
+    PRIMARY KEY (sample_id, grader_hash, draw),
+    FOREIGN KEY (grader_hash, prompt_hash, answer_hash, draw)
+        REFERENCES verdicts (grader_hash, prompt_hash, answer_hash, draw)
 );
 """
+
+
+def upgrade_hint(path: Path) -> str:
+    """The one line that sends a version-1 store to ``relaxbench store upgrade``."""
+    folder = path.parent if path.name == STORE_NAME else path
+    return (f"{path}: a version-1 results store; this relaxbench reads version {SCHEMA_VERSION}: run "
+            f"`relaxbench store upgrade {folder}` once (it converts the store in place, keeping the original "
+            "beside it)")
 
 
 @dataclass(frozen=True)
@@ -229,24 +205,22 @@ class CellDefinition:
 
 
 SampleKey = tuple[str, int, int]  # (item_id, turn, repeat)
-VerdictKey = tuple[str, str, str, int]  # (judge_hash, prompt_hash, answer_hash, draw)
+VerdictKey = tuple[str, str, str, int]  # (grader_hash, prompt_hash, answer_hash, draw)
 LIKELIHOOD_STOP_REASON = "likelihood"  # a target-alone sample: likelihoods, no generation
 
-# how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1
-_LIST_COLUMNS = frozenset({"prompt_ids", "output_ids", "round_drafted", "round_accepted", "round_relaxed",
-                           "round_emitted", "round_t_draft", "round_t_verify", "round_t_policy", "round_extra",
-                           "round_lookups", "round_emitted_in_span", "round_relaxed_in_span"})
-_NESTED_LIST_COLUMNS = frozenset({"round_draft_forwards"})
+# how a column's Python value is written: JSON lists (no key order to fix), JSON objects (keys sorted), flags as 0/1,
+# the rounds as their columnar JSON object
+_LIST_COLUMNS = frozenset({"prompt_ids", "output_ids"})
 _OBJECT_COLUMNS = frozenset({"score_details", "divergence", "engine_metrics"})
 _FLAG_COLUMNS = frozenset({"passed", "matches_baseline"})
-_ADDED_SAMPLE_COLUMNS = frozenset(column for table, column, _ in ADDED_COLUMNS if table == "samples")
+_ROUNDS_COLUMN = "rounds"
 
 
 @dataclass(frozen=True)
 class SampleRow:
     """One row of ``samples``, with Python values: the one type the runner writes and the analysis reads. Field
-    names are the column names; ``to_columns``/``from_columns`` are the only translation to and from SQLite, so
-    a store written by any earlier version of this schema reads the same way."""
+    names are the column names, in the table's order; ``to_columns``/``from_columns`` are the only translation to
+    and from SQLite."""
 
     cell_id: int
     session_id: int
@@ -271,27 +245,14 @@ class SampleRow:
     time_draft: float
     time_verify: float
     time_policy: float
-    round_drafted: tuple[int, ...]
-    round_accepted: tuple[int, ...]
-    round_relaxed: tuple[int, ...]
-    round_emitted: tuple[int, ...]
-    round_t_draft: tuple[float, ...]
-    round_t_verify: tuple[float, ...]
-    round_t_policy: tuple[float, ...]
+    rounds: Rounds  # every declared per-round field by name (decoding/records.ROUND_FIELDS)
     score: float | None
     passed: bool | None
     score_details: Mapping[str, Any]
     matches_baseline: bool | None
     divergence: Mapping[str, Any] | None
     seed: int | None = None  # the seed of the sample's random stream (see TaskJob.sample_seed)
-    # per-round work (None in stores written before it was recorded): the policy's extra verify tokens, the
-    # drafter's forward sizes and its n-gram lookups
-    round_extra: tuple[int, ...] | None = None
-    round_draft_forwards: tuple[tuple[int, ...], ...] | None = None
-    round_lookups: tuple[int, ...] | None = None
     forced_tokens: int | None = None  # the forced end-of-thinking text's tokens in output_ids (None: none)
-    round_emitted_in_span: tuple[int | None, ...] | None = None  # span-gated rules only (None otherwise)
-    round_relaxed_in_span: tuple[int | None, ...] | None = None
     # the vLLM engine's (None for relaxbench's own loop): latency beyond time_total (arrival to finish) and
     # time_prefill, the batch it ran in, and vLLM's own per-request spec-decode metrics
     time_to_first_token: float | None = None
@@ -305,7 +266,7 @@ class SampleRow:
                         item_index: int, turn: int, repeat: int, category: str | None, score: float | None,
                         passed: bool | None, score_details: Mapping[str, Any], matches_baseline: bool | None = None,
                         divergence: Mapping[str, Any] | None = None, seed: int | None = None) -> SampleRow:
-        """The row of one scored generation: its counters, per-round columns and timings."""
+        """The row of one scored generation: its counters, rounds and timings."""
         rounds, counters = result.rounds, result.counters
         return cls(
             cell_id=cell_id, session_id=session_id, item_id=item_id, item_index=item_index, turn=turn, repeat=repeat,
@@ -314,15 +275,9 @@ class SampleRow:
             n_prompt_tokens=len(result.prompt_ids), n_output_tokens=len(result.output_ids), n_rounds=counters.rounds,
             n_drafted=counters.drafted, n_accepted=counters.accepted, n_relaxed=counters.relaxed,
             time_total=result.time_total, time_prefill=result.time_prefill, time_draft=sum(rounds.t_draft, 0.0),
-            time_verify=sum(rounds.t_verify, 0.0), time_policy=sum(rounds.t_policy, 0.0),
-            round_drafted=tuple(rounds.drafted), round_accepted=tuple(rounds.accepted),
-            round_relaxed=tuple(rounds.relaxed), round_emitted=tuple(rounds.emitted),
-            round_t_draft=tuple(rounds.t_draft), round_t_verify=tuple(rounds.t_verify),
-            round_t_policy=tuple(rounds.t_policy), score=score, passed=passed, score_details=score_details,
-            matches_baseline=matches_baseline, divergence=divergence, seed=seed, round_extra=tuple(rounds.extra),
-            round_draft_forwards=tuple(tuple(f) for f in rounds.draft_forwards), round_lookups=tuple(rounds.lookups),
-            forced_tokens=result.forced_tokens or None,
-            round_emitted_in_span=_gated(rounds.emitted_in_span), round_relaxed_in_span=_gated(rounds.relaxed_in_span))
+            time_verify=sum(rounds.t_verify, 0.0), time_policy=sum(rounds.t_policy, 0.0), rounds=rounds.frozen(),
+            score=score, passed=passed, score_details=score_details, matches_baseline=matches_baseline,
+            divergence=divergence, seed=seed, forced_tokens=result.forced_tokens or None)
 
     @classmethod
     def likelihood_only(cls, seconds: float, *, cell_id: int, session_id: int, item_id: str, item_index: int,
@@ -339,17 +294,14 @@ class SampleRow:
     def from_columns(cls, row: Mapping[str, Any]) -> SampleRow:
         """A row as SQLite returns it (``sqlite3.Row`` or a mapping of column names)."""
         values = {}
-        present = set(row.keys())
         for f in fields(cls):
-            if f.name not in present and f.name in _ADDED_SAMPLE_COLUMNS:  # a row read without opening the Store
-                continue
             value = row[f.name]
             if value is None:
                 pass
+            elif f.name == _ROUNDS_COLUMN:
+                value = Rounds.from_json(value)
             elif f.name in _LIST_COLUMNS:
                 value = tuple(json.loads(value))
-            elif f.name in _NESTED_LIST_COLUMNS:
-                value = tuple(tuple(inner) for inner in json.loads(value))
             elif f.name in _OBJECT_COLUMNS:
                 value = json.loads(value)
             elif f.name in _FLAG_COLUMNS:
@@ -358,18 +310,17 @@ class SampleRow:
         return cls(**values)
 
     def to_columns(self) -> dict[str, Any]:
-        """Column name → SQLite value (``sample_id`` only once the store assigned one; a later-added column only
-        when the row has a value for it)."""
+        """Column name → SQLite value (``sample_id`` only once the store assigned one)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None:
-                if f.name == "sample_id" or f.name in _ADDED_SAMPLE_COLUMNS:  # NULL either way: not written
+                if f.name == "sample_id":
                     continue
+            elif f.name == _ROUNDS_COLUMN:
+                value = value.to_json()
             elif f.name in _LIST_COLUMNS:
                 value = json.dumps(list(value))
-            elif f.name in _NESTED_LIST_COLUMNS:
-                value = json.dumps([list(inner) for inner in value])
             elif f.name in _OBJECT_COLUMNS:
                 value = dumps(value)
             elif f.name in _FLAG_COLUMNS:
@@ -384,15 +335,10 @@ class SampleRow:
     @property
     def counters(self) -> Counters:
         """This sample's counters: the stored totals (emitted: the output's tokens less any forced by a thinking
-        budget), and per-position counts from the per-round columns."""
-        accepted_at, drafted_at = per_position(self.round_drafted, self.round_accepted)
-        return Counters(self.n_output_tokens - (self.forced_tokens or 0), self.n_rounds, self.n_drafted, self.n_accepted, self.n_relaxed,
-                        accepted_at, drafted_at)
-
-
-def _gated(column: list[int | None]) -> tuple[int | None, ...] | None:
-    """A span-gated rule's per-round column, or None when no round has a value (not stored)."""
-    return tuple(column) if any(v is not None for v in column) else None
+        budget), and per-position counts from its rounds."""
+        accepted_at, drafted_at = per_position(self.rounds.drafted or (), self.rounds.accepted or ())
+        return Counters(self.n_output_tokens - (self.forced_tokens or 0), self.n_rounds, self.n_drafted,
+                        self.n_accepted, self.n_relaxed, accepted_at, drafted_at)
 
 
 class Store(SQLiteFile):
@@ -404,48 +350,39 @@ class Store(SQLiteFile):
     def __init__(self, path: str | Path, read_only: bool = False) -> None:
         super().__init__(path, read_only)
         version = self._schema_version()
+        if version is None and read_only:
+            self.close()
+            raise DataError(f"{self.path}: not a relaxbench results store (no schema in it; a run killed before "
+                            "its first commit leaves none); it is left as it is")
+        if version == 1:
+            self.close()
+            raise DataError(upgrade_hint(self.path))
         if version is not None and version != SCHEMA_VERSION:
             self.close()
             raise DataError(f"{self.path}: store schema version {version}, this relaxbench reads {SCHEMA_VERSION}")
-        if read_only:
-            if version is None:
+        if version is None:
+            if self.has_table_any():
                 self.close()
-                raise DataError(f"{self.path}: not a relaxbench results store (no schema in it; a run killed before "
-                                "its first commit leaves none); it is left as it is")
-            self._shadow_missing()
-            return
-        with self.conn:  # new tables and added columns, idempotently (see ADDED_COLUMNS)
-            self.conn.executescript(SCHEMA)
-            for table, column, declaration in ADDED_COLUMNS:
-                present = {r["name"] for r in self.conn.execute(f"PRAGMA table_info({table})")}
-                if column not in present:
-                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            if version is None:
-                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                raise DataError(f"{self.path}: not a relaxbench results store (it holds other tables); choose "
+                                "another --out")
+            create_schema(self.conn)
 
-    def _shadow_missing(self) -> None:
-        """A store written by an earlier version, read without writing: the tables it lacks are created empty in
-        the connection's TEMP schema and the columns it lacks read as NULL through TEMP views of the same name
-        (temporary objects are in memory and shadow the file's), so the queries see today's schema."""
-        with self.conn:
-            for statement in SCHEMA.split(";"):
-                table = _created_table(statement)
-                if table is not None and not self.has_table(table):
-                    self.conn.execute(statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE", 1))
-            added: dict[str, list[str]] = {}
-            for table, column, _ in ADDED_COLUMNS:
-                present = {r["name"] for r in self.conn.execute(f"PRAGMA main.table_info({table})")}
-                if present and column not in present:
-                    added.setdefault(table, []).append(column)
-            for table, columns in added.items():
-                nulls = ", ".join(f"NULL AS {column}" for column in columns)
-                self.conn.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {nulls} FROM main.{table}")
+    @classmethod
+    def check_writable(cls, path: str | Path) -> None:
+        """``SQLiteFile.check_writable``, and a store of an earlier schema version refused (before expensive work)."""
+        super().check_writable(path)
+        path = Path(path)
+        if path.is_file() and path.stat().st_size:
+            probe = SQLiteFile(path, read_only=True)
+            try:
+                version = schema_version(probe)
+            finally:
+                probe.close()
+            if version == 1:
+                raise DataError(upgrade_hint(path))
 
     def _schema_version(self) -> int | None:
-        if not self.has_table("meta"):
-            return None
-        row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return int(row["value"]) if row else None
+        return schema_version(self)
 
     def __enter__(self) -> Store:
         return self
@@ -557,30 +494,30 @@ class Store(SQLiteFile):
                                 "ORDER BY session_id DESC LIMIT 1", (run_id,)).fetchone()
         return None if row is None else json.loads(row["profile_json"])
 
-    # ------------------------------------------------------------------------------------------ judgments
+    # ------------------------------------------------------------------------------------------ grading
 
     def ensure_grader(self, grader_hash: str, identity: Mapping[str, Any], description: Mapping[str, Any]) -> None:
         """Record a grader (its description is updated to the latest wording)."""
         with self.transaction() as conn:
-            conn.execute("INSERT INTO judges (judge_hash, identity_json, description_json, created_at) "
-                         "VALUES (?, ?, ?, ?) ON CONFLICT (judge_hash) DO UPDATE SET description_json="
+            conn.execute("INSERT INTO graders (grader_hash, identity_json, description_json, created_at) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT (grader_hash) DO UPDATE SET description_json="
                          "excluded.description_json", (grader_hash, dumps(identity), dumps(description), now()))
 
     def cached_verdict(self, key: VerdictKey) -> sqlite3.Row | None:
         """The cached verdict for (grader, prompt, answer, draw), if any."""
-        return self.conn.execute("SELECT * FROM judgments WHERE judge_hash=? AND prompt_hash=? AND answer_hash=? "
+        return self.conn.execute("SELECT * FROM verdicts WHERE grader_hash=? AND prompt_hash=? AND answer_hash=? "
                                  "AND draw=?", key).fetchone()
 
     def graded_sample_ids(self, grader_hash: str, draw: int) -> set[int]:
         """Samples that already have a verdict of this grader for this draw."""
         return {int(r["sample_id"]) for r in self.conn.execute(
-            "SELECT sample_id FROM sample_judgments WHERE judge_hash=? AND draw=?", (grader_hash, draw))}
+            "SELECT sample_id FROM sample_verdicts WHERE grader_hash=? AND draw=?", (grader_hash, draw))}
 
     def add_verdict(self, key: VerdictKey, prompt_name: str, messages: Any, verdict: str, rating: float,
                     score: float | None, seconds: float, attempts: int, sample_ids: Iterable[int]) -> None:
         """Cache one verdict and link it to the samples it grades, in one transaction."""
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO judgments (judge_hash, prompt_hash, answer_hash, draw, prompt_name, "
+            conn.execute("INSERT OR REPLACE INTO verdicts (grader_hash, prompt_hash, answer_hash, draw, prompt_name, "
                          "messages_json, verdict, rating, score, seconds, attempts, created_at) VALUES "
                          "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (*key, prompt_name, json.dumps(messages), verdict, rating, score, seconds, attempts, now()))
@@ -594,7 +531,7 @@ class Store(SQLiteFile):
     @staticmethod
     def _link(conn: sqlite3.Connection, key: VerdictKey, sample_ids: Iterable[int]) -> None:
         grader, prompt, answer, draw = key
-        conn.executemany("INSERT OR REPLACE INTO sample_judgments (sample_id, judge_hash, draw, prompt_hash, "
+        conn.executemany("INSERT OR REPLACE INTO sample_verdicts (sample_id, grader_hash, draw, prompt_hash, "
                          "answer_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                          [(sample_id, grader, draw, prompt, answer, now()) for sample_id in sample_ids])
 
@@ -604,10 +541,26 @@ class Store(SQLiteFile):
         return list(self.conn.execute(sql, params))
 
 
-def _created_table(statement: str) -> str | None:
-    """The table a ``CREATE TABLE IF NOT EXISTS name (...)`` statement of SCHEMA creates (None for other ones)."""
-    words = statement.split()
-    return words[5] if words[:5] == ["CREATE", "TABLE", "IF", "NOT", "EXISTS"] and len(words) > 5 else None
+def schema_version(file: SQLiteFile) -> int | None:
+    """The schema version an open store records (None: no schema in it)."""
+    if not file.has_table("meta"):
+        return None
+    row = file.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Write the whole schema and its version into an empty database, in one transaction (a kill leaves none of it)."""
+    conn.execute("BEGIN")
+    try:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
 
 
 def open_store(out_dir: str | Path) -> Store:

@@ -15,12 +15,12 @@ is stored as not diagnosed (the diagnosis re-runs the target in transformers).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from relaxbench.decoding.drafters import DRAFTERS
-from relaxbench.decoding.records import GenerationResult, RoundLog
+from relaxbench.decoding.records import GenerationResult, RoundLog, round_fields
 from relaxbench.decoding.stops import decode_output
 from relaxbench.errors import ConfigError
 from relaxbench.harness.executor import Executor, ModelSetup, RunContext, session_outcome
@@ -301,27 +301,46 @@ def engine_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
             "batch": result.get("batch")}
 
 
+def engine_rounds(per_round: Iterable[Mapping[str, Any]], drafter_kind: str | None) -> RoundLog:
+    """The adapter's rounds of one request, each a mapping of per-round fields by their declared names
+    (``decoding/records.ROUND_FIELDS``): every declared field the adapter reports is kept as it reports it, so a
+    new per-round fact the adapter fills needs no change here. What vLLM does not measure is filled in: draft and
+    verify times as zeros, and the drafter's work for pricing (an n-gram lookup, or the draft model's forwards: the
+    tokens committed last round, then one per further draft). Names the rounds do not declare are left out."""
+    declared = {f.name for f in round_fields()}
+    rounds = RoundLog()
+    previous = 1
+    for reported in per_round:
+        values = {name: value for name, value in reported.items() if name in declared}
+        drafted = int(values["drafted"])
+        values.setdefault("t_draft", 0.0)
+        values.setdefault("t_verify", 0.0)
+        if "lookups" not in values and "draft_forwards" not in values:
+            if drafted and drafter_kind == "ngram":
+                values["lookups"] = 1
+            elif drafted and drafter_kind is not None:
+                values["draft_forwards"] = (previous,) + (1,) * (drafted - 1)
+        rounds.add(**values)
+        previous = int(values["emitted"])
+    return rounds
+
+
+def by_round(columns: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The adapter's per-request rounds as one mapping per round, whether they come as columns (name → one value
+    per round) or already as one mapping per round."""
+    if not isinstance(columns, Mapping):
+        return [dict(r) for r in columns]
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*(columns[name] for name in names))]
+
+
 def to_generation(tokenizer: Any, prompt_ids: list[int], result: Mapping[str, Any], stops: Sequence[str],
                   drafter_kind: str | None) -> GenerationResult:
-    """A worker's result as relaxbench's ``GenerationResult``: its rounds (the adapter's counts), the text as the
-    transformers engine decodes it, the stop reason in relaxbench's words, and arrival-to-finish as the total
-    time (time to first token as the prefill). Per-round draft and verify times are not measured inside vLLM
-    (zeros); the drafter's work per round is recorded for pricing (an n-gram lookup, or the draft model's
-    forwards: the tokens committed last round, then one per further draft)."""
+    """A worker's result as relaxbench's ``GenerationResult``: its rounds (the adapter's, by name:
+    ``engine_rounds``), the text as the transformers engine decodes it, the stop reason in relaxbench's words, and
+    arrival-to-finish as the total time (time to first token as the prefill)."""
     ids = list(result["output_ids"])
-    rounds = RoundLog()
-    steps = result["rounds"]
-    previous = 1
-    for drafted, accepted, relaxed, emitted, t_policy in zip(steps["drafted"], steps["accepted"], steps["relaxed"],
-                                                             steps["emitted"], steps["t_policy"]):
-        forwards: tuple[int, ...] = ()
-        lookups = 0
-        if drafted and drafter_kind == "ngram":
-            lookups = 1
-        elif drafted and drafter_kind is not None:
-            forwards = (previous,) + (1,) * (drafted - 1)
-        rounds.add(drafted, accepted, relaxed, emitted, 0.0, 0.0, float(t_policy), 0, forwards, lookups)
-        previous = emitted
+    rounds = engine_rounds(by_round(result["rounds"]), drafter_kind)
     eos = getattr(tokenizer, "eos_token_id", None)
     reason = result.get("finish_reason")
     stop_reason = "length" if reason == "length" else ("eos" if ids and ids[-1] == eos else "stop")

@@ -23,8 +23,8 @@ This is Xia et al.'s response-length-aware proxy speed (graphcore-research/relax
 context and its own verify size, the final partial round and prefill are included, and since AR's time is its own
 output's time, an arm that writes longer answers pays for them.
 
-Stores written before the per-round work was recorded (``round_extra``, ``round_draft_forwards``,
-``round_lookups`` NULL) are priced approximately: no extra verify tokens, one 1-token draft forward per drafted
+Samples whose per-round work was not recorded (rounds without ``extra``, ``draft_forwards``, ``lookups``: stores
+written before them) are priced approximately: no extra verify tokens, one 1-token draft forward per drafted
 token, one lookup per round; the result says so.
 """
 
