@@ -20,3 +20,13 @@ def test_no_shipped_spec_uses_the_former_name():
                    for name in method_files())
     for name, path in shipped_suites().items():
         assert not {"judge", "judge-sweep"} & set(load_yaml(path).get("methods") or ()), name
+
+
+def test_the_former_name_no_longer_resolves():
+    import pytest
+
+    from relaxbench.errors import ConfigError
+    from relaxbench.policies import make_policy
+
+    with pytest.raises(ConfigError, match="judge"):
+        make_policy("judge")

@@ -160,6 +160,7 @@ class RelaxbenchRejectionSampler(RejectionSampler):
         self.layout: Layout | None = None
         self.log = StepLog()
         self.seeder = random.Random(0)
+        self.slots_used = 0  # slots are never reused: a request's step count stays its own
 
     # ---------------------------------------------------------------------------------------- per request (host)
 
@@ -179,7 +180,8 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                     self.policies[key] = policy
             seed = params.seed if getattr(params, "seed", None) is not None else self.seeder.getrandbits(62)
             state = self.states[req_id] = RequestState(rule, key, sampling_of(params, vocab), int(seed),
-                                                       len(self.states))
+                                                       self.slots_used)
+            self.slots_used += 1
         return state
 
     def _layout(self, req_ids: tuple[str, ...], device: torch.device, vocab: int) -> Layout:

@@ -26,7 +26,6 @@ from relaxbench.policies.base import (
     Verdict,
     VerificationPolicy,
     make_policy,
-    policy_key_name,
     register_policy,
 )
 from relaxbench.policies.batch import Rows
@@ -37,5 +36,5 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = ["POLICIES", "Batch", "Block", "DrafterDuties", "Fidelity", "Judgement", "Modes", "Need", "Origin",
            "Outcome", "PolicyEnv", "Rows", "Verdict", "VerificationPolicy", "check_arm", "drafter_duties",
-           "lossless_judgement", "lossless_verdict", "make_policy", "policy_key_name", "register_policy",
+           "lossless_judgement", "lossless_verdict", "make_policy", "register_policy",
            "strict_policy"]

@@ -33,7 +33,7 @@ from relaxbench.registry import Registry
 from relaxbench.validation import Spec, validate
 
 __all__ = ["MODES", "POLICIES", "Batch", "Block", "Fidelity", "Judgement", "Modes", "Need", "Origin", "Outcome",
-           "PolicyEnv", "Verdict", "VerificationPolicy", "make_policy", "mode_of", "policy_key_name",
+           "PolicyEnv", "Verdict", "VerificationPolicy", "make_policy", "mode_of",
            "register_policy"]
 
 MODES = ("greedy", "sampling")
@@ -250,7 +250,6 @@ class VerificationPolicy(abc.ABC):
 
 
 POLICIES: Registry[type[VerificationPolicy]] = Registry("policy", "relaxbench.policies")
-_KEY_NAMES: dict[str, str] = {}  # registered name -> the name run keys record (when they differ)
 
 
 def registration_problems(cls: type) -> list[str]:
@@ -302,15 +301,13 @@ def registration_problems(cls: type) -> list[str]:
 @overload
 def register_policy(cls: type[VerificationPolicy]) -> type[VerificationPolicy]: ...
 @overload
-def register_policy(*, aliases: tuple[str, ...] = (), key_name: str | None = None
-                    ) -> Callable[[type[VerificationPolicy]], type[VerificationPolicy]]: ...
+def register_policy(*, aliases: tuple[str, ...] = ()) -> Callable[[type[VerificationPolicy]], type[VerificationPolicy]]:
+    ...
 
 
-def register_policy(cls=None, *, aliases=(), key_name=None):
+def register_policy(cls=None, *, aliases=()):
     """Class decorator: check the class (``registration_problems``: one error naming everything missing) and
-    register it under ``cls.name``, and under each of ``aliases`` (names that still resolve, not listed).
-    ``key_name`` is the name compare run keys record for the rule (default: its name); a renamed rule keeps the
-    name its stored runs were keyed with, so they resume."""
+    register it under ``cls.name``, and under each of ``aliases`` (names that still resolve, not listed)."""
     def add(cls: type[VerificationPolicy]) -> type[VerificationPolicy]:
         problems = registration_problems(cls)
         if problems:
@@ -320,8 +317,6 @@ def register_policy(cls=None, *, aliases=(), key_name=None):
         POLICIES.add(cls.name, cls)
         for alias in aliases:
             POLICIES.alias(alias, cls.name)
-        if key_name is not None and key_name != cls.name:
-            _KEY_NAMES[cls.name] = key_name
         return cls
 
     return add if cls is None else add(cls)
@@ -331,11 +326,6 @@ def canonical_policy_name(name: str) -> str:
     """The registered name of ``name`` (an alias resolves to its rule's name)."""
     return POLICIES.get(name).name
 
-
-def policy_key_name(name: str) -> str:
-    """The name compare run keys record for policy ``name`` (or an alias of it): the same for every spelling."""
-    canonical = canonical_policy_name(name)
-    return _KEY_NAMES.get(canonical, canonical)
 
 
 def make_policy(name: str, knobs: Mapping[str, Any] | None = None) -> VerificationPolicy:

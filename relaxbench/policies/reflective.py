@@ -1,7 +1,7 @@
 """Reflective verification (Wang et al., "Think Before You Accept: Semantic Reflective Verification for Faster
 Speculative Decoding", arXiv 2505.18629): the target re-reads its drafts after a reflection prompt in the same
-forward pass, training-free. Registered as ``reflective``; ``judge`` is an alias (stored runs and method files that
-name it keep resolving, and its runs keep their keys).
+forward pass, training-free. Registered as ``reflective`` (its former name ``judge`` is gone: ``relaxbench store
+upgrade`` brings older stores to the current schema, and their runs read unchanged).
 
 Fidelity: as paper, unverified — the paper's method section could not be retrieved (only its abstract), and no code
 from the authors was found. What the abstract states, and this policy does: training-free; "prompt-based probing"
@@ -65,7 +65,7 @@ from relaxbench.validation import Number, Spec, Text
 DEFAULT_REFLECTION = "\n\nLet me double-check the text above and write it again, correcting any mistake:\n"
 
 
-@register_policy(aliases=("judge",), key_name="judge")
+@register_policy
 class ReflectiveVerification(VerificationPolicy):
     name = "reflective"
     needs = frozenset({Need.EXTRA_TOKENS, Need.DRAFT_PROBS_IF_ANY})
