@@ -68,9 +68,11 @@ def _renamed_method_row(row: list) -> list:
 
 # Fields added after the snapshot, with the value a spec that does not set them resolves to.
 ADDED_DEFAULTS = {"methods": {None: {"relax_in": None, "thinking_tags": None}},
-                  "tasks": {"spec": {"truncate_prompt": False, "temperature": None, "temperature_by_category": {}}},
+                  "tasks": {"spec": {"truncate_prompt": False, "temperature": None, "temperature_by_category": {},
+                                     "interleave_categories": False}},
                   "suites": {"spec": {"override_task_sampling": False, "thinking_budget": 0,
                                       "thinking_budget_text": None, "engine": "transformers", "concurrency": [1]}}}
+ADDED_SOURCE_DEFAULTS = {"url": "", "sha256": ""}
 # Deliberate changes of meaning after the snapshot, each (kind, name) with every path that changed: MT-Bench
 # generates as FastChat's gen_model_answer.py (1024 tokens, a temperature per category); the full suite keeps its
 # greedy decoding over it (override_task_sampling); the default suite (make bench) leaves MT-Bench out, for time (its
@@ -97,6 +99,9 @@ def _expected(kind: str, name: str, entry: dict) -> dict:
         for key, default in defaults.items():
             if fields.get(key) is None:
                 fields[key] = default
+    if kind == "tasks":  # the source fields added since (a url source's), at their defaults
+        for key, default in ADDED_SOURCE_DEFAULTS.items():
+            entry["spec"]["source"].setdefault(key, default)
     for path, value in INTENDED.get((kind, name), {}).items():
         *parents, last = path
         target = entry
