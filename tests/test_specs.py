@@ -71,7 +71,8 @@ ADDED_DEFAULTS = {"methods": {None: {"relax_in": None, "thinking_tags": None}},
                   "tasks": {"spec": {"truncate_prompt": False, "temperature": None, "temperature_by_category": {},
                                      "interleave_categories": False}},
                   "suites": {"spec": {"override_task_sampling": False, "thinking_budget": 0,
-                                      "thinking_budget_text": None, "engine": "transformers", "concurrency": [1]}}}
+                                      "thinking_budget_text": None, "engine": "transformers", "concurrency": [1],
+                                      "engine_args": {}}}}
 ADDED_SOURCE_DEFAULTS = {"url": "", "sha256": ""}
 # Deliberate changes of meaning after the snapshot, each (kind, name) with every path that changed: MT-Bench
 # generates as FastChat's gen_model_answer.py (1024 tokens, a temperature per category); the full suite keeps its
