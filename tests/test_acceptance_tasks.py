@@ -186,6 +186,9 @@ def test_a_url_file_is_fetched_once_and_checked(server, tmp_path: Path):
     assert path.read_bytes() == body and path.name == "question.jsonl"
     _Files.body = b"changed"
     assert url_file(url, good, tmp_path).read_bytes() == body  # cached: not fetched again
+    path.write_bytes(b"edited")  # a cached copy that no longer matches the pin is fetched again (and checked)
+    _Files.body = body
+    assert url_file(url, good, tmp_path).read_bytes() == body
     with pytest.raises(DataError, match="is not the pinned"):
         url_file(url, "1" * 64, tmp_path)
     assert not (tmp_path / ("1" * 16)).exists() or not any((tmp_path / ("1" * 16)).iterdir())

@@ -29,7 +29,9 @@ def url_file(url: str, sha256: str, cache: Path | None = None) -> Path:
     name = Path(urlparse(url).path).name or "data"
     out = cache / sha256[:16] / name
     if out.is_file():
-        return out
+        if hashlib.sha256(out.read_bytes()).hexdigest() == sha256:
+            return out
+        out.unlink()  # a damaged or edited copy: fetched again
     _check_host(url)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + f".partial-{os.getpid()}")
