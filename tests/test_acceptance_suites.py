@@ -59,7 +59,7 @@ def test_the_acceptance_suites_plan_and_run_on_the_tiny_models(name: str, tmp_pa
     assert Counter(i.category for i in spec_bench.items) == Counter(
         ["mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"])
     assert [i.category for i in speed_bench.items] == ["coding", "multilingual", "roleplay"]
-    assert any("speed-bench: 3 of 9 rows hold no prompt" in note for note in plan.notes())
+    assert any("speed-bench: 4 of 10 rows hold no prompt" in note for note in plan.notes())
     for arm in plan.arms:
         decoder = build_decoder(arm.method, tiny_target, tiny_draft, spec_bench.decode_config(arm), "tiny-random-draft")
         assert decoder.config.k == arm.k

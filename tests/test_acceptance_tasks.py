@@ -59,13 +59,14 @@ def test_speed_bench_withholds_placeholder_rows_and_says_so():
     loaded = read_items(load_task("speed-bench"), SPEED_BENCH)
     raw = [json.loads(line) for line in SPEED_BENCH.read_text().splitlines()]
     placeholders = [r for r in raw if any(t.startswith("FULL BENCHMARK DATA") for t in r["turns"])]
-    assert len(placeholders) == 3 and loaded.rows == len(raw) == 9
-    assert loaded.withheld == 3 and len(loaded.items) == 6
+    assert len(placeholders) == 4 and loaded.rows == len(raw) == 10
+    assert loaded.withheld == 4 and len(loaded.items) == 6
     assert not {i.item_id for i in loaded.items} & {r["question_id"] for r in placeholders}
     assert not any("SPECDEC_BENCH" in t for i in loaded.items for t in i.turns)
     note = loaded.note("speed-bench")
-    assert note is not None and note.startswith("speed-bench: 3 of 9 rows hold no prompt")
-    assert "prepare_data.py" in note and "--data-file speed-bench=PATH" in note and note.endswith("6 items run")
+    assert note is not None and note.startswith("speed-bench: 4 of 10 rows hold no prompt")
+    assert "prepare_data.py" in note and "--data-file speed-bench=PATH" in note
+    assert note.endswith("6 items run; no item left in qa")  # every qa row is withheld
     # the categories are the rows' own, round-robin in first-appearance order
     assert [i.category for i in loaded.items] == ["coding", "multilingual", "roleplay", "summarization", "coding",
                                                   "multilingual"]
@@ -74,7 +75,7 @@ def test_speed_bench_withholds_placeholder_rows_and_says_so():
     assert roleplay.fields["sub_category"] == "character"
     # under a limit every row is still read (to interleave), so the count is the data set's
     limited = read_items(load_task("speed-bench"), SPEED_BENCH, limit=2)
-    assert limited.withheld == 3 and [i.category for i in limited.items] == ["coding", "multilingual"]
+    assert limited.withheld == 4 and [i.category for i in limited.items] == ["coding", "multilingual"]
 
 
 def test_speed_bench_all_placeholders_and_bad_rows_are_one_line_errors(tmp_path: Path):
@@ -213,7 +214,7 @@ def test_a_run_stores_each_samples_category_and_every_turn(tmp_path: Path, capsy
                  "--task-limit", "speed-bench=3", "--task-limit", "spec-bench=6", "--max-new-tokens", "3",
                  "--out", str(out), "--report-format", "none"])
     assert code == 0
-    assert "speed-bench: 3 of 9 rows hold no prompt" in capsys.readouterr().err
+    assert "speed-bench: 4 of 10 rows hold no prompt" in capsys.readouterr().err
     stored = rows(out / "results.sqlite", "SELECT c.task, c.arm, s.item_id, s.turn, s.category FROM samples s "
                                           "JOIN cells c USING (cell_id)")
     loaded = {name: {i.item_id: i for i in read_items(load_task(name), path).items}

@@ -31,5 +31,5 @@ def speed_bench(row: Mapping[str, Any], index: int) -> TaskItem:
     turns = user_turns(row, index)
     if any(PLACEHOLDER in turn for turn in turns):
         raise WithheldRow(f"row {index + 1} ({row['question_id']}, from {row.get('source', '?')}) is a placeholder",
-                          RESOLVE)
+                          RESOLVE, str(row["category"]))
     return TaskItem(str(row["question_id"]), turns, category=str(row["category"]), fields=dict(row))

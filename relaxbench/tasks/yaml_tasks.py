@@ -83,12 +83,14 @@ class LoadedItems:
     withheld: int = 0
     rows: int = 0
     why: str = ""
+    emptied: tuple[str, ...] = ()  # categories every row of which was withheld
 
     def note(self, task: str) -> str | None:
         if not self.withheld:
             return None
+        emptied = f"; no item left in {', '.join(self.emptied)}" if self.emptied else ""
         return (f"{task}: {self.withheld} of {self.rows} rows hold no prompt and are left out ({self.why}); "
-                f"{len(self.items)} items run")
+                f"{len(self.items)} items run{emptied}")
 
 
 def interleaved(items: Sequence[TaskItem]) -> list[TaskItem]:
@@ -131,13 +133,15 @@ def read_items(task: TaskSpec, data_file: str | Path | None = None, limit: int |
     if not items:
         why = f": {withheld[0].why}" if withheld else ""
         raise DataError(f"task {task.name!r} ({where}): no row holds a prompt{why}")
+    kept = {item.category for item in items}
     if task.interleave_categories:
         items = interleaved(items)[:limit]
     ids = [item.item_id for item in items]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"task {task.name!r} ({where}): duplicate item id {duplicate!r}")
-    return LoadedItems(items, digest, len(withheld), len(rows), withheld[0].why if withheld else "")
+    emptied = tuple(dict.fromkeys(w.category for w in withheld if w.category is not None and w.category not in kept))
+    return LoadedItems(items, digest, len(withheld), len(rows), withheld[0].why if withheld else "", emptied)
 
 
 def load_items(task: TaskSpec, data_file: str | Path | None = None, limit: int | None = None,
