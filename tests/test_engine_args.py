@@ -133,7 +133,8 @@ def test_an_unknown_key_or_a_bad_value_is_one_line(given, message):
 def test_compare_refuses_a_bad_engine_arg_before_anything_starts(tmp_path: Path, capsys):
     _vllm_python()
     out = tmp_path / "run"
-    result = _main(capsys, "compare", *TINY, "--engine", "vllm", "--engine-arg", "max_model_len=lots", "--out", str(out))
+    result = _main(capsys, "compare", *TINY, "--engine", "vllm", "--engine-arg", "max_model_len=lots",
+                   "--out", str(out))
     assert_one_line_error(result, "--engine-arg max_model_len=lots: argument --max-model-len")
     assert not out.exists()  # nothing started, nothing written
 
