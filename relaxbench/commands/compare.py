@@ -90,6 +90,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "`make install` sets it up)")
     c.add_argument("--concurrency", default=None, metavar="N[,M,...]",
                    help="vllm: requests in flight (vLLM's max_num_seqs), one run per value (default 1)")
+    c.add_argument("--engine-arg", action="append", metavar="KEY=VALUE", default=None,
+                   help="vllm: an argument of vLLM's engine (tensor_parallel_size=2, gpu_memory_utilization=0.9, "
+                        "max_model_len=8192, quantization=fp8, enforce_eager=false), checked against the installed "
+                        "vLLM before anything starts (repeatable; docs/engines.md)")
     add_report_args(c, prefix="report-")
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
@@ -158,6 +162,9 @@ def suite_from_args(args: argparse.Namespace):
             raise ConfigError(f"--task-repeats {task}={n}: R must be a positive integer")
         task_repeats[task] = n
     fields["task_repeats"] = task_repeats
+    engine_args = dict(fields.get("engine_args") or {})
+    engine_args.update(parse_assignments(getattr(args, "engine_arg", None), "--engine-arg"))
+    fields["engine_args"] = engine_args
     chat_args = dict(fields.get("chat_template_args") or {})
     chat_args.update(parse_assignments(args.chat_template_arg, "--chat-template-arg"))
     fields["chat_template_args"] = chat_args
@@ -240,10 +247,15 @@ def run(args: argparse.Namespace) -> int:
     if suite.engine == "transformers" and suite.concurrency != (1,):
         raise ConfigError("--concurrency applies to --engine vllm (the transformers engine runs one request at a "
                           "time)")
+    if suite.engine_args and suite.engine != "vllm":
+        raise ConfigError(f"--engine-arg {next(iter(suite.engine_args))}=... applies to --engine vllm (vLLM's engine "
+                          "arguments); the transformers engine takes --device, --dtype and --device-map")
     if suite.engine == "vllm":
-        from relaxbench.integrations.vllm_client import vllm_python
+        from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
 
         vllm_python()  # a missing vLLM environment is one line, before anything else
+        if suite.engine_args:  # names and values as the installed vLLM types them, before anything starts
+            suite = suite.model_copy(update={"engine_args": check_engine_args(suite.engine_args)})
     run_ids = [run_suite(args, suite.model_copy(update={"concurrency": (n,)})) for n in suite.concurrency]
     if suite.engine == "vllm":  # the last run's tables and report show speed against concurrency; its figures too
         from relaxbench.report.concurrency import save_concurrency_figures

@@ -192,7 +192,7 @@ def rows(kind: str) -> list[tuple[str, str]]:
         where = {"hub": f"hub {source.path}" + (f" ({source.file})" if source.file else "")
                  + (" (gated)" if source.access else ""),
                  "package": f"wheel {source.requirement}", "generated": f"generated ({source.generator})",
-                 "file": "--data-file"}[source.kind]
+                 "file": "--data-file", "url": f"url {source.url.split('://', 1)[-1].split('/', 1)[0]}"}[source.kind]
         grader = f"; grader {spec.grader}" if spec.grader else ""
         out.append((name, (f"[{where}; scorer {spec.scorer}{grader}; max_new_tokens {spec.max_new_tokens}] "
                            f"{spec.description}")))

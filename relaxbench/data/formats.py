@@ -14,6 +14,17 @@ RowFormat = Callable[[Mapping[str, Any], int], TaskItem]
 FORMATS: Registry[RowFormat] = Registry("row format", "relaxbench.formats")
 
 
+class WithheldRow(DataError):
+    """Raised by a row format for a published row that holds no prompt (SPEED-Bench's placeholders for text its
+    sources do not let it redistribute): the loader leaves the row out and says how many, instead of failing or
+    running the placeholder as a prompt. ``why`` is the one remedy shared by every such row of the data set;
+    ``category`` the row's, so the loader can name a category left with no item."""
+
+    def __init__(self, message: str, why: str, category: str | None = None) -> None:
+        super().__init__(message)
+        self.why, self.category = why, category
+
+
 def _need(row: Mapping[str, Any], index: int, *keys: str) -> None:
     missing = [k for k in keys if k not in row]
     if missing:

@@ -20,7 +20,19 @@ VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "i
                    "limits", "task_repeats", "executor", "executor_options", "device_map", "profiles")
 
 # fields added to the suite after runs were stored: part of the key only when set
-ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling", "thinking_budget", "thinking_budget_text")
+ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling", "thinking_budget", "thinking_budget_text",
+                    "engine_args")
+
+# vLLM engine arguments relaxbench sets itself, and what sets each
+OWNED_ENGINE_ARGS = {"model": "--target", "tokenizer": "the target's own, --target", "dtype": "--dtype",
+                     "seed": "--seed", "max_num_seqs": "--concurrency", "speculative_config": "--methods and --draft",
+                     "disable_log_stats": "it reads vLLM's statistics",
+                     "per_request_spec_decode_metrics": "it reads vLLM's per-request metrics",
+                     "worker_extension_cls": "its adapter's records"}
+# vLLM engine arguments that only size memory or manage processes: left out of the run key (a run resumes with
+# other values); every other engine argument can change what is computed, so it enters the key
+MEMORY_ENGINE_ARGS = frozenset({"gpu_memory_utilization", "kv_cache_memory_bytes", "swap_space", "cpu_offload_gb",
+                                "distributed_executor_backend", "max_parallel_loading_workers"})
 
 # fields added with a default: part of the key only away from it, so every run stored before them keeps its key
 DEFAULT_KEY_FIELDS: dict[str, Any] = {"engine": "transformers", "concurrency": (1,)}
@@ -87,6 +99,9 @@ class SuiteSpec(Spec):
     # requests vLLM keeps in flight (its max_num_seqs), one run per value
     engine: Text = "transformers"
     concurrency: tuple[Integer, ...] = (1,)
+    # vLLM's engine arguments (EngineArgs fields: tensor_parallel_size, max_model_len, quantization ...), checked
+    # against the installed vLLM before a run starts; the vLLM engine only
+    engine_args: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("engine")
     @classmethod
@@ -94,6 +109,18 @@ class SuiteSpec(Spec):
         if value not in ENGINES:
             raise ValueError(f"must be one of {', '.join(ENGINES)}, got {value!r}{did_you_mean(value, list(ENGINES))}")
         return value
+
+    @field_validator("engine_args", mode="before")
+    @classmethod
+    def _engine_args(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+            raise ValueError("must map vLLM engine argument names (tensor_parallel_size, ...) to values")
+        owned = [k for k in value if k in OWNED_ENGINE_ARGS]
+        if owned:
+            raise ValueError(f"{owned[0]!r} is set by relaxbench ({OWNED_ENGINE_ARGS[owned[0]]})")
+        return dict(value)
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -174,6 +201,7 @@ class SuiteSpec(Spec):
         data = self.model_dump()
         for volatile in VOLATILE_FIELDS:
             data.pop(volatile)
+        data["engine_args"] = {k: v for k, v in data["engine_args"].items() if k not in MEMORY_ENGINE_ARGS}
         for added in ADDED_KEY_FIELDS:  # fields added later stay out of the key at their default: old runs resume
             if not data[added]:
                 data.pop(added)
@@ -187,9 +215,9 @@ class SuiteSpec(Spec):
 
 
 # ``extends:`` for suites: the per-task and argument mappings merge key by key (a child suite changes one task's
-# limit); the lists (methods, tasks, profiles, include_paths) and every other field replace
+# limit or one engine argument); the lists (methods, tasks, profiles, include_paths) and every other field replace
 SUITE_KIND = SpecKind("suites", "suite", ("data_files", "limits", "task_repeats", "chat_template_args",
-                                          "executor_options"))
+                                          "executor_options", "engine_args"))
 
 
 def suite_file_fields(data: Any, where: str) -> dict[str, Any]:

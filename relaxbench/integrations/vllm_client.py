@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +47,48 @@ class EngineConfig:
     max_model_len: int | None = None
     seed: int = 0
     kv_cache_gib: float = 1.0  # the KV cache's memory (on CPU vLLM otherwise reserves most of the machine's)
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # the user's, checked (check_engine_args); they win
 
     def message(self) -> dict[str, Any]:
         return {"target": self.target, "dtype": self.dtype, "max_num_seqs": self.max_num_seqs, "seed": self.seed,
                 "max_model_len": self.max_model_len,
                 "kv_cache_gib": self.kv_cache_gib,
-                "speculative_config": None if self.speculative_config is None else dict(self.speculative_config)}
+                "speculative_config": None if self.speculative_config is None else dict(self.speculative_config),
+                "engine_args": dict(self.engine_args)}
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a process in the vLLM environment: this checkout first on the path, vLLM's logging at
+    warnings unless the user sets it."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                         os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
+            # vLLM's INFO lines (a throughput line every 10 s, every load step) would bury relaxbench's progress:
+            # warnings and errors only, unless the user sets the level
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+
+
+def check_engine_args(engine_args: Mapping[str, Any], python: Path | None = None) -> dict[str, Any]:
+    """``engine_args`` checked against the installed vLLM's own ``EngineArgs`` names and command-line types
+    (``integrations/vllm_args.py``, run in the vLLM environment), each value in vLLM's type; an unknown name or a
+    value vLLM refuses is one line."""
+    python = python or vllm_python()
+    try:
+        done = subprocess.run([str(python), "-m", "relaxbench.integrations.vllm_args"], capture_output=True, text=True,
+                              input=json.dumps({"engine_args": dict(engine_args)}), env=worker_env(), timeout=600)
+    except subprocess.TimeoutExpired:
+        raise EngineError("checking --engine-arg against vLLM took over 600 s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        reply = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        reply = None
+    if not isinstance(reply, dict):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EngineError(f"could not check --engine-arg against vLLM (exit {done.returncode}: {tail})")
+    if not reply.get("ok"):
+        raise ConfigError(str(reply.get("error")))
+    return dict(reply["engine_args"])
 
 
 class VllmClient:
@@ -60,15 +96,9 @@ class VllmClient:
 
     def __init__(self, python: Path | None = None, stderr: Any = None) -> None:
         python = python or vllm_python()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
-                                                           os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
-               # vLLM's INFO lines (a throughput line every 10 s, every load step) would bury relaxbench's progress:
-               # warnings and errors only, unless the user sets the level
-               "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
         self.process = subprocess.Popen([str(python), "-m", "relaxbench.integrations.vllm_worker"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=sys.stderr if stderr is None else stderr, text=True, env=env)
+                                        stderr=sys.stderr if stderr is None else stderr, text=True, env=worker_env())
         self.config: EngineConfig | None = None
         self._read()
 

@@ -150,11 +150,13 @@ class VllmExecutor(Executor):
             spec = speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, self.draft_ref,
                                       greedy_drafts=key[-1])
         return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed,
-                            max_model_len=max_model_len)
+                            max_model_len=max_model_len, engine_args=dict(self.plan.suite.engine_args))
 
     def run(self, context: RunContext, progress: ProgressSink) -> None:
         store = context.store
-        session_id = store.start_session(context.run_id, self.setup.describe(self.target, None, ENGINE, self.name))
+        environment = {**self.setup.describe(self.target, None, ENGINE, self.name),
+                       "engine_args": dict(context.plan.suite.engine_args)}  # vLLM's, as the installed vLLM typed them
+        session_id = store.start_session(context.run_id, environment)
         with session_outcome(lambda status: store.finish_session(session_id, status)):
             for job in context.plan.jobs:
                 EngineTaskRun(self, job, context.cells[job.name], store, session_id, progress).run()

@@ -4,7 +4,8 @@
 its own stdout (the process's fd 1 as it started; everything vLLM prints goes to stderr). Requests:
 
 * ``{"op": "start", "engine": {...}}``: build an ``LLM`` (closing the one before): target path, dtype,
-  ``speculative_config`` (None for AR), ``max_num_seqs`` (the concurrency), ``max_model_len``, seed.
+  ``speculative_config`` (None for AR), ``max_num_seqs`` (the concurrency), ``max_model_len``, seed, and the
+  user's ``engine_args`` (``--engine-arg``, checked by the driver), which win over relaxbench's own settings.
 * ``{"op": "generate", "requests": [...]}``: submit every request at once (vLLM batches them up to
   ``max_num_seqs``); each has prompt ids, max tokens, sampling, seed, stop strings and a ``RuleRequest`` (or none).
   The answer has per request the output ids, the finish reason, the per-step records (drafted, accepted, relaxed,
@@ -47,17 +48,7 @@ class Worker:
         from vllm import LLM
 
         self.spec = engine.get("speculative_config")
-        kwargs: dict[str, Any] = dict(
-            model=engine["target"], dtype=engine.get("dtype", "auto"), enforce_eager=True,
-            max_num_seqs=int(engine.get("max_num_seqs", 1)), seed=int(engine.get("seed", 0)),
-            disable_log_stats=False, speculative_config=self.spec,
-            kv_cache_memory_bytes=int(float(engine.get("kv_cache_gib") or 1) * 2 ** 30))
-        if engine.get("max_model_len"):
-            kwargs["max_model_len"] = int(engine["max_model_len"])
-        if self.spec is not None:
-            kwargs["per_request_spec_decode_metrics"] = "detailed"
-            kwargs["worker_extension_cls"] = FLUSH_EXTENSION  # lets generate() ask the adapter for its records
-        self.llm = LLM(**kwargs)
+        self.llm = LLM(**engine_kwargs(engine))
         import vllm
 
         return {"vllm": vllm.__version__}
@@ -122,6 +113,27 @@ class Worker:
                 shutdown()
             self.llm = None
             gc.collect()
+
+
+def engine_kwargs(engine: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM``'s arguments for a start request: relaxbench's settings, then the user's ``engine_args``
+    (``--engine-arg``, checked by the driver against this vLLM), which win; with ``gpu_memory_utilization`` the KV
+    cache takes that share of the device instead of relaxbench's fixed size."""
+    spec = engine.get("speculative_config")
+    kwargs: dict[str, Any] = dict(
+        model=engine["target"], dtype=engine.get("dtype", "auto"), enforce_eager=True,
+        max_num_seqs=int(engine.get("max_num_seqs", 1)), seed=int(engine.get("seed", 0)),
+        disable_log_stats=False, speculative_config=spec,
+        kv_cache_memory_bytes=int(float(engine.get("kv_cache_gib") or 1) * 2 ** 30))
+    if engine.get("max_model_len"):
+        kwargs["max_model_len"] = int(engine["max_model_len"])
+    if spec is not None:
+        kwargs["per_request_spec_decode_metrics"] = "detailed"
+        kwargs["worker_extension_cls"] = FLUSH_EXTENSION  # lets generate() ask the adapter for its records
+    user = dict(engine.get("engine_args") or {})
+    if "gpu_memory_utilization" in user:
+        kwargs.pop("kv_cache_memory_bytes")
+    return {**kwargs, **user}
 
 
 def trim_rounds(output_ids: list[int], steps: list[dict[str, Any]], speculative: bool) -> dict[str, list[Any]]:

