@@ -40,7 +40,9 @@ def _suite_run_key(name: str) -> tuple[dict[str, Any], str]:
 
     suite = suite_from_args(build_parser().parse_args(["compare", "--suite", name]))
     if suite.engine == "vllm":  # as compare does: the vLLM engine's own arm (native) is registered with it
-        import relaxbench.integrations.vllm_native  # noqa: F401
+        from relaxbench.integrations.vllm_native import register_native
+
+        register_native()
     sources = []
     for given in suite.tasks:
         spec = load_task(given)

@@ -48,13 +48,13 @@ def test_the_committed_table_is_what_the_command_prints(kind, capsys):
 
 
 def test_the_policy_table_has_a_row_per_policy_with_what_it_follows():
-    from relaxbench.commands.listing import markdown
+    from relaxbench.commands.listing import listed, markdown
     from relaxbench.policies import POLICIES
 
     table = markdown("policies")
     header = table.splitlines()[0]
     assert "follows" in header and "strict at" in header
-    for name, cls in POLICIES.items():
+    for name, cls in listed(POLICIES):
         row = next(line for line in table.splitlines() if line.startswith((f"| `{name}` |", f"| `{name}` (alias")))
         assert cls.origin.reference in row and cls.origin.fidelity.value in row, name
 

@@ -35,12 +35,9 @@ DATA = "tests/data/tiny_tasks.jsonl"
 def native():
     """The vLLM engine's ``native`` rule, registered as ``compare --engine vllm`` registers it, and unregistered
     afterwards: it is no rule of the transformers engine, so the rest of the suite must not see it."""
-    import importlib
+    from relaxbench.integrations.vllm_native import register_native
 
-    import relaxbench.integrations.vllm_native as module
-
-    if "native" not in POLICIES:  # imported and unregistered by an earlier test: register it again
-        importlib.reload(module)
+    register_native()  # imported and unregistered by an earlier test: register it again
     yield
     POLICIES._items.pop("native", None)
 
@@ -374,3 +371,10 @@ def test_the_vllm_engine_sizes_its_context_for_the_longest_conversation():
         required_model_len(job, dataclasses.replace(target, context=floor - 1))
     model_dir = materialize(resolve_model("tiny-random-target"), quiet=True)
     assert config_context(model_dir) == 4096  # the tiny model's config
+
+
+def test_the_engines_own_arm_is_not_listed_among_the_rules(native):
+    from relaxbench.commands.listing import listed, markdown
+
+    assert "native" in POLICIES and "native" not in dict(listed(POLICIES))
+    assert "`native`" not in markdown("policies")

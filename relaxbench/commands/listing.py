@@ -118,10 +118,16 @@ def markdown(kind: str) -> str:
         from relaxbench.policies import POLICIES
 
         header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
-        return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(POLICIES.items())])
+        return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(listed(POLICIES))])
     if kind == "metrics":
         return markdown_table(("metric", "definition"), [(name, text) for name, text in metric_rows()])
     return markdown_table(("name", "description"), [(f"`{name}`", text) for name, text in rows(kind)])
+
+
+def listed(policies) -> list[tuple[str, type]]:
+    """The rules of every engine: an engine's own arm (the vLLM engine's ``native``, registered with that engine)
+    is not listed, whether or not it was registered in this process."""
+    return [(name, cls) for name, cls in policies.items() if not cls.__module__.startswith("relaxbench.integrations.")]
 
 
 def metric_rows() -> list[tuple[str, str]]:
@@ -135,7 +141,7 @@ def rows(kind: str) -> list[tuple[str, str]]:
     if kind == "policies":
         from relaxbench.policies import POLICIES
 
-        return [(name, policy_description(cls)) for name, cls in POLICIES.items()]
+        return [(name, policy_description(cls)) for name, cls in listed(POLICIES)]
     if kind == "drafters":
         from relaxbench.decoding.drafters import DRAFTERS
 

@@ -17,7 +17,6 @@ from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, O
 from relaxbench.policies.strict import lossless_judgement
 
 
-@register_policy
 class NativePolicy(VerificationPolicy):
     name = NATIVE
     needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
@@ -28,3 +27,15 @@ class NativePolicy(VerificationPolicy):
 
     def judge(self, batch: Batch) -> Judgement:
         return lossless_judgement(batch)
+
+
+def register_native() -> None:
+    """Register the ``native`` rule unless it is: idempotent, so every path that needs it (the vLLM executor,
+    the adapter, the spec snapshot) can ask, whatever was registered or unregistered before."""
+    from relaxbench.policies import POLICIES
+
+    if NATIVE not in POLICIES:
+        register_policy(NativePolicy)
+
+
+register_native()
