@@ -1,0 +1,240 @@
+"""Counting what a piece of code asks of torch: every aten operation it dispatches, and every host synchronisation.
+
+A batched rule's promise is a fixed number of tensor operations, whatever the batch size, and no device→host round
+trip inside a decision. Both are properties of the code, not of the machine, so they are counted rather than timed:
+``count(fn)`` runs ``fn`` under a ``TorchDispatchMode`` (every aten operation, after autograd and the Python API are
+resolved: what a device would launch; views, which launch nothing, are counted apart) and a ``TorchFunctionMode`` (the Python calls that read a tensor's value on the
+host: ``Tensor.item``, ``tolist``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``, ``numpy``).
+
+A synchronisation is any of:
+
+* a host read of a tensor's value (the calls above; on a GPU each waits for the device);
+* an aten operation whose output shape depends on the data (``nonzero``, ``masked_select``, the ``unique`` family,
+  ``repeat_interleave`` without ``output_size``, ``bincount``, ...): the host must read a count before it can
+  allocate;
+* indexing with a boolean mask (``x[mask]``, ``x[mask] = y``: the kernel turns the mask into positions);
+* ``_local_scalar_dense`` (what ``item`` and ``bool`` dispatch to) and a copy from a device to the host.
+
+A host read is named once, by its Python call: the ``_local_scalar_dense`` it dispatches to is not counted again.
+
+``random_batch`` builds what a count (or a timing) runs a rule on: a valid random ``Batch`` for any registered rule,
+with what its ``needs`` ask for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from relaxbench.benchmarks.policies import HIDDEN
+from relaxbench.ops.sampling import BatchSampling, SamplingParams
+from relaxbench.policies.arm import drafter_duties
+from relaxbench.policies.base import Need, VerificationPolicy
+from relaxbench.policies.batch import Batch, Rows
+
+__all__ = ["DATA_DEPENDENT_OPS", "HOST_READS", "Counts", "count", "random_batch"]
+
+# aten operations (overload packet names) whose output shape, or whose result on the host, depends on the data
+DATA_DEPENDENT_OPS = frozenset({
+    "_local_scalar_dense", "nonzero", "nonzero_static_fallback", "masked_select", "_unique", "_unique2",
+    "unique_dim", "unique_consecutive", "unique_dim_consecutive", "bincount", "equal", "is_nonzero", "allclose",
+})
+# indexing operations that turn a boolean mask among their indices into positions (a ``nonzero`` inside the kernel)
+MASK_INDEXING_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index",
+                               "_unsafe_index_put"})
+# Tensor methods that read a value onto the host
+HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy"})
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one call dispatched: ``ops`` aten operations that compute (views excluded: torch picks a view or not
+    by shape, e.g. ``repeat_interleave`` of one element, and a view launches nothing), ``syncs`` host
+    synchronisations among or besides them, ``sync_names`` the name of each in order, ``views`` the view operations,
+    ``op_names`` how often each aten operation (views included) ran."""
+
+    ops: int
+    syncs: int
+    sync_names: tuple[str, ...] = ()
+    views: int = 0
+    op_names: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
+
+
+def _is_device_to_host(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A copy whose source is on a device and whose result is on the host (``.cpu()``, ``.to("cpu")``)."""
+    name = func.overloadpacket.__name__
+    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
+        target = kwargs.get("device")
+        return args[0].device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
+    if name == "copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+        return args[0].device.type == "cpu" and args[1].device.type != "cpu"
+    return False
+
+
+def _has_mask_index(args: tuple) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.ops: Counter[str] = Counter()
+        self.views = 0
+        self.syncs: list[str] = []
+        self.host_read_depth = 0  # inside a recorded host read: its _local_scalar_dense is that read
+
+
+class _OpMode(TorchDispatchMode):
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        self.recorder.ops[name] += 1
+        self.recorder.views += bool(func.is_view)
+        data_dependent = name in DATA_DEPENDENT_OPS or (
+            name == "repeat_interleave" and func._overloadname in ("Tensor", "self_Tensor")
+            and kwargs.get("output_size") is None) or (
+            name in MASK_INDEXING_OPS and _has_mask_index(args))
+        if (data_dependent or _is_device_to_host(func, args, kwargs)) and not (
+                name == "_local_scalar_dense" and self.recorder.host_read_depth):
+            self.recorder.syncs.append(f"aten.{name}")
+        return func(*args, **kwargs)
+
+
+class _HostReadMode(TorchFunctionMode):
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS and args and isinstance(args[0], torch.Tensor):
+            self.recorder.syncs.append(f"Tensor.{name}")
+            self.recorder.host_read_depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.recorder.host_read_depth -= 1
+        return func(*args, **kwargs)
+
+
+def count(fn: Callable[[], Any]) -> Counts:
+    """Run ``fn()`` once and count its aten operations and host synchronisations (its result is discarded)."""
+    recorder = _Recorder()
+    with _HostReadMode(recorder), _OpMode(recorder):
+        fn()
+    total = sum(recorder.ops.values())
+    return Counts(total - recorder.views, len(recorder.syncs), tuple(recorder.syncs), recorder.views, recorder.ops)
+
+
+# -- a random batch for any rule ----------------------------------------------------------------------------------
+SAMPLED = SamplingParams(temperature=0.7)  # the sampling-mode setting of a random batch
+
+
+def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, *, sampling: bool,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 generator: torch.Generator | None = None, mixed_k: bool = True,
+                 settings: SamplingParams | None = None, engine_q: bool = False,
+                 hidden: Mapping[str, int] = HIDDEN) -> Batch:
+    """A valid random ``Batch`` of ``size`` requests for ``policy`` (an instance, bound where it needs a tokenizer),
+    laid out as an engine hands it over: flattened rows and index maps.
+
+    Each request drafts ``width`` tokens, or with ``mixed_k`` a random k_i ≤ ``width`` (the first request ``width``,
+    the last, when there are two or more, none). Target rows are LLM-like (a long tail and a leading token); a draft
+    is the target's argmax with probability 0.8, else one of the next three tokens. What the rule reads beyond that
+    follows its ``needs`` and the drafter's duties in ``sampling`` mode (``policies.arm.drafter_duties``): the draft
+    logits (or, with ``engine_q``, the engine's q instead), the target's and the draft model's hidden states (sizes
+    ``hidden``: by default those of the heads ``benchmarks.policies.bench_knobs`` writes), the target's logits at the rule's extra verify tokens. ``settings``: the sampling-mode setting of
+    every request (default temperature 0.7). Uniforms as ``draw_uniforms`` draws them (zeros under greedy)."""
+    mode = "sampling" if sampling else "greedy"
+    if mode not in policy.modes:
+        raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
+    if size < 1 or width < 1 or vocab < 4:
+        raise ValueError("a random batch needs size >= 1, width >= 1 and vocab >= 4")
+    params = (settings or SAMPLED) if sampling else SamplingParams()
+    if params.greedy == sampling:
+        raise ValueError(f"settings {params} are not a {mode}-mode setting")
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    home = g.device
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device=home)
+
+    ks = torch.randint(0, width + 1, (size,), generator=g, device=home) if mixed_k else \
+        torch.full((size,), width, dtype=torch.long, device=home)
+    ks[0] = width
+    if mixed_k and size > 1:
+        ks[-1] = 0
+    k_list = [int(k) for k in ks.tolist()]
+    total = sum(k_list)
+    starts = torch.cumsum(ks + 1, 0) - (ks + 1)
+    draft_starts = torch.cumsum(ks, 0) - ks
+    positions = torch.arange(width + 1, device=home)
+    target_index = starts.unsqueeze(-1) + torch.minimum(positions, ks.unsqueeze(-1))
+    draft_index = (draft_starts.unsqueeze(-1) + torch.minimum(positions[:-1], (ks - 1).clamp_min(0).unsqueeze(-1))
+                   ).clamp_max(total - 1)
+
+    # target rows: a tail of scale 2 and a leading token holding most of the mass, three close alternatives
+    rows = total + size
+    target = 2.0 * randn(rows, vocab)
+    lead = 12.0 + 6.0 * torch.rand(rows, 1, generator=g, device=home)
+    boosts = torch.cat([lead, lead - 3.0 * torch.rand(rows, 3, generator=g, device=home)], dim=-1)
+    top = torch.randint(0, vocab, (rows, 4), generator=g, device=home)
+    target.scatter_(-1, top, boosts)
+    valid = positions[:-1] < ks.unsqueeze(-1)
+    own_rows = target_index[:, :-1]
+    ranked = torch.topk(target[own_rows], 4, dim=-1).indices  # [B, K, 4]
+    rank = torch.where(torch.rand(size, width, generator=g, device=home) < 0.8, 0,
+                       torch.randint(1, 4, (size, width), generator=g, device=home))
+    drafts = torch.where(valid, ranked.gather(-1, rank.unsqueeze(-1)).squeeze(-1), 0)
+
+    duties = drafter_duties(policy, params)
+    draft_logits = draft_probs = None
+    if duties.keep_logits:
+        draft_rows = target[target_index[:, :-1][valid]] + 1.5 * randn(total, vocab)
+        if engine_q:
+            temperature = params.temperature if params.temperature > 0 else 1.0
+            draft_probs = Rows(torch.softmax(draft_rows / temperature, dim=-1).to(device), draft_index.to(device))
+        else:
+            draft_logits = Rows(draft_rows.to(device, dtype), draft_index.to(device))
+
+    extras: dict[str, Rows] = {}
+    if Need.HIDDEN_STATES in policy.needs:
+        extras["hidden_states"] = Rows(randn(rows, hidden["target"]).to(device, dtype), target_index.to(device))
+    if Need.DRAFT_HIDDEN_STATES in policy.needs:
+        extras["draft_hidden_states"] = Rows(randn(total, hidden["draft"]).to(device, dtype), draft_index.to(device))
+    if Need.EXTRA_TOKENS in policy.needs:
+        counts = []
+        for b, k in enumerate(k_list):
+            extra = policy.extra_verify_tokens(drafts[b, :k].to(device))
+            counts.append(0 if extra is None else int(extra.shape[0]))
+        if sum(counts):
+            extra_rows = target[starts].repeat_interleave(torch.tensor(counts, device=home), dim=0)
+            extra_rows = extra_rows + 2.0 * randn(sum(counts), vocab)
+            counted = torch.tensor(counts, device=home)
+            extra_starts = torch.cumsum(counted, 0) - counted
+            columns = torch.arange(max(counts), device=home)
+            extra_index = (extra_starts.unsqueeze(-1) + torch.minimum(columns, (counted - 1).clamp_min(0).unsqueeze(-1))
+                           ).clamp_max(sum(counts) - 1)
+            extras["extra_logits"] = Rows(extra_rows.to(device, dtype), extra_index.to(device))
+
+    uniform_dtype = policy.uniform_dtype
+    if sampling:
+        accept_u = torch.rand(size, width, generator=g, device=home, dtype=uniform_dtype)
+        draw_u = torch.rand(size, generator=g, device=home, dtype=torch.float64)
+    else:
+        accept_u = torch.zeros(size, width, dtype=uniform_dtype, device=home)
+        draw_u = torch.zeros(size, dtype=torch.float64, device=home)
+    return Batch(drafts.to(device), ks.to(device), total, Rows(target.to(device, dtype), target_index.to(device)),
+                 BatchSampling.of([params] * size, device), accept_u.to(device), draw_u.to(device),
+                 draft_logits=draft_logits, draft_probs=draft_probs, extras=extras, any_empty=0 in k_list)
