@@ -18,7 +18,7 @@ A synchronisation is any of:
 A host read is named once, by its Python call: the ``_local_scalar_dense`` it dispatches to is not counted again.
 
 ``random_batch`` builds what a count (or a timing) runs a rule on: a valid random ``Batch`` for any registered rule,
-with what its ``needs`` ask for.
+with what its ``needs`` ask for (``random_step`` and ``batch_for``: one step shared by many rules).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -38,7 +39,8 @@ from relaxbench.policies.arm import drafter_duties
 from relaxbench.policies.base import Need, VerificationPolicy
 from relaxbench.policies.batch import Batch, Rows
 
-__all__ = ["DATA_DEPENDENT_OPS", "HOST_READS", "Counts", "count", "random_batch"]
+__all__ = ["DATA_DEPENDENT_OPS", "HOST_READS", "Counts", "RandomStep", "batch_for", "count", "random_batch",
+           "random_step"]
 
 # aten operations (overload packet names) whose output shape, or whose result on the host, depends on the data
 DATA_DEPENDENT_OPS = frozenset({
@@ -141,100 +143,160 @@ def count(fn: Callable[[], Any]) -> Counts:
 SAMPLED = SamplingParams(temperature=0.7)  # the sampling-mode setting of a random batch
 
 
-def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, *, sampling: bool,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 generator: torch.Generator | None = None, mixed_k: bool = True,
-                 settings: SamplingParams | None = None, engine_q: bool = False,
-                 hidden: Mapping[str, int] = HIDDEN) -> Batch:
-    """A valid random ``Batch`` of ``size`` requests for ``policy`` (an instance, bound where it needs a tokenizer),
-    laid out as an engine hands it over: flattened rows and index maps.
+@dataclass(frozen=True, eq=False)
+class RandomStep:
+    """One random verification step, laid out as an engine hands it over (flattened rows and index maps), holding
+    everything any rule may read; ``batch_for`` gives a rule the ``Batch`` of what it reads, sharing the tensors, so
+    many rules are timed side by side on one step without a copy each. The draft logits and hidden states are drawn
+    on first use, each from its own seed, so what a rule gets does not depend on which rules asked before."""
 
-    Each request drafts ``width`` tokens, or with ``mixed_k`` a random k_i ≤ ``width`` (the first request ``width``,
-    the last, when there are two or more, none). Target rows are LLM-like (a long tail and a leading token); a draft
-    is the target's argmax with probability 0.8, else one of the next three tokens. What the rule reads beyond that
-    follows its ``needs`` and the drafter's duties in ``sampling`` mode (``policies.arm.drafter_duties``): the draft
-    logits (or, with ``engine_q``, the engine's q instead), the target's and the draft model's hidden states (sizes
-    ``hidden``: by default those of the heads ``benchmarks.policies.bench_knobs`` writes), the target's logits at the rule's extra verify tokens. ``settings``: the sampling-mode setting of
-    every request (default temperature 0.7). Uniforms as ``draw_uniforms`` draws them (zeros under greedy)."""
-    mode = "sampling" if sampling else "greedy"
-    if mode not in policy.modes:
-        raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
+    drafts: torch.Tensor  # [B, K]
+    num_drafts: torch.Tensor  # [B]
+    k_list: tuple[int, ...]
+    target: Rows  # [T + B, V], index [B, K + 1]
+    draft_index: torch.Tensor  # [B, K]
+    accept_u: torch.Tensor  # [B, K] float64 (zeros under greedy)
+    draw_u: torch.Tensor  # [B] float64
+    params: SamplingParams
+    device: torch.device
+    dtype: torch.dtype
+    seed: int
+    hidden: Mapping[str, int]
+
+    @property
+    def sampling(self) -> bool:
+        return not self.params.greedy
+
+    @property
+    def total(self) -> int:
+        return sum(self.k_list)
+
+    def _generator(self, offset: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 7919 + offset)
+
+    @cached_property
+    def draft_logits(self) -> torch.Tensor:
+        """[T, V] the drafter's logits: its target row plus noise."""
+        rows = self.target.index[:, :-1][self.num_drafts.unsqueeze(-1) > torch.arange(self.drafts.shape[1],
+                                                                                      device=self.device)]
+        noise = torch.randn(self.total, int(self.target.source.shape[-1]), generator=self._generator(1))
+        return (self.target.source[rows].float() + 1.5 * noise.to(self.device)).to(self.dtype)
+
+    @cached_property
+    def hidden_states(self) -> torch.Tensor:
+        rows = int(self.target.source.shape[0])
+        return torch.randn(rows, self.hidden["target"], generator=self._generator(2)).to(self.device, self.dtype)
+
+    @cached_property
+    def draft_hidden_states(self) -> torch.Tensor:
+        return torch.randn(self.total, self.hidden["draft"], generator=self._generator(3)).to(self.device, self.dtype)
+
+    def extra_logits(self, counts: list[int]) -> Rows:
+        """``counts[b]`` rows per request (the target's logits at a rule's extra verify tokens), index [B, E]."""
+        total = sum(counts)
+        counted = torch.tensor(counts, device=self.device)
+        first = self.target.index[:, 0].repeat_interleave(counted, output_size=total)
+        noise = torch.randn(total, int(self.target.source.shape[-1]), generator=self._generator(4))
+        source = (self.target.source[first].float() + 2.0 * noise.to(self.device)).to(self.dtype)
+        starts = torch.cumsum(counted, 0) - counted
+        columns = torch.arange(max(counts), device=self.device)
+        index = starts.unsqueeze(-1) + torch.minimum(columns, (counted - 1).clamp_min(0).unsqueeze(-1))
+        return Rows(source, index.clamp_max(total - 1))
+
+
+def random_step(size: int, width: int, vocab: int, *, sampling: bool, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32, seed: int = 0, mixed_k: bool = True,
+                settings: SamplingParams | None = None, hidden: Mapping[str, int] = HIDDEN) -> RandomStep:
+    """A random step of ``size`` requests (see ``random_batch``), drawn on the CPU from ``seed`` and moved to
+    ``device`` in ``dtype``."""
     if size < 1 or width < 1 or vocab < 4:
         raise ValueError("a random batch needs size >= 1, width >= 1 and vocab >= 4")
     params = (settings or SAMPLED) if sampling else SamplingParams()
     if params.greedy == sampling:
-        raise ValueError(f"settings {params} are not a {mode}-mode setting")
-    g = generator if generator is not None else torch.Generator().manual_seed(0)
-    home = g.device
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g, device=home)
-
-    ks = torch.randint(0, width + 1, (size,), generator=g, device=home) if mixed_k else \
-        torch.full((size,), width, dtype=torch.long, device=home)
+        raise ValueError(f"settings {params} are not a {'sampling' if sampling else 'greedy'}-mode setting")
+    g = torch.Generator().manual_seed(seed)
+    ks = torch.randint(0, width + 1, (size,), generator=g) if mixed_k else torch.full((size,), width)
     ks[0] = width
     if mixed_k and size > 1:
         ks[-1] = 0
-    k_list = [int(k) for k in ks.tolist()]
+    k_list = tuple(int(k) for k in ks.tolist())
     total = sum(k_list)
     starts = torch.cumsum(ks + 1, 0) - (ks + 1)
-    draft_starts = torch.cumsum(ks, 0) - ks
-    positions = torch.arange(width + 1, device=home)
+    positions = torch.arange(width + 1)
     target_index = starts.unsqueeze(-1) + torch.minimum(positions, ks.unsqueeze(-1))
+    draft_starts = torch.cumsum(ks, 0) - ks
     draft_index = (draft_starts.unsqueeze(-1) + torch.minimum(positions[:-1], (ks - 1).clamp_min(0).unsqueeze(-1))
                    ).clamp_max(total - 1)
-
-    # target rows: a tail of scale 2 and a leading token holding most of the mass, three close alternatives
+    # LLM-like target rows: a tail of scale 2, a leading token holding most of the mass, three close alternatives
     rows = total + size
-    target = 2.0 * randn(rows, vocab)
-    lead = 12.0 + 6.0 * torch.rand(rows, 1, generator=g, device=home)
-    boosts = torch.cat([lead, lead - 3.0 * torch.rand(rows, 3, generator=g, device=home)], dim=-1)
-    top = torch.randint(0, vocab, (rows, 4), generator=g, device=home)
-    target.scatter_(-1, top, boosts)
+    target = 2.0 * torch.randn(rows, vocab, generator=g)
+    lead = 12.0 + 6.0 * torch.rand(rows, 1, generator=g)
+    boosts = torch.cat([lead, lead - 3.0 * torch.rand(rows, 3, generator=g)], dim=-1)
+    target.scatter_(-1, torch.randint(0, vocab, (rows, 4), generator=g), boosts)
+    # a draft is the target's argmax with probability 0.8, else one of the next three tokens
     valid = positions[:-1] < ks.unsqueeze(-1)
-    own_rows = target_index[:, :-1]
-    ranked = torch.topk(target[own_rows], 4, dim=-1).indices  # [B, K, 4]
-    rank = torch.where(torch.rand(size, width, generator=g, device=home) < 0.8, 0,
-                       torch.randint(1, 4, (size, width), generator=g, device=home))
+    ranked = torch.topk(target[target_index[:, :-1]], min(4, vocab), dim=-1).indices  # [B, K, 4]
+    rank = torch.where(torch.rand(size, width, generator=g) < 0.8, 0, torch.randint(1, 4, (size, width), generator=g))
     drafts = torch.where(valid, ranked.gather(-1, rank.unsqueeze(-1)).squeeze(-1), 0)
+    if sampling:
+        accept_u = torch.rand(size, width, generator=g, dtype=torch.float64)
+        draw_u = torch.rand(size, generator=g, dtype=torch.float64)
+    else:
+        accept_u, draw_u = torch.zeros(size, width, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
+    device = torch.device(device)
+    return RandomStep(drafts.to(device), ks.to(device), k_list, Rows(target.to(device, dtype), target_index.to(device)),
+                      draft_index.to(device), accept_u.to(device), draw_u.to(device), params, device, dtype, seed,
+                      hidden)
 
-    duties = drafter_duties(policy, params)
+
+def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = False) -> Batch:
+    """The ``Batch`` ``policy`` (an instance, bound where it needs a tokenizer) reads from ``step``: the draft
+    logits where its drafter keeps them in the step's mode (``policies.arm.drafter_duties``; with ``engine_q`` the
+    engine's q, softmax(z / T), instead), the hidden states and extra-token logits its ``needs`` ask for, the
+    uniforms in its ``uniform_dtype``."""
+    mode = "sampling" if step.sampling else "greedy"
+    if mode not in policy.modes:
+        raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
     draft_logits = draft_probs = None
-    if duties.keep_logits:
-        draft_rows = target[target_index[:, :-1][valid]] + 1.5 * randn(total, vocab)
+    if drafter_duties(policy, step.params).keep_logits:
         if engine_q:
-            temperature = params.temperature if params.temperature > 0 else 1.0
-            draft_probs = Rows(torch.softmax(draft_rows / temperature, dim=-1).to(device), draft_index.to(device))
+            temperature = step.params.temperature if step.sampling else 1.0
+            draft_probs = Rows(torch.softmax(step.draft_logits.float() / temperature, dim=-1), step.draft_index)
         else:
-            draft_logits = Rows(draft_rows.to(device, dtype), draft_index.to(device))
-
+            draft_logits = Rows(step.draft_logits, step.draft_index)
     extras: dict[str, Rows] = {}
     if Need.HIDDEN_STATES in policy.needs:
-        extras["hidden_states"] = Rows(randn(rows, hidden["target"]).to(device, dtype), target_index.to(device))
+        extras["hidden_states"] = Rows(step.hidden_states, step.target.index)
     if Need.DRAFT_HIDDEN_STATES in policy.needs:
-        extras["draft_hidden_states"] = Rows(randn(total, hidden["draft"]).to(device, dtype), draft_index.to(device))
+        extras["draft_hidden_states"] = Rows(step.draft_hidden_states, step.draft_index)
     if Need.EXTRA_TOKENS in policy.needs:
         counts = []
-        for b, k in enumerate(k_list):
-            extra = policy.extra_verify_tokens(drafts[b, :k].to(device))
+        for b, k in enumerate(step.k_list):
+            extra = policy.extra_verify_tokens(step.drafts[b, :k])
             counts.append(0 if extra is None else int(extra.shape[0]))
         if sum(counts):
-            extra_rows = target[starts].repeat_interleave(torch.tensor(counts, device=home), dim=0)
-            extra_rows = extra_rows + 2.0 * randn(sum(counts), vocab)
-            counted = torch.tensor(counts, device=home)
-            extra_starts = torch.cumsum(counted, 0) - counted
-            columns = torch.arange(max(counts), device=home)
-            extra_index = (extra_starts.unsqueeze(-1) + torch.minimum(columns, (counted - 1).clamp_min(0).unsqueeze(-1))
-                           ).clamp_max(sum(counts) - 1)
-            extras["extra_logits"] = Rows(extra_rows.to(device, dtype), extra_index.to(device))
+            extras["extra_logits"] = step.extra_logits(counts)
+    size = len(step.k_list)
+    return Batch(step.drafts, step.num_drafts, step.total, step.target,
+                 BatchSampling.of([step.params] * size, step.device), step.accept_u.to(policy.uniform_dtype),
+                 step.draw_u, draft_logits=draft_logits, draft_probs=draft_probs, extras=extras,
+                 any_empty=0 in step.k_list)
 
-    uniform_dtype = policy.uniform_dtype
-    if sampling:
-        accept_u = torch.rand(size, width, generator=g, device=home, dtype=uniform_dtype)
-        draw_u = torch.rand(size, generator=g, device=home, dtype=torch.float64)
-    else:
-        accept_u = torch.zeros(size, width, dtype=uniform_dtype, device=home)
-        draw_u = torch.zeros(size, dtype=torch.float64, device=home)
-    return Batch(drafts.to(device), ks.to(device), total, Rows(target.to(device, dtype), target_index.to(device)),
-                 BatchSampling.of([params] * size, device), accept_u.to(device), draw_u.to(device),
-                 draft_logits=draft_logits, draft_probs=draft_probs, extras=extras, any_empty=0 in k_list)
+
+def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, *, sampling: bool,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 generator: torch.Generator | None = None, mixed_k: bool = True, settings: SamplingParams | None = None, engine_q: bool = False,
+                 hidden: Mapping[str, int] = HIDDEN) -> Batch:
+    """A valid random ``Batch`` of ``size`` requests for ``policy`` (an instance, bound where it needs a tokenizer).
+
+    Each request drafts ``width`` tokens, or with ``mixed_k`` a random k_i ≤ ``width`` (the first request ``width``,
+    the last, when there are two or more, none). Target rows are LLM-like (a long tail and a leading token); a draft
+    is the target's argmax with probability 0.8, else one of the next three tokens. What the rule reads beyond that
+    follows its ``needs`` and its drafter's duties in the mode (``batch_for``); hidden states have the sizes
+    ``hidden`` (by default those of the heads ``benchmarks.policies.bench_knobs`` writes). ``settings``: the
+    sampling-mode setting of every request (default temperature 0.7). Uniforms are zeros under greedy decoding.
+    ``generator`` (CPU) draws the step's seed, so successive calls give different batches (None: seed 0)."""
+    seed = 0 if generator is None else int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator))
+    step = random_step(size, width, vocab, sampling=sampling, device=device, dtype=dtype, seed=seed, mixed_k=mixed_k,
+                       settings=settings, hidden=hidden)
+    return batch_for(policy, step, engine_q)
