@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -148,7 +147,8 @@ class RandomStep:
     """One random verification step, laid out as an engine hands it over (flattened rows and index maps), holding
     everything any rule may read; ``batch_for`` gives a rule the ``Batch`` of what it reads, sharing the tensors, so
     many rules are timed side by side on one step without a copy each. The draft logits and hidden states are drawn
-    on first use, each from its own seed, so what a rule gets does not depend on which rules asked before."""
+    on first use, each from its own seed, so what a rule gets does not depend on which rules asked before, and are
+    shared with the step in the other mode (``in_mode``)."""
 
     drafts: torch.Tensor  # [B, K]
     num_drafts: torch.Tensor  # [B]
@@ -162,6 +162,7 @@ class RandomStep:
     dtype: torch.dtype
     seed: int
     hidden: Mapping[str, int]
+    drawn: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # lazily drawn rows, shared by modes
 
     @property
     def sampling(self) -> bool:
@@ -174,22 +175,37 @@ class RandomStep:
     def _generator(self, offset: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 7919 + offset)
 
-    @cached_property
+    def _drawn(self, key: str, draw: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if key not in self.drawn:
+            self.drawn[key] = draw()
+        return self.drawn[key]
+
+    @property
     def draft_logits(self) -> torch.Tensor:
         """[T, V] the drafter's logits: its target row plus noise."""
-        rows = self.target.index[:, :-1][self.num_drafts.unsqueeze(-1) > torch.arange(self.drafts.shape[1],
-                                                                                      device=self.device)]
-        noise = torch.randn(self.total, int(self.target.source.shape[-1]), generator=self._generator(1))
-        return (self.target.source[rows].float() + 1.5 * noise.to(self.device)).to(self.dtype)
+        def draw() -> torch.Tensor:
+            valid = self.num_drafts.unsqueeze(-1) > torch.arange(self.drafts.shape[1], device=self.device)
+            rows = self.target.index[:, :-1][valid]
+            noise = torch.randn(self.total, int(self.target.source.shape[-1]), generator=self._generator(1))
+            return (self.target.source[rows].float() + 1.5 * noise.to(self.device)).to(self.dtype)
+        return self._drawn("draft_logits", draw)
 
-    @cached_property
+    @property
     def hidden_states(self) -> torch.Tensor:
         rows = int(self.target.source.shape[0])
-        return torch.randn(rows, self.hidden["target"], generator=self._generator(2)).to(self.device, self.dtype)
+        return self._drawn("hidden_states", lambda: torch.randn(rows, self.hidden["target"], generator=self._generator(
+            2)).to(self.device, self.dtype))
 
-    @cached_property
+    @property
     def draft_hidden_states(self) -> torch.Tensor:
-        return torch.randn(self.total, self.hidden["draft"], generator=self._generator(3)).to(self.device, self.dtype)
+        return self._drawn("draft_hidden_states", lambda: torch.randn(
+            self.total, self.hidden["draft"], generator=self._generator(3)).to(self.device, self.dtype))
+
+    def in_mode(self, sampling: bool, settings: SamplingParams | None = None) -> RandomStep:
+        """The same step decoded in the other mode: the same rows (shared, not copied), its own uniforms."""
+        params = _params(sampling, settings)
+        accept_u, draw_u = _uniforms(len(self.k_list), int(self.drafts.shape[1]), params, self._generator(5))
+        return replace(self, params=params, accept_u=accept_u.to(self.device), draw_u=draw_u.to(self.device))
 
     def extra_logits(self, counts: list[int]) -> Rows:
         """``counts[b]`` rows per request (the target's logits at a rule's extra verify tokens), index [B, E]."""
@@ -211,9 +227,7 @@ def random_step(size: int, width: int, vocab: int, *, sampling: bool, device: to
     ``device`` in ``dtype``."""
     if size < 1 or width < 1 or vocab < 4:
         raise ValueError("a random batch needs size >= 1, width >= 1 and vocab >= 4")
-    params = (settings or SAMPLED) if sampling else SamplingParams()
-    if params.greedy == sampling:
-        raise ValueError(f"settings {params} are not a {'sampling' if sampling else 'greedy'}-mode setting")
+    params = _params(sampling, settings)
     g = torch.Generator().manual_seed(seed)
     ks = torch.randint(0, width + 1, (size,), generator=g) if mixed_k else torch.full((size,), width)
     ks[0] = width
@@ -238,15 +252,25 @@ def random_step(size: int, width: int, vocab: int, *, sampling: bool, device: to
     ranked = torch.topk(target[target_index[:, :-1]], min(4, vocab), dim=-1).indices  # [B, K, 4]
     rank = torch.where(torch.rand(size, width, generator=g) < 0.8, 0, torch.randint(1, 4, (size, width), generator=g))
     drafts = torch.where(valid, ranked.gather(-1, rank.unsqueeze(-1)).squeeze(-1), 0)
-    if sampling:
-        accept_u = torch.rand(size, width, generator=g, dtype=torch.float64)
-        draw_u = torch.rand(size, generator=g, dtype=torch.float64)
-    else:
-        accept_u, draw_u = torch.zeros(size, width, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
+    accept_u, draw_u = _uniforms(size, width, params, g)
     device = torch.device(device)
     return RandomStep(drafts.to(device), ks.to(device), k_list, Rows(target.to(device, dtype), target_index.to(device)),
                       draft_index.to(device), accept_u.to(device), draw_u.to(device), params, device, dtype, seed,
                       hidden)
+
+
+def _params(sampling: bool, settings: SamplingParams | None) -> SamplingParams:
+    params = (settings or SAMPLED) if sampling else SamplingParams()
+    if params.greedy == sampling:
+        raise ValueError(f"settings {params} are not a {'sampling' if sampling else 'greedy'}-mode setting")
+    return params
+
+
+def _uniforms(size: int, width: int, params: SamplingParams, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 acceptance and draw uniforms (zeros under greedy decoding)."""
+    if params.greedy:
+        return torch.zeros(size, width, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
+    return torch.rand(size, width, generator=g, dtype=torch.float64), torch.rand(size, generator=g, dtype=torch.float64)
 
 
 def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = False) -> Batch:
