@@ -259,12 +259,16 @@ def _count_and_prepare(bench: VerifyBench, policies: dict[str, VerificationPolic
                        ) -> list[tuple[Cell, Callable[[], object]]]:
     """Count each cell's operations (on a full-width step and on the timed step) and return what to time."""
     work: list[tuple[Cell, Callable[[], object]]] = []
+    full_base: dict[int, RandomStep] = {}  # the full-width step of the current B, shared by its modes
     for shape, step in steps.items():
         bare = bench.cell(BARE, shape)
         bare.mixed = count(lambda: bare_exact_match(step))
         work.append((bare, lambda s=step: bare_exact_match(s).tolist()))
-        full_step = random_step(shape.batch, shape.k, shape.vocab, sampling=False, device=device, dtype=dtype,
-                                seed=shape.batch, mixed_k=False).in_mode(shape.mode == "sampling")
+        if shape.batch not in full_base:
+            full_base.clear()
+            full_base[shape.batch] = random_step(shape.batch, shape.k, shape.vocab, sampling=False, device=device,
+                                                 dtype=dtype, seed=shape.batch, mixed_k=False)
+        full_step = full_base[shape.batch].in_mode(shape.mode == "sampling")
         for name, mode in pairs:
             if mode != shape.mode:
                 continue
