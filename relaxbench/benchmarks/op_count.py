@@ -13,7 +13,10 @@ A synchronisation is any of:
   ``repeat_interleave`` without ``output_size``, ``bincount``, ...): the host must read a count before it can
   allocate;
 * indexing with a boolean mask (``x[mask]``, ``x[mask] = y``: the kernel turns the mask into positions);
-* ``_local_scalar_dense`` (what ``item`` and ``bool`` dispatch to) and a copy from a device to the host.
+* ``_local_scalar_dense`` (what ``item`` and ``bool`` dispatch to) and a copy from a device to the host;
+* a tensor made from host data (``torch.tensor(x)``, ``as_tensor``: ``lift_fresh``) or a blocking copy from the
+  host to a device: on a GPU, copying pageable host memory waits for the stream (the sync debug mode flags it),
+  and on a CPU run the counter sees the ``lift_fresh`` that would become that copy.
 
 A host read is named once, by its Python call: the ``_local_scalar_dense`` it dispatches to is not counted again.
 
@@ -45,6 +48,7 @@ __all__ = ["DATA_DEPENDENT_OPS", "HOST_READS", "Counts", "RandomStep", "batch_fo
 DATA_DEPENDENT_OPS = frozenset({
     "_local_scalar_dense", "nonzero", "nonzero_static_fallback", "masked_select", "_unique", "_unique2",
     "unique_dim", "unique_consecutive", "unique_dim_consecutive", "bincount", "equal", "is_nonzero", "allclose",
+    "lift_fresh", "lift_fresh_copy",
 })
 # indexing operations that turn a boolean mask among their indices into positions (a ``nonzero`` inside the kernel)
 MASK_INDEXING_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index",
@@ -67,14 +71,17 @@ class Counts:
     op_names: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
 
-def _is_device_to_host(func: Any, args: tuple, kwargs: dict) -> bool:
-    """A copy whose source is on a device and whose result is on the host (``.cpu()``, ``.to("cpu")``)."""
+def _is_blocking_transfer(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A copy between the host and a device that waits: device → host always (``.cpu()``, ``.to("cpu")``), host →
+    device unless ``non_blocking``."""
     name = func.overloadpacket.__name__
-    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
-        target = kwargs.get("device")
-        return args[0].device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
+    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) and kwargs.get("device") is not None:
+        source, target = args[0].device.type, torch.device(kwargs["device"]).type
+        return source != target and (target == "cpu" or not kwargs.get("non_blocking", False))
     if name == "copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
-        return args[0].device.type == "cpu" and args[1].device.type != "cpu"
+        target, source = args[0].device.type, args[1].device.type
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        return source != target and (target == "cpu" or not non_blocking)
     return False
 
 
@@ -105,7 +112,7 @@ class _OpMode(TorchDispatchMode):
             name == "repeat_interleave" and func._overloadname in ("Tensor", "self_Tensor")
             and kwargs.get("output_size") is None) or (
             name in MASK_INDEXING_OPS and _has_mask_index(args))
-        if (data_dependent or _is_device_to_host(func, args, kwargs)) and not (
+        if (data_dependent or _is_blocking_transfer(func, args, kwargs)) and not (
                 name == "_local_scalar_dense" and self.recorder.host_read_depth):
             self.recorder.syncs.append(f"aten.{name}")
         return func(*args, **kwargs)

@@ -79,7 +79,8 @@ def bare_exact_match(step: RandomStep) -> torch.Tensor:
 
 
 def request_blocks(batch: Batch, generator: torch.Generator | None) -> list[Block]:
-    """Each request's ``Block`` cut from ``batch`` (its rows are contiguous in the flattened layout: views)."""
+    """Each request's ``Block`` cut from ``batch`` as ``op_count.random_step`` lays it out (each request's rows
+    contiguous, so a block's tensors are views), its uniforms to be drawn from ``generator``."""
     ks = batch.num_drafts.tolist()
     starts, draft_starts = batch.target.index[:, 0].tolist(), batch.target.index[:, 0].sub(
         torch.arange(batch.size, device=batch.device)).tolist()
@@ -106,9 +107,11 @@ def request_blocks(batch: Batch, generator: torch.Generator | None) -> list[Bloc
     return blocks
 
 
-def per_request_step(policy: VerificationPolicy, blocks: Sequence[Block], out: list[tuple[int, int, int]]) -> None:
-    """The per-request path: ``verify`` once per request, its output row written."""
-    for b, block in enumerate(blocks):
+def per_request_step(policy: VerificationPolicy, batch: Batch, generator: torch.Generator | None,
+                     out: list[tuple[int, int, int]]) -> None:
+    """The per-request path, one step: each request's block cut from the batch, ``verify`` once per request, its
+    output row written."""
+    for b, block in enumerate(request_blocks(batch, generator)):
         outcome = policy.verify(block)
         out[b] = (outcome.n_accepted, outcome.next_token, outcome.n_relaxed)
 
@@ -285,10 +288,9 @@ def _count_and_prepare(bench: VerifyBench, policies: dict[str, VerificationPolic
             work.append((cell, lambda p=policy, b=timed: decided(p, b)))
             if shape.batch in bench.per_request_batches:
                 generator = torch.Generator(device=step.device).manual_seed(0) if mode == "sampling" else None
-                blocks = request_blocks(timed, generator)
                 out: list[tuple[int, int, int]] = [(0, 0, 0)] * shape.batch
                 work.append((bench.cell(f"per-request {name}", shape),
-                             lambda p=policy, bl=blocks, o=out: per_request_step(p, bl, o)))
+                             lambda p=policy, b=timed, g=generator, o=out: per_request_step(p, b, g, o)))
         del full_step
     return work
 
