@@ -3,8 +3,9 @@
 A batched rule's promise is a fixed number of tensor operations, whatever the batch size, and no device→host round
 trip inside a decision. Both are properties of the code, not of the machine, so they are counted rather than timed:
 ``count(fn)`` runs ``fn`` under a ``TorchDispatchMode`` (every aten operation, after autograd and the Python API are
-resolved: what a device would launch; views, which launch nothing, are counted apart) and a ``TorchFunctionMode`` (the Python calls that read a tensor's value on the
-host: ``Tensor.item``, ``tolist``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``, ``numpy``).
+resolved: what a device would launch; views, which launch nothing, are counted apart) and a ``TorchFunctionMode``
+(the Python calls that read a tensor's value on the host: ``Tensor.item``, ``tolist``, ``__bool__``, ``__int__``,
+``__float__``, ``__index__``, ``numpy``).
 
 A synchronisation is any of:
 
@@ -316,7 +317,8 @@ def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = Fal
 
 def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, *, sampling: bool,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 generator: torch.Generator | None = None, mixed_k: bool = True, settings: SamplingParams | None = None, engine_q: bool = False,
+                 generator: torch.Generator | None = None, mixed_k: bool = True,
+                 settings: SamplingParams | None = None, engine_q: bool = False,
                  hidden: Mapping[str, int] = HIDDEN) -> Batch:
     """A valid random ``Batch`` of ``size`` requests for ``policy`` (an instance, bound where it needs a tokenizer).
 

@@ -345,7 +345,8 @@ def misses(bench: VerifyBench) -> list[Miss]:
             full = [c for c in cells if c.full is not None]
             if len(full) >= 2 and full[-1].full.ops != full[0].full.ops:
                 out.append(Miss(rule, mode, f"operations at B={full[-1].shape.batch} = at B={full[0].shape.batch}",
-                                f"{where}: {full[0].full.ops} → {full[-1].full.ops} ({op_growth(full[0].full, full[-1].full)})"))
+                                f"{where}: {full[0].full.ops} → {full[-1].full.ops} "
+                                f"({op_growth(full[0].full, full[-1].full)})"))
             mixed = [c for c in cells if c.mixed is not None and c.shape.batch >= 2]
             if len(mixed) >= 2 and mixed[-1].mixed.ops != mixed[0].mixed.ops:
                 out.append(Miss(rule, mode, f"operations on a mixed step at B={mixed[-1].shape.batch} = at "

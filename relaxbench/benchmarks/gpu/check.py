@@ -4,7 +4,8 @@ minutes are not spent twice), the JSON files written as each step ends, and one 
 Files in the output folder (seven, all small, so that with the launcher's log they stay within what a device run
 brings back): ``summary.json`` (every check, each step's seconds and error, the configuration) and one file per
 group of steps (``FILES``) holding each step's record: the environment, the clock and placement, losslessness and
-the distribution test, every rule's batched decision, per-cell profile ratios with the measured profiles, the oracle runs.
+the distribution test, every rule's batched decision, per-cell profile ratios with the measured profiles, the
+oracle runs.
 """
 
 from __future__ import annotations

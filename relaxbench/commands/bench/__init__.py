@@ -13,7 +13,8 @@ from relaxbench.commands.args import OneLineParser
 from relaxbench.commands.bench import (cluster, efficiency, engine, engines, forward, gpu, memory, policies, proxy,
                                       verify)
 
-BENCHMARK_MODULES = [engine, engines, forward, efficiency, memory, cluster, proxy, policies, verify, gpu]  # in `bench --help` order
+# in `bench --help` order
+BENCHMARK_MODULES = [engine, engines, forward, efficiency, memory, cluster, proxy, policies, verify, gpu]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
