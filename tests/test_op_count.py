@@ -108,3 +108,20 @@ def test_a_random_batch_gives_the_engine_q_when_asked(policies):
     batch = random_batch(policies["speculative-sampling"], 4, 3, 50, sampling=True, engine_q=True)
     assert batch.draft_probs is not None and batch.draft_logits is None
     assert torch.allclose(batch.draft_probs.source.sum(-1), torch.ones(batch.total_drafts))
+
+
+def test_a_random_batch_may_mix_greedy_and_sampled_requests_with_their_own_settings(policies):
+    from relaxbench.ops.sampling import SamplingParams
+
+    settings = [SamplingParams(), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8), SamplingParams()]
+    policy = policies["speculative-sampling"]
+    batch = random_batch(policy, 4, 3, 50, sampling=True, settings=settings)
+    assert batch.sampling.any_greedy and not batch.sampling.all_greedy and batch.sampling.uniform is None
+    assert batch.sampling.top_k.tolist() == [0, 5, 0, 0] and batch.draft_logits is not None
+    assert batch.accept_u[0].eq(0).all() and batch.accept_u[1].gt(0).any()  # no draw for a greedy request
+    verdict = policy.decide(batch)
+    assert all(0 <= a <= k for a, k in zip(verdict.accepted.tolist(), batch.num_drafts.tolist()))
+    with pytest.raises(ValueError, match="does not run in sampling mode"):
+        random_batch(policies["exact"], 4, 3, 50, sampling=True, settings=settings)
+    with pytest.raises(ValueError, match="2 sampling settings for 4 requests"):
+        random_batch(policy, 4, 3, 50, sampling=True, settings=settings[:2])

@@ -28,7 +28,7 @@ with what its ``needs`` ask for (``random_step`` and ``batch_for``: one step sha
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -148,6 +148,7 @@ def count(fn: Callable[[], Any]) -> Counts:
 
 # -- a random batch for any rule ----------------------------------------------------------------------------------
 SAMPLED = SamplingParams(temperature=0.7)  # the sampling-mode setting of a random batch
+Settings = SamplingParams | Sequence[SamplingParams] | None  # one setting for every request, or one per request
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,9 +164,9 @@ class RandomStep:
     k_list: tuple[int, ...]
     target: Rows  # [T + B, V], index [B, K + 1]
     draft_index: torch.Tensor  # [B, K]
-    accept_u: torch.Tensor  # [B, K] float64 (zeros under greedy)
+    accept_u: torch.Tensor  # [B, K] float64 (zeros for a greedy request)
     draw_u: torch.Tensor  # [B] float64
-    params: SamplingParams
+    params: tuple[SamplingParams, ...]  # each request's
     device: torch.device
     dtype: torch.dtype
     seed: int
@@ -174,7 +175,13 @@ class RandomStep:
 
     @property
     def sampling(self) -> bool:
-        return not self.params.greedy
+        """Whether any request samples."""
+        return any(not p.greedy for p in self.params)
+
+    @property
+    def modes(self) -> set[str]:
+        """The decoding modes of the step's requests."""
+        return {"greedy" if p.greedy else "sampling" for p in self.params}
 
     @property
     def total(self) -> int:
@@ -209,10 +216,11 @@ class RandomStep:
         return self._drawn("draft_hidden_states", lambda: torch.randn(
             self.total, self.hidden["draft"], generator=self._generator(3)).to(self.device, self.dtype))
 
-    def in_mode(self, sampling: bool, settings: SamplingParams | None = None) -> RandomStep:
-        """The same step decoded in the other mode: the same rows (shared, not copied), its own uniforms."""
-        params = _params(sampling, settings)
-        accept_u, draw_u = _uniforms(len(self.k_list), int(self.drafts.shape[1]), params, self._generator(5))
+    def in_mode(self, sampling: bool, settings: Settings = None) -> RandomStep:
+        """The same step decoded in another mode (or with other settings): the same rows (shared, not copied), its
+        own uniforms."""
+        params = _params(sampling, settings, len(self.k_list))
+        accept_u, draw_u = _uniforms(int(self.drafts.shape[1]), params, self._generator(5))
         return replace(self, params=params, accept_u=accept_u.to(self.device), draw_u=draw_u.to(self.device))
 
     def extra_logits(self, counts: list[int]) -> Rows:
@@ -229,13 +237,13 @@ class RandomStep:
 
 
 def random_step(size: int, width: int, vocab: int, *, sampling: bool, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32, seed: int = 0, mixed_k: bool = True,
-                settings: SamplingParams | None = None, hidden: Mapping[str, int] = HIDDEN) -> RandomStep:
+                dtype: torch.dtype = torch.float32, seed: int = 0, mixed_k: bool = True, settings: Settings = None,
+                hidden: Mapping[str, int] = HIDDEN) -> RandomStep:
     """A random step of ``size`` requests (see ``random_batch``), drawn on the CPU from ``seed`` and moved to
     ``device`` in ``dtype``."""
     if size < 1 or width < 1 or vocab < 4:
         raise ValueError("a random batch needs size >= 1, width >= 1 and vocab >= 4")
-    params = _params(sampling, settings)
+    params = _params(sampling, settings, size)
     g = torch.Generator().manual_seed(seed)
     ks = torch.randint(0, width + 1, (size,), generator=g) if mixed_k else torch.full((size,), width)
     ks[0] = width
@@ -260,25 +268,34 @@ def random_step(size: int, width: int, vocab: int, *, sampling: bool, device: to
     ranked = torch.topk(target[target_index[:, :-1]], min(4, vocab), dim=-1).indices  # [B, K, 4]
     rank = torch.where(torch.rand(size, width, generator=g) < 0.8, 0, torch.randint(1, 4, (size, width), generator=g))
     drafts = torch.where(valid, ranked.gather(-1, rank.unsqueeze(-1)).squeeze(-1), 0)
-    accept_u, draw_u = _uniforms(size, width, params, g)
+    accept_u, draw_u = _uniforms(width, params, g)
     device = torch.device(device)
     return RandomStep(drafts.to(device), ks.to(device), k_list, Rows(target.to(device, dtype), target_index.to(device)),
                       draft_index.to(device), accept_u.to(device), draw_u.to(device), params, device, dtype, seed,
                       hidden)
 
 
-def _params(sampling: bool, settings: SamplingParams | None) -> SamplingParams:
-    params = (settings or SAMPLED) if sampling else SamplingParams()
-    if params.greedy == sampling:
-        raise ValueError(f"settings {params} are not a {'sampling' if sampling else 'greedy'}-mode setting")
+def _params(sampling: bool, settings: Settings, size: int) -> tuple[SamplingParams, ...]:
+    """Each request's settings: ``settings`` (one for all, or one per request), by default greedy or ``SAMPLED``;
+    ``sampling`` says whether any request samples."""
+    if settings is None or isinstance(settings, SamplingParams):
+        params = ((settings or SAMPLED) if sampling else (settings or SamplingParams()),) * size
+    else:
+        params = tuple(settings)
+        if len(params) != size:
+            raise ValueError(f"{len(params)} sampling settings for {size} requests")
+    if any(not p.greedy for p in params) != sampling:
+        raise ValueError(f"settings {sorted(set(params), key=str)} do not match sampling={sampling}")
     return params
 
 
-def _uniforms(size: int, width: int, params: SamplingParams, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """float64 acceptance and draw uniforms (zeros under greedy decoding)."""
-    if params.greedy:
-        return torch.zeros(size, width, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
-    return torch.rand(size, width, generator=g, dtype=torch.float64), torch.rand(size, generator=g, dtype=torch.float64)
+def _uniforms(width: int, params: Sequence[SamplingParams], g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 acceptance and draw uniforms, zeros for a greedy request."""
+    size = len(params)
+    sampled = torch.tensor([not p.greedy for p in params])
+    accept = torch.rand(size, width, generator=g, dtype=torch.float64)
+    draw = torch.rand(size, generator=g, dtype=torch.float64)
+    return accept * sampled.unsqueeze(-1), draw * sampled
 
 
 def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = False) -> Batch:
@@ -286,14 +303,16 @@ def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = Fal
     logits where its drafter keeps them in the step's mode (``policies.arm.drafter_duties``; with ``engine_q`` the
     engine's q, softmax(z / T), instead), the hidden states and extra-token logits its ``needs`` ask for, the
     uniforms in its ``uniform_dtype``."""
-    mode = "sampling" if step.sampling else "greedy"
-    if mode not in policy.modes:
-        raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
+    for mode in sorted(step.modes):
+        if mode not in policy.modes:
+            raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
     draft_logits = draft_probs = None
-    if drafter_duties(policy, step.params).keep_logits:
+    if any(drafter_duties(policy, p).keep_logits for p in set(step.params)):
         if engine_q:
-            temperature = step.params.temperature if step.sampling else 1.0
-            draft_probs = Rows(torch.softmax(step.draft_logits.float() / temperature, dim=-1), step.draft_index)
+            temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in step.params],
+                                       device=step.device).repeat_interleave(step.num_drafts, output_size=step.total)
+            draft_probs = Rows(torch.softmax(step.draft_logits.float() / temperature.unsqueeze(-1), dim=-1),
+                               step.draft_index)
         else:
             draft_logits = Rows(step.draft_logits, step.draft_index)
     extras: dict[str, Rows] = {}
@@ -308,17 +327,16 @@ def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = Fal
             counts.append(0 if extra is None else int(extra.shape[0]))
         if sum(counts):
             extras["extra_logits"] = step.extra_logits(counts)
-    size = len(step.k_list)
     return Batch(step.drafts, step.num_drafts, step.total, step.target,
-                 BatchSampling.of([step.params] * size, step.device), step.accept_u.to(policy.uniform_dtype),
+                 BatchSampling.of(step.params, step.device), step.accept_u.to(policy.uniform_dtype),
                  step.draw_u, draft_logits=draft_logits, draft_probs=draft_probs, extras=extras,
                  any_empty=0 in step.k_list)
 
 
 def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, *, sampling: bool,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 generator: torch.Generator | None = None, mixed_k: bool = True,
-                 settings: SamplingParams | None = None, engine_q: bool = False,
+                 generator: torch.Generator | None = None, mixed_k: bool = True, settings: Settings = None,
+                 engine_q: bool = False,
                  hidden: Mapping[str, int] = HIDDEN) -> Batch:
     """A valid random ``Batch`` of ``size`` requests for ``policy`` (an instance, bound where it needs a tokenizer).
 
@@ -326,8 +344,10 @@ def random_batch(policy: VerificationPolicy, size: int, width: int, vocab: int, 
     the last, when there are two or more, none). Target rows are LLM-like (a long tail and a leading token); a draft
     is the target's argmax with probability 0.8, else one of the next three tokens. What the rule reads beyond that
     follows its ``needs`` and its drafter's duties in the mode (``batch_for``); hidden states have the sizes
-    ``hidden`` (by default those of the heads ``benchmarks.policies.bench_knobs`` writes). ``settings``: the
-    sampling-mode setting of every request (default temperature 0.7). Uniforms are zeros under greedy decoding.
+    ``hidden`` (by default those of the heads ``benchmarks.policies.bench_knobs`` writes). ``settings``: one
+    setting for every request (default: greedy, or temperature 0.7 with ``sampling``) or one per request, which may
+    mix greedy and sampled requests (``sampling`` then says whether any samples); a greedy request's uniforms are
+    zeros.
     ``generator`` (CPU) draws the step's seed, so successive calls give different batches (None: seed 0)."""
     seed = 0 if generator is None else int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator))
     step = random_step(size, width, vocab, sampling=sampling, device=device, dtype=dtype, seed=seed, mixed_k=mixed_k,
