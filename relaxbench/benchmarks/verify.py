@@ -13,12 +13,14 @@ same step:
   Python. It runs today's rule code, so it is that loop's cost with today's rules, not the cost of the per-request
   implementations the rules had before they were batched.
 
-A step's time is the decision and its one host copy of the verdicts (``Verdict.to_host``), on the host clock (a CPU
-runs synchronously). The random steps follow ``op_count.random_step``: mixed draft lengths k_i ≤ k with one request
+A step's time is the decision and its one host copy of the verdicts (``Verdict.to_host``): on the host clock on a
+CPU (which runs synchronously); on CUDA by CUDA events, with every decision under the sync debug mode (the GPU kit's
+step ``verify``). The random steps follow ``op_count.random_step``: mixed draft lengths k_i ≤ k with one request
 that drafted nothing. Operations are counted twice: on a step where every request drafts k (the same work at every
 B, so the count must not change with B) and on the timed mixed step (where the count must not change over B ≥ 2:
-at B = 1 there is no empty request to handle). Every configuration of a run is timed side by side: each repeat
-visits every rule and both references of every step in turn, so drift on a shared machine hits them alike.
+at B = 1 there is no empty request to handle). The configurations are timed side by side, a (k, V) group at a time
+(every B and mode of it: what fits in memory at V = 151,936): each repeat visits every rule and both references of
+every step of the group in turn, so drift on a shared machine hits them alike.
 """
 
 from __future__ import annotations
