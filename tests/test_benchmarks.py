@@ -185,15 +185,16 @@ def test_bench_subcommands_share_the_runtime_flags():
              "forward": {"device", "threads"},
              "efficiency": {"device", "dtype", "draft_dtype", "threads"}, "memory": {"dtype", "draft_dtype", "threads"},
              "cluster": {"threads"}, "proxy": {"dtype", "draft_dtype", "threads"},
-             "policies": {"device", "dtype", "threads"}, "gpu": {"device", "threads"}}
-    device_default = {"policies": "cpu", "gpu": "cuda"}
+             "policies": {"device", "dtype", "threads"}, "verify": {"device", "threads"}, "gpu": {"device", "threads"}}
+    device_default = {"policies": "cpu", "verify": "cpu", "gpu": "cuda"}
+    threads_default = {"verify": 1}  # a decision's host overhead, one thread
     assert [m.__name__.rsplit(".", 1)[1] for m in BENCHMARK_MODULES] == list(takes)
     for name, flags in takes.items():
         args = parser.parse_args(["bench", name, *(["MODEL"] if name == "forward" else [])])
         runtime = {key for key in ("device", "dtype", "draft_dtype", "threads") if hasattr(args, key)}
         assert runtime == flags, name
         dtype = "float32" if name == "engines" else "auto"  # both engines at one dtype vLLM's CPU build runs
-        assert args.threads is None and all(getattr(args, k) == dtype for k in flags - {"threads", "device"})
+        assert args.threads == threads_default.get(name) and all(getattr(args, k) == dtype for k in flags - {"threads", "device"})
         assert getattr(args, "device", "auto") == device_default.get(name, "auto")
         assert callable(args.handler)
 

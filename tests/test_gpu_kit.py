@@ -58,6 +58,12 @@ def test_the_cpu_dry_run_runs_every_step_without_the_packages_the_image_lacks(tm
     assert len(profile) == 5 and all(m["cells"] for m in profile.values())
     arms = json.loads((out / "oracle.json").read_text())["oracle"]["data"]["arms"]
     assert all(a["measured_speedup"] > 0 and a["proxy_measured_speedup"] > 0 for a in arms.values())
+    verify = json.loads((out / "verify.json").read_text())["verify"]["data"]
+    assert len(verify["rules"]) >= 20 and verify["batches"] == [1, 4] and not verify["misses"]
+    for rule, by_batch in verify["rules"].items():  # every rule counted and timed at every B, no sync, same ops
+        assert set(by_batch) == {"1", "4"}, rule
+        assert all(c["syncs"] == [] and c["error"] is None and c["ms"] > 0 for c in by_batch.values()), rule
+        assert by_batch["1"]["ops"] == by_batch["4"]["ops"] > 0, rule
     tail = done.stdout.strip().splitlines()
     assert "PASS" in done.stdout and tail[-1].startswith(tuple("0123456789"))  # the table, then the count, last
 
@@ -137,6 +143,17 @@ def test_the_shipped_configs_have_the_published_sizes():
         assert small.shape.tied_embeddings == shape.tied_embeddings and small.shape.layers == 2
         assert small.eos_token_ids == frozenset()  # generation runs to its length
     assert random_model("llama-3.1-8b", torch.bfloat16, "meta").shape.parameters == 8_030_261_248
+
+
+def test_the_verify_step_sets_a_rule_beside_the_analytic_8b_step_at_the_same_tokens(capsys):
+    from relaxbench.benchmarks.gpu.verify_check import SHARE_CONTEXT, analytic_step_s
+    from relaxbench.models.random_shapes import random_model
+
+    line = roofline("h200", random_model("llama-3.1-8b", torch.bfloat16, "meta").shape)
+    assert analytic_step_s(256, 4) == pytest.approx(line.seconds(5, SHARE_CONTEXT, 256))
+    assert analytic_step_s(1, 4) < analytic_step_s(64, 4) < analytic_step_s(256, 4)  # B × (k + 1) tokens
+    assert main(["bench", "gpu", "--plan", "--steps", "verify"]) == 0
+    assert "B = 1, 8, 64, 256, k = 4, V = 151,936, bf16 logits" in capsys.readouterr().out
 
 
 def test_memory_bound_cells_follow_the_roofline():

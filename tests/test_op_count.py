@@ -35,17 +35,26 @@ def test_views_are_counted_apart_from_the_ops():
     (lambda x: x[x > 0], "aten.index"),
     (lambda x: torch.masked_select(x, x > 0), "aten.masked_select"),
     (lambda x: torch.unique(x), "aten._unique2"),
-    (lambda x: torch.arange(3).repeat_interleave(torch.tensor([1, 0, 2])), "aten.repeat_interleave"),
+    (lambda x: x.clamp_max(float(2)).repeat_interleave(3), None),
+    (lambda x: x * torch.tensor(0.5), "aten.lift_fresh"),  # host data: a blocking upload on a GPU
 ])
 def test_the_counter_catches_each_host_synchronisation_once(read, name):
     counts = count(lambda: read(torch.randn(6)))
-    assert counts.sync_names == (name,)
-    assert counts.syncs == 1
+    assert counts.sync_names == (() if name is None else (name,))
+    assert counts.syncs == (name is not None)
 
 
 def test_a_repeat_with_its_output_size_given_is_no_sync():
-    counts = count(lambda: torch.arange(3).repeat_interleave(torch.tensor([1, 0, 2]), output_size=3))
+    repeats = torch.tensor([1, 0, 2])
+    counts = count(lambda: torch.arange(3).repeat_interleave(repeats, output_size=3))
     assert counts.syncs == 0 and counts.ops >= 1
+    unsized = count(lambda: torch.arange(3).repeat_interleave(repeats))
+    assert unsized.sync_names == ("aten.repeat_interleave",)
+
+
+def test_a_scalar_made_on_the_device_is_no_upload():
+    x = torch.randn(6)
+    assert count(lambda: torch.minimum(torch.full((), 0.5), x)).syncs == 0
 
 
 def test_a_masked_write_is_a_sync_and_a_masked_fill_is_not():
@@ -99,3 +108,20 @@ def test_a_random_batch_gives_the_engine_q_when_asked(policies):
     batch = random_batch(policies["speculative-sampling"], 4, 3, 50, sampling=True, engine_q=True)
     assert batch.draft_probs is not None and batch.draft_logits is None
     assert torch.allclose(batch.draft_probs.source.sum(-1), torch.ones(batch.total_drafts))
+
+
+def test_a_random_batch_may_mix_greedy_and_sampled_requests_with_their_own_settings(policies):
+    from relaxbench.ops.sampling import SamplingParams
+
+    settings = [SamplingParams(), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8), SamplingParams()]
+    policy = policies["speculative-sampling"]
+    batch = random_batch(policy, 4, 3, 50, sampling=True, settings=settings)
+    assert batch.sampling.any_greedy and not batch.sampling.all_greedy and batch.sampling.uniform is None
+    assert batch.sampling.top_k.tolist() == [0, 5, 0, 0] and batch.draft_logits is not None
+    assert batch.accept_u[0].eq(0).all() and batch.accept_u[1].gt(0).any()  # no draw for a greedy request
+    verdict = policy.decide(batch)
+    assert all(0 <= a <= k for a, k in zip(verdict.accepted.tolist(), batch.num_drafts.tolist()))
+    with pytest.raises(ValueError, match="does not run in sampling mode"):
+        random_batch(policies["exact"], 4, 3, 50, sampling=True, settings=settings)
+    with pytest.raises(ValueError, match="2 sampling settings for 4 requests"):
+        random_batch(policy, 4, 3, 50, sampling=True, settings=settings[:2])

@@ -44,7 +44,7 @@ def medusa_accepts(batch: Batch, probs: torch.Tensor, epsilon: float, delta: flo
     """[B, K] ``p(d) > min(ε, δ·exp(−H))`` at every draft position, with ``probs`` [N, V] the target rows'
     distributions, in float32 as Medusa's tensors compute it."""
     p_d = probs[batch.target.index[:, :-1], batch.drafts]
-    cap = torch.tensor(epsilon, dtype=probs.dtype, device=probs.device)  # Medusa's ones_like(H) * ε
+    cap = torch.full((), epsilon, dtype=probs.dtype, device=probs.device)  # Medusa's ones_like(H) * ε (no upload)
     floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)  # [N]
     return p_d > batch.target.of(floor)[:, :-1]
 

@@ -1,10 +1,11 @@
 """Run the kit: each step in turn under a time budget, a failing step recorded and the next one run (a lent GPU's
 minutes are not spent twice), the JSON files written as each step ends, and one table printed last.
 
-Files in the output folder (six, all small, so that with the launcher's log they stay within what a device run
+Files in the output folder (seven, all small, so that with the launcher's log they stay within what a device run
 brings back): ``summary.json`` (every check, each step's seconds and error, the configuration) and one file per
 group of steps (``FILES``) holding each step's record: the environment, the clock and placement, losslessness and
-the distribution test, per-cell profile ratios with the measured profiles, the oracle runs.
+the distribution test, every rule's batched decision, per-cell profile ratios with the measured profiles, the
+oracle runs.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from relaxbench.benchmarks.gpu.plan import KitConfig, estimate, model_estimate, 
 from relaxbench.benchmarks.gpu.results import MISS, PASS, Check, StepResult, write_json
 
 FILES = {"environment": "environment.json", "clock": "clock.json", "device-map": "clock.json",
-         "lossless": "lossless.json", "distribution": "lossless.json", "profile": "profile.json",
-         "oracle": "oracle.json"}
+         "lossless": "lossless.json", "distribution": "lossless.json", "verify": "verify.json",
+         "profile": "profile.json", "oracle": "oracle.json"}
 
 
 def _step_runner(config: KitConfig, step: str, started: float) -> Callable[[StepResult], None]:
@@ -67,6 +68,10 @@ def _step_runner(config: KitConfig, step: str, started: float) -> Callable[[Step
                     r.add(f"{name}: profile", _one_line(exc), "runs", MISS)
                     r.data.setdefault("errors", {})[name] = traceback.format_exc(limit=8)
         return profiles
+    if step == "verify":
+        from relaxbench.benchmarks.gpu.verify_check import verify_check
+        return lambda r: verify_check(r, c.device, c.verify_batches, c.verify_k, c.verify_vocab, c.verify_repeats,
+                                      c.held)
     if step == "oracle":
         from relaxbench.benchmarks.gpu.oracle_compare import run_oracle
         return lambda r: run_oracle(r, c)

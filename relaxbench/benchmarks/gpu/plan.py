@@ -13,7 +13,7 @@ from relaxbench.errors import ConfigError
 
 # cheap and decisive first; the distribution test (many short generations, the least predictable time on a GPU)
 # last, so a slow one cannot crowd out the proxy checks
-STEPS = ("environment", "clock", "device-map", "lossless", "oracle", "profile", "distribution")
+STEPS = ("environment", "clock", "device-map", "lossless", "verify", "oracle", "profile", "distribution")
 WHAT = {
     "environment": "the environment table (GPU, driver, CUDA, torch, transformers) as a compare run records it",
     "clock": "a deliberately async workload timed with and without relaxbench's synchronising clock, and with CUDA "
@@ -24,6 +24,8 @@ WHAT = {
                     "rule must fail it",
     "profile": "per shipped shape: a profile measured here vs the analytic h200 roofline (and h100-sxm, scaled), "
                "per (new tokens, context) cell",
+    "verify": "every rule's batched decision: CUDA-event time per step (≤ 1 ms at the largest B), no synchronisation "
+              "under the sync debug mode, operations independent of B; its share of an analytic Llama-3.1-8B step",
     "oracle": "AR vs exact with the oracle drafter at planned acceptance patterns: measured speed-up vs the proxy "
               "from a measured and from the analytic profile",
 }
@@ -55,6 +57,10 @@ class KitConfig:
     oracle_repeats: int = 2
     clock_size: int = 8192
     clock_matmuls: int = 20
+    verify_batches: tuple[int, ...] = (1, 8, 64, 256)
+    verify_k: int = 4
+    verify_vocab: int = 151_936  # Qwen's vocabulary, the larger of the bench's two
+    verify_repeats: int = 10
     budget_s: float = 480.0
     steps: tuple[str, ...] = STEPS
 
@@ -80,7 +86,7 @@ def kit_config(device: str, steps: str | None = None, models: str | None = None,
             device=device, dry=True, steps=base.steps, lossless_prompts=3, lossless_tokens=24, lossless_ks=(2, 5),
             distribution_samples=150, power_samples=150, new_tokens=(1, 2, 4), contexts=(16, 64), prefill=(16,),
             repeats=1, warmup=0, oracle_prompts=1, oracle_prompt_tokens=24, oracle_new_tokens=16, oracle_repeats=1,
-            clock_size=128, clock_matmuls=3)
+            clock_size=128, clock_matmuls=3, verify_batches=(1, 4), verify_vocab=512, verify_repeats=1)
     if models:
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         known = shape_names()
@@ -104,10 +110,12 @@ def _replace(config: KitConfig, **changes) -> KitConfig:
 
 # Seconds each step should take on one H200 (estimates; the summary records the real ones), and per-model seconds
 # of the profile step (building the random model on the GPU + the grid).
-GPU_SECONDS = {"environment": 5, "clock": 5, "device-map": 10, "lossless": 40, "distribution": 90, "oracle": 60}
+GPU_SECONDS = {"environment": 5, "clock": 5, "device-map": 10, "lossless": 40, "verify": 40, "distribution": 90,
+               "oracle": 60}
 GPU_PROFILE_SECONDS = {"qwen2.5-coder-0.5b-instruct": 15, "qwen2.5-coder-1.5b-instruct": 15, "qwen2.5-7b": 25,
                        "llama-3.1-8b": 25, "qwen3-32b": 60}
-CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "distribution": 8, "oracle": 4}
+CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "verify": 10, "distribution": 8,
+               "oracle": 4}
 CPU_PROFILE_SECONDS = 1
 STARTUP_SECONDS = 15  # interpreter, torch and transformers imports; installing the wheels
 
@@ -142,6 +150,9 @@ def sizes(config: KitConfig, step: str) -> str:
                 f"{c.oracle_repeats} repeats")
     if step == "clock":
         return f"{c.clock_matmuls} bf16 matmuls of {c.clock_size}²"
+    if step == "verify":
+        return (f"every registered rule and mode, B = {', '.join(map(str, c.verify_batches))}, k = {c.verify_k}, "
+                f"V = {c.verify_vocab:,}, bf16 logits, {c.verify_repeats} timed repeat(s)")
     return ""
 
 

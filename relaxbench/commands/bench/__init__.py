@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 
 from relaxbench.commands.args import OneLineParser
-from relaxbench.commands.bench import cluster, efficiency, engine, engines, forward, gpu, memory, policies, proxy
+from relaxbench.commands.bench import (cluster, efficiency, engine, engines, forward, gpu, memory, policies, proxy,
+                                      verify)
 
-BENCHMARK_MODULES = [engine, engines, forward, efficiency, memory, cluster, proxy, policies, gpu]  # in `bench --help` order
+# in `bench --help` order
+BENCHMARK_MODULES = [engine, engines, forward, efficiency, memory, cluster, proxy, policies, verify, gpu]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

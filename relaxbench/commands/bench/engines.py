@@ -1,4 +1,4 @@
-"""``relaxbench bench engines``: both engines, AR and exact, at concurrency 1 and 8, and the vLLM adapter's cost
+"""``relaxbench bench engines``: both engines, AR and exact, at concurrency 1, 8 and 32, and the vLLM adapter's cost
 against vLLM's native sampler (``relaxbench.benchmarks.engines``)."""
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from relaxbench.commands.bench.output import figure, print_table, table, text, v
 
 
 def register(bsub: argparse._SubParsersAction) -> None:
-    e = bsub.add_parser("engines", help="relaxbench's loop vs vLLM: AR and exact tokens/s at concurrency 1 and 8; "
-                                        "the vLLM adapter against vLLM's native sampler (needs `make install-vllm`)")
+    e = bsub.add_parser("engines", help="relaxbench's loop vs vLLM: AR and exact tokens/s at concurrency 1, 8 and "
+                                        "32; the vLLM adapter against vLLM's native sampler (needs `make "
+                                        "install-vllm`)")
     e.add_argument("--target", default="smollm2-135m-instruct")
-    e.add_argument("--concurrency", default="1,8", help="concurrency levels (default 1,8; 8 is checked)")
+    e.add_argument("--concurrency", default=None, help="concurrency levels (default 1,8,32; 8 and 32 are checked)")
     e.add_argument("-k", "--k", type=int, default=4)
-    e.add_argument("--max-new-tokens", type=int, default=64)
-    e.add_argument("--prompts", type=int, default=3, help="number of code prompts (max 3)")
-    e.add_argument("--repeats", type=int, default=3)
+    e.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per request (default 64)")
+    e.add_argument("--prompts", type=int, default=None, help="number of code prompts (max 3; default 3)")
+    e.add_argument("--repeats", type=int, default=None, help="timed batches per arm and level (default 3)")
+    e.add_argument("--quick", action="store_true",
+                   help="a smoke run: one prompt, 16 new tokens, one repeat (figures too noisy to mean much)")
     e.add_argument("--dtype", default="float32", help="both engines' dtype (default float32)")
     add_device_arg(e)
     add_threads_arg(e)
@@ -41,13 +44,38 @@ class ClientDriver:
         return self.client.generate(requests)
 
 
+QUICK = {"prompts": 1, "max_new_tokens": 16, "repeats": 1}
+DEFAULTS = {"prompts": 3, "max_new_tokens": 64, "repeats": 3}
+
+
+def engines_settings(args: argparse.Namespace) -> tuple[list[int], int, int, int]:
+    """(levels, prompts, new tokens, repeats) from the flags, ``--quick`` and the defaults; bad values are one-line
+    errors."""
+    from relaxbench.benchmarks.engines import CHECKED_CONCURRENCY, LEVELS
+    from relaxbench.errors import ConfigError
+
+    raw = args.concurrency if args.concurrency is not None else ",".join(map(str, LEVELS))
+    try:
+        levels = [int(v) for v in raw.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--concurrency: comma-separated integers, got {raw!r}") from None
+    if not set(CHECKED_CONCURRENCY) <= set(levels) or any(v < 1 for v in levels):
+        raise ConfigError(f"--concurrency must include {' and '.join(map(str, CHECKED_CONCURRENCY))} (the checked "
+                          "levels) and only positive values")
+    chosen = {**DEFAULTS, **(QUICK if args.quick else {})}
+    prompts, new, repeats = (getattr(args, key) if getattr(args, key) is not None else chosen[key]
+                             for key in ("prompts", "max_new_tokens", "repeats"))
+    if not 1 <= prompts <= 3 or new < 1 or repeats < 1:
+        raise ConfigError("need 1 <= --prompts <= 3, --max-new-tokens >= 1 and --repeats >= 1")
+    return levels, prompts, new, repeats
+
+
 def run_engines(args: argparse.Namespace) -> int:
     from relaxbench.arms import build_decoder
     from relaxbench.benchmarks.engine import CODE_PROMPTS
     from relaxbench.benchmarks.engines import transformers_lines, vllm_lines
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import encode_prompt
-    from relaxbench.errors import ConfigError
     from relaxbench.integrations.vllm_client import VllmClient, vllm_python
     from relaxbench.integrations.vllm_executor import locate
     from relaxbench.integrations.vllm_rules import speculative_config
@@ -56,23 +84,18 @@ def run_engines(args: argparse.Namespace) -> int:
     from relaxbench.timing import Clock
     from relaxbench.ui import console
 
+    levels, n_prompts, max_new_tokens, repeats = engines_settings(args)
     vllm_python()  # a missing vLLM environment is one line, before anything loads
-    try:
-        levels = [int(v) for v in args.concurrency.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--concurrency: comma-separated integers, got {args.concurrency!r}") from None
-    if 8 not in levels or any(v < 1 for v in levels):
-        raise ConfigError("--concurrency must include 8 (the checked level) and only positive values")
     device = runtime_from_args(args)
     out = console()
     target = load_model(args.target, dtype=args.dtype, device=device)
-    prompts = [encode_prompt(target.tokenizer, p, chat=True) for p in CODE_PROMPTS[: args.prompts]]
+    prompts = [encode_prompt(target.tokenizer, p, chat=True) for p in CODE_PROMPTS[:n_prompts]]
     clock = Clock(target.device)
     decoders = {
         "ar": build_decoder(MethodSpec(name="ar", policy="none"), target, None,
-                            DecodeConfig(k=0, max_new_tokens=args.max_new_tokens)),
+                            DecodeConfig(k=0, max_new_tokens=max_new_tokens)),
         "exact": build_decoder(MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="ngram")), target,
-                               None, DecodeConfig(k=args.k, max_new_tokens=args.max_new_tokens))}
+                               None, DecodeConfig(k=args.k, max_new_tokens=max_new_tokens))}
     for decoder in decoders.values():
         decoder.generate(prompts[0][:8])  # untimed warm-up
 
@@ -82,14 +105,14 @@ def run_engines(args: argparse.Namespace) -> int:
             tokens += decoders[arm].generate(prompt).n_emitted
         return tokens, clock.now() - start
 
-    out.print(f"target {target.name} ({args.dtype}), {len(prompts)} prompts, {args.max_new_tokens} new tokens, "
-              f"exact with n-gram drafts (k = {args.k}), concurrency {levels}, {args.repeats} repeats")
-    lines = transformers_lines(run_loop, levels, args.repeats)
+    out.print(f"target {target.name} ({args.dtype}), {len(prompts)} prompts, {max_new_tokens} new tokens, "
+              f"exact with n-gram drafts (k = {args.k}), concurrency {levels}, {repeats} repeats")
+    lines = transformers_lines(run_loop, levels, repeats)
     del decoders, target
     ref = locate(args.target)[1]
     with VllmClient() as client:
         lines += vllm_lines(ClientDriver(client, args.dtype), ref, prompts,
-                            speculative_config("ngram", {}, args.k, None), args.max_new_tokens, args.repeats, levels)
+                            speculative_config("ngram", {}, args.k, None), max_new_tokens, repeats, levels)
     return 0 if print_results(lines) else 1
 
 

@@ -1,0 +1,166 @@
+"""``relaxbench bench verify``: its table, its counts, and which targets a run misses (never its timings)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from relaxbench.benchmarks import verify as vb
+from relaxbench.benchmarks.op_count import Counts, random_step
+from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy
+from relaxbench.policies.greedy import greedy_judgement
+
+
+def test_the_quick_run_prints_every_rule_with_its_counts_and_exits_0(capsys):
+    from relaxbench.cli import main
+
+    code = main(["bench", "verify", "--quick", "--policy", "exact", "--policy", "speculative-sampling",
+                 "--policy", "fly", "--policy", "autojudge"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out = captured.out
+    for column in ("ops", "ops mixed", "syncs", "µs B=1", "µs B=4", "× bare @4", "per-request µs @4", "speedup @4"):
+        assert column in out
+    lines = {(line.split("│")[1].strip(), line.split("│")[2].strip()): line for line in out.splitlines()
+             if line.count("│") > 5}
+    assert set(lines) >= {("bare exact-match", "greedy"), ("exact", "greedy"), ("speculative-sampling", "greedy"),
+                          ("speculative-sampling", "sampling"), ("fly", "greedy"), ("fly", "sampling"),
+                          ("autojudge", "greedy")}
+    assert ("autojudge", "sampling") not in lines  # a greedy-only rule is run in its mode only
+    cells = [c.strip() for c in lines[("exact", "greedy")].split("│")[1:-1]]
+    assert cells[4] == "0" and cells[-1] == "yes"  # no synchronisation, every checked target held
+    assert "B=64 was not run: the time targets were not checked" in out
+
+
+def test_bad_flags_are_one_line_errors(capsys):
+    from relaxbench.cli import main
+
+    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"]):
+        assert main(["bench", "verify", "--quick", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+class SyncingRule(VerificationPolicy):
+    """Exact match that reads a value back and grows with the batch: what the bench must catch."""
+
+    name = "syncing-test-rule"
+    modes = Modes(supported={"greedy"}, lossless=True)
+    origin = Origin(Fidelity.BASELINE, "a test")
+
+    def judge(self, batch: Batch) -> Judgement:
+        if bool(batch.matches.any()):  # a host synchronisation
+            for b in range(batch.size):  # a loop over requests: the operation count grows with B
+                batch.drafts[b].clone()
+        return greedy_judgement(batch)
+
+
+def test_the_bench_names_the_rule_and_the_op_that_syncs_or_grows():
+    bench = vb.run_verify_bench({"exact": vb.bench_policies(["exact"], None, 64)["exact"],
+                                 SyncingRule.name: SyncingRule()}, ("greedy",), (1, 3), (4,), (64,), repeats=1,
+                                warmup=0)
+    found = vb.misses(bench)
+    assert {m.rule for m in found} == {SyncingRule.name}
+    targets = {m.target: m.detail for m in found}
+    assert "Tensor.__bool__" in targets["0 synchronisations in a decision"]
+    assert "clone +2" in targets["operations at B=3 = at B=1"]
+    exact = [c for (rule, _), c in bench.cells.items() if rule == "exact"]
+    assert exact and all(c.syncs == () and len(c.times) == 1 for c in exact)
+    assert bench.compare_batch == 3 and bench.get("per-request exact", vb.Shape("greedy", 3, 4, 64)) is not None
+
+
+def cell(bench: vb.VerifyBench, rule: str, shape: vb.Shape, us: float, ops: int = 10) -> None:
+    counts = Counts(ops, 0, (), 0, Counter({"add": ops}))
+    c = bench.cell(rule, shape)
+    c.full, c.mixed, c.times = counts, counts, [us * 1e-6]
+
+
+def timed_bench(greedy_us: float, sampling_us: float, per_request_us: float, vocab: int = 1000) -> vb.VerifyBench:
+    bench = vb.VerifyBench(batches=(1, 64))
+    for mode, us in (("greedy", greedy_us), ("sampling", sampling_us)):
+        for b in (1, 64):
+            shape = vb.Shape(mode, b, 4, vocab)
+            cell(bench, vb.BARE, shape, 100.0)
+            cell(bench, f"rule-{mode}", shape, us)
+        cell(bench, f"per-request rule-{mode}", vb.Shape(mode, 64, 4, vocab), per_request_us)
+    return bench
+
+
+def test_the_time_targets_hold_at_b64_against_the_bare_reference_and_the_per_request_path():
+    assert vb.misses(timed_bench(250.0, 900.0, 20_000.0)) == []
+    found = {(m.rule, m.target) for m in vb.misses(timed_bench(350.0, 1100.0, 20_000.0))}
+    assert found == {("rule-greedy", "≤ 3× the bare reference at B=64"),
+                     ("rule-sampling", "≤ 10× the bare reference at B=64")}
+    found = {(m.rule, m.target) for m in vb.misses(timed_bench(250.0, 900.0, 2_000.0))}
+    assert found == {("rule-greedy", "≥ 10× faster than the per-request path at B=64"),
+                     ("rule-sampling", "≥ 10× faster than the per-request path at B=64")}
+    # the bare-reference ratio is held at the overhead vocabulary only; the per-request speedup at every V
+    found = {(m.rule, m.target) for m in vb.misses(timed_bench(350.0, 1100.0, 2_000.0, vocab=151_936))}
+    assert found == {("rule-greedy", "≥ 10× faster than the per-request path at B=64"),
+                     ("rule-sampling", "≥ 10× faster than the per-request path at B=64")}
+
+
+def test_a_per_request_block_is_the_requests_own_rows():
+    policy = vb.bench_policies(["speculative-sampling"], None, 32)["speculative-sampling"]
+    from relaxbench.benchmarks.op_count import batch_for
+
+    step = random_step(5, 3, 32, sampling=True, seed=1)
+    batch = batch_for(policy, step)
+    blocks = vb.request_blocks(batch, torch.Generator().manual_seed(0))
+    for b, block in enumerate(blocks):
+        k = step.k_list[b]
+        assert block.k == k and torch.equal(block.draft_tokens, batch.drafts[b, :k])
+        assert torch.equal(block.target_logits, batch.target.source[batch.target.index[b, : k + 1]])
+        assert torch.equal(block.draft_logits, batch.draft_logits.source[batch.draft_logits.index[b, :k]])
+
+
+# -- bench engines: concurrency 32 beside 8, its quick configuration --------------------------------------------
+class FakeEngine:
+    """An ``EngineDriver`` that answers at once: each batch's wall time follows the rule (the adapter ``slowdown``
+    × native), so the checks' arithmetic is known; records what was started and asked."""
+
+    def __init__(self, slowdown: float) -> None:
+        self.slowdown, self.started, self.batches = slowdown, [], []
+
+    def start(self, target, speculative, concurrency):
+        self.started.append((speculative is not None, concurrency))
+
+    def generate(self, requests):
+        self.batches.append(len(requests))
+        rule = (requests[0]["rule"] or {}).get("policy")
+        wall = 1.0 * (self.slowdown if rule == "exact" else 1.0)
+        return {"wall": wall, "results": [{"output_ids": [1] * r["max_tokens"], "rounds": {"t_policy": [0.0001]}}
+                                          for r in requests]}
+
+
+def test_bench_engines_quick_configuration_checks_the_adapter_at_8_and_32(capsys):
+    from relaxbench.benchmarks.engines import ADAPTER_RATIO_TARGET, checks, vllm_lines
+    from relaxbench.cli import build_parser
+    from relaxbench.commands.bench.engines import engines_settings, print_results
+
+    args = build_parser().parse_args(["bench", "engines", "--quick"])
+    levels, prompts, new, repeats = engines_settings(args)
+    assert (levels, prompts, new, repeats) == ([1, 8, 32], 1, 16, 1)
+    engine = FakeEngine(slowdown=1.01)  # the adapter 1 % slower: 0.990 ≥ 0.98
+    lines = vllm_lines(engine, "t", [[1, 2, 3]], {"method": "ngram"}, new, repeats, levels)
+    assert {(line.arm, line.concurrency) for line in lines} == {
+        (arm, level) for arm in ("ar", "native exact", "adapter exact") for level in (1, 8, 32)}
+    assert 32 in engine.batches and (True, 32) in engine.started  # 32 requests in flight on an engine sized for it
+    found = checks(lines)
+    assert [c.label.rsplit(" ", 1)[1] for c in found] == ["8", "8", "32", "32"]
+    assert ADAPTER_RATIO_TARGET == 0.98 and all(c.holds for c in found)
+    assert print_results(lines) and "0.990" in capsys.readouterr().out
+    slow = vllm_lines(FakeEngine(slowdown=1.03), "t", [[1, 2, 3]], {"method": "ngram"}, new, repeats, levels)
+    assert not print_results(slow)  # 0.971 < 0.98 at 8 and at 32
+    assert capsys.readouterr().out.count("NO") == 2
+
+
+@pytest.mark.parametrize("flags", [["--concurrency", "1,8"], ["--concurrency", "8,x,32"], ["--prompts", "4"]])
+def test_bench_engines_refuses_a_level_set_without_8_and_32_in_one_line(flags, capsys):
+    from relaxbench.cli import main
+
+    assert main(["bench", "engines", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
