@@ -320,3 +320,78 @@ def test_a_rule_without_a_batched_decision_is_refused_in_one_line():
     message = str(info.value)
     assert "define judge(batch) -> Judgement" in message and "\n" not in message
     assert "per-request-test" not in POLICIES
+
+
+# -- the span gate ------------------------------------------------------------------------------------------------
+class TagTokenizer:
+    """``<think>`` and ``</think>`` as single tokens 6 and 7, as Qwen3's are."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return {"<think>": [6], "</think>": [7]}.get(text, [0])
+
+
+def span_cases(n: int, seed: int, vocab: int = 12, max_k: int = 6):
+    """Random contexts and drafts, both rich in tags, with target rows that relax often."""
+    g = torch.Generator().manual_seed(seed)
+    for i in range(n):
+        context = torch.randint(vocab, (int(torch.randint(1, 8, (), generator=g)),), generator=g).tolist()
+        k = int(torch.randint(0, max_k + 1, (), generator=g))
+        target = torch.randn(k + 1, vocab, generator=g) * 1.5
+        drafts = torch.where(torch.rand(k, generator=g) < 0.5, target[:k].argmax(-1),
+                             torch.randint(vocab, (k,), generator=g))
+        yield i, context, drafts, target
+
+
+@pytest.mark.parametrize("inner", ["relaxed-topk-delta", "fly", "topk", "margin-greedy", "typical-greedy"])
+@pytest.mark.parametrize("relax_in", ["thinking", "answer", "all"])
+def test_the_span_gate_equals_the_oracles_verdict_for_verdict_under_greedy_decoding(inner, relax_in):
+    from relaxbench.policies.span import SpanGate
+    from tests.oracle.span import SpanGate as OracleSpanGate
+
+    ours = SpanGate(make_policy(inner, {"window": 2} if inner == "fly" else {}), relax_in)
+    theirs = OracleSpanGate(oracle_policy(inner, {"window": 2} if inner == "fly" else {}), relax_in)
+    ours.bind(PolicyEnv(TagTokenizer(), 12, torch.device("cpu")))
+    theirs.bind(OraclePolicyEnv(TagTokenizer(), 12, torch.device("cpu")))
+    relaxed = 0
+    for i, context, drafts, target in span_cases(3000, seed=hash(inner) % 1000):
+        ours.reset()
+        ours.observe(context)
+        theirs.reset()
+        a = ours.verify(Block(drafts, target, None, SamplingParams(), None))
+        b = theirs.verify(OracleBlock(drafts, target, None, SamplingParams(), None, {}, torch.tensor(context)))
+        assert (a.n_accepted, a.next_token, a.n_relaxed, a.emitted_in_span, a.relaxed_in_span) == \
+            (b.n_accepted, b.next_token, b.n_relaxed, b.emitted_in_span, b.relaxed_in_span), (i, context, drafts)
+        relaxed += a.n_relaxed
+    assert relaxed > 0
+
+
+def test_the_span_gate_samples_the_oracles_distribution():
+    """Under sampling the gate's strict and relaxed tests share the round's uniforms (the oracle drew per run), so
+    the streams differ: the joint (accepted length, next token, relaxed count) agree in distribution."""
+    from relaxbench.policies.span import SpanGate
+    from tests.oracle.span import SpanGate as OracleSpanGate
+
+    vocab, trials = 8, 6000
+    g = torch.Generator().manual_seed(11)
+    target = torch.randn(5, vocab, generator=g)
+    draft = target[:4] + torch.randn(4, vocab, generator=g)
+    drafts = torch.tensor([1, 6, 2, 7])  # opens the span at position 1, closes it at 3
+    context = [0, 3]
+    knobs = {"threshold_acc": 0.3}
+    ours = SpanGate(make_policy("sglang-threshold", knobs), "thinking")
+    theirs = OracleSpanGate(oracle_policy("sglang-threshold", knobs), "thinking")
+    ours.bind(PolicyEnv(TagTokenizer(), vocab, torch.device("cpu")))
+    theirs.bind(OraclePolicyEnv(TagTokenizer(), vocab, torch.device("cpu")))
+    counts = np.zeros((2, 5 * vocab * 5))
+    for s in range(trials):
+        ours.reset()
+        ours.observe(context)
+        theirs.reset()
+        a = ours.verify(Block(drafts, target, draft, SamplingParams(1.0), torch.Generator().manual_seed(s)))
+        b = theirs.verify(OracleBlock(drafts, target, draft, SamplingParams(1.0),
+                                      torch.Generator().manual_seed(10 ** 6 + s), {}, torch.tensor(context)))
+        for row, v in ((0, a), (1, b)):
+            counts[row, (v.n_accepted * vocab + v.next_token) * 5 + v.n_relaxed] += 1
+    keep = counts.sum(axis=0) > 0
+    assert keep.sum() > 3
+    assert stats.chi2_contingency(counts[:, keep]).pvalue > 1e-4
