@@ -177,8 +177,7 @@ def test_fly_and_fly_vllm_part_on_fixed_blocks(pattern, fly, fly_vllm):
 
 def test_fly_native_is_refused_on_the_pinned_vllm():
     import relaxbench.integrations.vllm_native  # noqa: F401  (registers the vLLM engine's arms)
-    from relaxbench.integrations.vllm_plugin import VLLM_VERSION
-    from relaxbench.integrations.vllm_rules import check_rule, ships_fly
+    from relaxbench.integrations.vllm_rules import VLLM_VERSION, check_rule, ships_fly
 
     assert not ships_fly(VLLM_VERSION)
     with pytest.raises(ConfigError, match="does not ship") as refused:
