@@ -18,7 +18,7 @@ EXTRA_KEY = "relaxbench"  # the key of ``SamplingParams.extra_args`` that carrie
 NATIVE = "native"  # the rule name that asks for vLLM's own rejection sampler
 VLLM_VERSION = "0.32.0"  # the vLLM release relaxbench's adapter is pinned to (the plug-in refuses any other)
 FLY_NATIVE = "fly-native"  # the rule name that asks for vLLM's own FLy (rejection_sample_method="fly")
-FLY_SINCE = (0, 33, 0)  # the first vLLM release that ships FLy
+FLY_SINCE = (0, 33, 0)  # the first vLLM release taken to ship FLy (not checked against a tag: docs/conformance.md)
 ENGINE = "vllm"
 
 # what vLLM's verification step cannot give a policy: it runs the verify forward itself, without extra tokens,

@@ -1,10 +1,11 @@
 """vLLM's port of FLy: entropy-gated deferral of a native rejection, as vLLM's V1 rejection sampler runs it.
 
-Reference: vllm-project/vllm @ 1719fb1, ``vllm/v1/spec_decode/fly.py``: ``compute_fly_entropy``,
-``apply_fly_greedy_acceptance_kernel`` and ``apply_fly_random_acceptance_kernel`` (the pre-pass that rewrites the
-native kernels' inputs: the target argmax at a deferred position becomes the draft, or its uniform becomes 0), with
-the knobs and their checks from ``docs/features/speculative_decoding/fly.md`` (``fly_window_size`` default
-min(6, k − 1) and < k, ``fly_entropy_threshold`` 0.3, ``fly_entropy_top_k`` 3; FLy needs k ≥ 2). The line-by-line
+Reference: vllm-project/vllm @ 1719fb1 (vLLM's FLy pull request; no release tag checked),
+``vllm/v1/spec_decode/fly.py``: ``compute_fly_entropy``, ``apply_fly_greedy_acceptance_kernel`` and
+``apply_fly_random_acceptance_kernel`` (the pre-pass that rewrites the native kernels' inputs: the target argmax at a
+deferred position becomes the draft, or its uniform becomes 0), with the knobs and their checks from
+``docs/features/speculative_decoding/fly.md`` (``fly_window_size`` default min(6, k − 1) and < k,
+``fly_entropy_threshold`` 0.3, ``fly_entropy_top_k`` 3; FLy needs k ≥ 2). The line-by-line
 mapping and how it parts from the authors' rule (``fly``, AMD-AGI/FLy) is in docs/conformance.md.
 
 A native rejection at draft position i (of a request with n drafts) is deferred — the draft accepted — when the
@@ -16,8 +17,9 @@ p(d) > 0 and q(d) > 0). The accepted length is the leading run of native or defe
 
 * Greedy: native = the draft is the target's argmax; the entropy from the raw logits; the next token is the
   target's argmax at the first rejection, or the bonus.
-* Sampling: native = ``p(d)/q(d) ≥ u`` with the processed target p (temperature, top-k, top-p) and the draft's q
-  when the drafter has one (vLLM's ``draft_sample_method="probabilistic"``), else point-mass drafts, ``p(d) ≥ u``
+* Sampling: native = ``p(d)/q(d) ≥ u`` (``u`` float64, as vLLM draws it) with the processed target p
+  (temperature, top-k, top-p) and the draft's q when the drafter has one (vLLM's
+  ``draft_sample_method="probabilistic"``), else point-mass drafts, ``p(d) ≥ u``
   (vLLM's greedy draft sampling and n-gram drafts: the one-sample test); the entropy from p; after a rejection
   ``norm((p − q)+)`` (p without the draft for point masses), the bonus from p. ``n_relaxed`` counts the deferrals.
 
@@ -28,8 +30,7 @@ Deviations (why, in docs/conformance.md):
   is used unbound (tests, benchmarks); the window test reads each request's own draft count, as vLLM's kernels;
 * the deferral decided with tensor operations over the whole batch (vLLM: a sequential loop per request; the
   decisions are the same, as each reads only native decisions);
-* the token after a rejection drawn by inverse CDF (vLLM: exponential-noise argmax; the same distribution), and the
-  acceptance test ``u·q(d) ≤ p(d)`` folded into the shared rejection sampler's uniforms;
+* the token after a rejection drawn by inverse CDF (vLLM: exponential-noise argmax; the same distribution);
 * the V2 model runner's in-kernel version (``rejection_sampler_utils.py``) was not read: this follows the V1 pre-pass.
 """
 
@@ -94,6 +95,7 @@ def deferred(native: torch.Tensor, possible: torch.Tensor, gate: torch.Tensor, w
 @register_policy
 class FLyVLLM(VerificationPolicy):
     name = "fly-vllm"
+    uniform_dtype = torch.float64  # vLLM's generate_uniform_probs draws float64
     needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
     modes = Modes(strict_knobs={"fly_entropy_threshold": math.inf},
                   loosening={"fly_entropy_threshold": (math.inf, 1.0, 0.6, 0.3, 0.1, 0.0),
