@@ -12,7 +12,7 @@ import torch
 
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import make_policy
+from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import PolicyEnv
 from relaxbench.policies.batch import Batch, Block
 from relaxbench.policies.fly_vllm import topk_entropy
@@ -175,8 +175,27 @@ def test_fly_and_fly_vllm_part_on_fixed_blocks(pattern, fly, fly_vllm):
     assert accepted("fly-vllm", {"fly_window_size": 2}, block) == fly_vllm
 
 
-def test_fly_native_is_refused_on_the_pinned_vllm():
-    import relaxbench.integrations.vllm_native  # noqa: F401  (registers the vLLM engine's arms)
+VLLM_ARMS = ("native", "fly-native")
+
+
+@pytest.fixture
+def vllm_arms():
+    """The vLLM engine's arms, registered as ``compare --engine vllm`` registers them, and unregistered afterwards:
+    they are no rules of the transformers engine, so the rest of the suite must not see them."""
+    import importlib
+
+    import relaxbench.integrations.vllm_native as module
+
+    if not all(name in POLICIES for name in VLLM_ARMS):  # unregistered by an earlier test: register them again
+        for name in VLLM_ARMS:
+            POLICIES._items.pop(name, None)
+        importlib.reload(module)
+    yield
+    for name in VLLM_ARMS:
+        POLICIES._items.pop(name, None)
+
+
+def test_fly_native_is_refused_on_the_pinned_vllm(vllm_arms):
     from relaxbench.integrations.vllm_rules import VLLM_VERSION, check_rule, ships_fly
 
     assert not ships_fly(VLLM_VERSION)

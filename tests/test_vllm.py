@@ -40,9 +40,11 @@ def native():
     import relaxbench.integrations.vllm_native as module
 
     if "native" not in POLICIES:  # imported and unregistered by an earlier test: register it again
+        POLICIES._items.pop("fly-native", None)
         importlib.reload(module)
     yield
     POLICIES._items.pop("native", None)
+    POLICIES._items.pop("fly-native", None)
 
 
 class Recorder:
