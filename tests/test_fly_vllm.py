@@ -16,6 +16,7 @@ from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.base import PolicyEnv
 from relaxbench.policies.batch import Batch, Block
 from relaxbench.policies.fly_vllm import topk_entropy
+from tests.conftest import assert_one_line_error
 
 GREEDY = SamplingParams()
 SAMPLED = SamplingParams(1.0)
@@ -207,3 +208,9 @@ def test_fly_native_is_refused_on_the_pinned_vllm(vllm_arms):
     block = greedy_block("xmmxmm")
     assert make_policy("fly-native", {"fly_window_size": 2}).verify(block) == \
         make_policy("fly-vllm", {"fly_window_size": 2}).verify(block)
+
+
+def test_draft_length_below_2_is_refused_on_the_command_line(cli):
+    result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--method", "fly-vllm",
+                 "-k", "1", "--prompt", "hi", "--max-new-tokens", "4")
+    assert_one_line_error(result, "fly-vllm", "at least 2", "k = 1")
