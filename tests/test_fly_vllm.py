@@ -214,3 +214,22 @@ def test_draft_length_below_2_is_refused_on_the_command_line(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--method", "fly-vllm",
                  "-k", "1", "--prompt", "hi", "--max-new-tokens", "4")
     assert_one_line_error(result, "fly-vllm", "at least 2", "k = 1")
+
+
+def test_on_random_blocks_the_windows_differ_only_at_the_block_end():
+    # with both gates open (θ = 0; the authors' θ ≤ 0.01 switches theirs off) and finite logits, vLLM's window W
+    # covers the authors' W + 1 (the mismatch and W matches) but may end on the last draft: fly-vllm accepts at
+    # least as much, and more exactly where the authors' window would need one position beyond the block
+    g = torch.Generator().manual_seed(0)
+    more = 0
+    for _ in range(400):
+        pattern = "".join("x" if bit else "m" for bit in (torch.rand(8, generator=g) < 0.3).tolist())
+        block = greedy_block(pattern)
+        for window in (1, 2, 3):
+            theirs = accepted("fly", {"window": window + 1, "theta": 0.0}, block)
+            ours = accepted("fly-vllm", {"fly_window_size": window, "fly_entropy_threshold": 0.0}, block)
+            assert ours >= theirs, (pattern, window)
+            if ours > theirs:
+                more += 1
+                assert pattern[theirs] == "x" and theirs + window == len(pattern) - 1, (pattern, window)
+    assert more > 0
