@@ -40,6 +40,7 @@ def native():
     register_native()  # imported and unregistered by an earlier test: register it again
     yield
     POLICIES._items.pop("native", None)
+    POLICIES._items.pop("fly-native", None)
 
 
 class Recorder:

@@ -61,7 +61,8 @@ class SpeculativeDecoder:
         if drafter is not None:
             drafter.keep_logits, drafter.keep_hidden = duties.keep_logits, duties.keep_hidden
         policy.bind(PolicyEnv(target.tokenizer, target.logit_dim, target.device, getattr(target, "name", None),
-                              None if drafter is None else drafter.model_name))
+                              None if drafter is None else drafter.model_name,
+                              None if drafter is None else config.k))
 
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int], seed: int | None = None) -> GenerationResult:

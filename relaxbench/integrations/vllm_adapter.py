@@ -51,7 +51,7 @@ from relaxbench.integrations.vllm_batch import engine_batch, output_tokens, sele
 from relaxbench.integrations.vllm_rules import EXTRA_KEY, NATIVE, RuleRequest, check_rule
 from relaxbench.ops.random import stream_uniforms
 from relaxbench.ops.sampling import BatchSampling, SamplingParams
-from relaxbench.policies import VerificationPolicy, make_policy
+from relaxbench.policies import PolicyEnv, VerificationPolicy, make_policy
 
 FLUSH_EVERY = 32  # steps between writes of the buffered records
 DRAW_OFFSET = 1 << 20  # the index of a step's token-drawing uniform in its request's stream
@@ -154,6 +154,7 @@ class RelaxbenchRejectionSampler(RejectionSampler):
     def __init__(self, sampler: Any, spec_config: Any = None, device: torch.device | None = None) -> None:
         super().__init__(sampler, spec_config, device)
         self.runner = constructing_runner()
+        self.draft_length = getattr(spec_config, "num_speculative_tokens", None)
         self.states: dict[str, RequestState] = {}
         self.policies: dict[tuple[str, str], VerificationPolicy] = {}
         self.steps = torch.zeros(0, dtype=torch.long)  # per slot: the request's verification steps so far
@@ -176,6 +177,7 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                 if key not in self.policies:
                     policy = make_policy(rule.policy, rule.knobs)
                     check_rule(policy)
+                    policy.bind(PolicyEnv(None, vocab, self.runner.device, draft_length=self.draft_length))
                     policy.reset()
                     self.policies[key] = policy
             seed = params.seed if getattr(params, "seed", None) is not None else self.seeder.getrandbits(62)

@@ -31,7 +31,7 @@ from relaxbench.integrations import vllm_native  # noqa: F401  (registers the na
 from relaxbench.integrations.vllm_client import EngineConfig, VllmClient
 from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_rule, speculative_config
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies import POLICIES, make_policy
+from relaxbench.policies import POLICIES, PolicyEnv, make_policy
 from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.scoring import Score, ScoringContext
 
@@ -85,6 +85,7 @@ def check_plan(plan: RunPlan) -> None:
         policy = make_policy(arm.method.policy, arm.method.knobs)
         check_rule(policy)
         check_ungated(arm.method)
+        policy.bind(PolicyEnv(None, 0, "cpu", draft_length=arm.k))  # refuses knobs that do not fit k
         if arm.drafter is not None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
             facts = DRAFTERS.get(arm.drafter.kind) if arm.drafter.kind in DRAFTERS else None

@@ -7,13 +7,18 @@ decoding, speculative sampling under sampling, with point-mass drafts when the d
 vLLM does for n-gram drafts). Registered as a policy when the vLLM integration is imported (``compare --engine
 vllm`` imports it before planning), so methods, cells and reports treat it like any rule; it is not an entry point,
 so it is not a rule of the transformers engine and ``relaxbench list policies`` does not list it.
+
+``fly-native`` is the same for vLLM's own FLy: on the vllm engine it would run vLLM's FLy where the pinned vLLM ships
+it (refused otherwise, in ``vllm_rules.check_rule``); elsewhere it is ``fly-vllm``, whose deviations from vLLM's
+code are listed in ``policies/fly_vllm.py``.
 """
 
 from __future__ import annotations
 
-from relaxbench.integrations.vllm_rules import NATIVE
+from relaxbench.integrations.vllm_rules import FLY_NATIVE, NATIVE
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
+from relaxbench.policies.fly_vllm import FLyVLLM
 from relaxbench.policies.strict import lossless_judgement
 
 
@@ -29,13 +34,25 @@ class NativePolicy(VerificationPolicy):
         return lossless_judgement(batch)
 
 
+class FlyNativePolicy(FLyVLLM):
+    """vLLM's own FLy on the vllm engine, where the installed vLLM ships it (``vllm_rules.check_rule`` refuses it
+    elsewhere); through the adapter, and on any other engine, relaxbench's ``fly-vllm`` with the same knobs, so a
+    run states how the two agree."""
+
+    name = FLY_NATIVE
+    origin = Origin(Fidelity.REFERENCE, FLyVLLM.origin.reference,
+                    "vLLM's own FLy (rejection_sample_method='fly') on the vllm engine; elsewhere fly-vllm")
+
+
 def register_native() -> None:
-    """Register the ``native`` rule unless it is: idempotent, so every path that needs it (the vLLM executor,
-    the adapter, the spec snapshot) can ask, whatever was registered or unregistered before."""
+    """Register the engine's own arms (``native``, ``fly-native``) unless they are: idempotent, so every path that
+    needs them (the vLLM executor, the adapter, the spec snapshot, the tests) can ask, whatever was registered or
+    unregistered before."""
     from relaxbench.policies import POLICIES
 
-    if NATIVE not in POLICIES:
-        register_policy(NativePolicy)
+    for cls in (NativePolicy, FlyNativePolicy):
+        if cls.name not in POLICIES:
+            register_policy(cls)
 
 
 register_native()

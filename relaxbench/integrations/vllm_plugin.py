@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 
-VLLM_VERSION = "0.32.0"
+from relaxbench.integrations.vllm_rules import VLLM_VERSION  # the one vLLM release the adapter is pinned to
+
 ENABLE_VARIABLE = "RELAXBENCH_VLLM_ADAPTER"
 
 

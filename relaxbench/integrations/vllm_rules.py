@@ -16,6 +16,9 @@ from relaxbench.validation import Spec
 
 EXTRA_KEY = "relaxbench"  # the key of ``SamplingParams.extra_args`` that carries a request's rule
 NATIVE = "native"  # the rule name that asks for vLLM's own rejection sampler
+VLLM_VERSION = "0.32.0"  # the vLLM release relaxbench's adapter is pinned to (the plug-in refuses any other)
+FLY_NATIVE = "fly-native"  # the rule name that asks for vLLM's own FLy (rejection_sample_method="fly")
+FLY_SINCE = (0, 33, 0)  # the first vLLM release taken to ship FLy (not checked against a tag: docs/conformance.md)
 ENGINE = "vllm"
 
 # what vLLM's verification step cannot give a policy: it runs the verify forward itself, without extra tokens,
@@ -39,8 +42,19 @@ class RuleRequest(Spec):
     log: str | None = None
 
 
+def ships_fly(version: str) -> bool:
+    """Whether vLLM ``version`` ships FLy (``rejection_sample_method="fly"``)."""
+    release = tuple(int(part) for part in version.split("+")[0].split(".")[:3] if part.isdigit())
+    return release >= FLY_SINCE
+
+
 def check_rule(policy: VerificationPolicy) -> None:
-    """Refuse, in one line naming the engine, a policy whose inputs vLLM's verification step does not supply."""
+    """Refuse, in one line naming the engine, a policy whose inputs vLLM's verification step does not supply, and
+    ``fly-native`` where the vLLM relaxbench's engine is pinned to does not ship FLy."""
+    if policy.name == FLY_NATIVE and not ships_fly(VLLM_VERSION):
+        raise ConfigError(f"policy {FLY_NATIVE!r} runs vLLM's own FLy, which vLLM {VLLM_VERSION} (the version the "
+                          f"{ENGINE} engine is pinned to) does not ship; run 'fly-vllm', relaxbench's "
+                          "implementation of vLLM's FLy")
     missing = [need.value for need in UNSUPPORTED_NEEDS if need in policy.needs]
     if missing:
         raise ConfigError(f"policy {policy.name!r} needs {', '.join(missing)}, which the {ENGINE} engine's "

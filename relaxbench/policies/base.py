@@ -68,7 +68,8 @@ class Fidelity(enum.Enum):
 # fidelities whose module docstring must list the rule's deviations (a baseline has no source to deviate from; a
 # rule as paper with no code states its choices where the paper is silent, in its docstring)
 LISTS_DEVIATIONS = (Fidelity.REFERENCE, Fidelity.VARIANT, Fidelity.PAPER_UNVERIFIED)
-COMMIT_PIN = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7}")  # owner/repo@commit, in a REFERENCE rule's ``reference``
+# owner/repo@commit (or @vX.Y.Z, a release tag of a library relaxbench pins), in a REFERENCE rule's ``reference``
+COMMIT_PIN = re.compile(r"[\w.-]+/[\w.-]+@([0-9a-f]{7}|v\d+\.\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class PolicyEnv:
     device: torch.device
     target_name: str | None = None  # the target model's name as given (a trained head checks its pair)
     draft_name: str | None = None  # the draft model's name when the drafter is a model
+    draft_length: int | None = None  # the run's draft length k (a rule whose knobs depend on it checks them)
 
 
 class VerificationPolicy(abc.ABC):
