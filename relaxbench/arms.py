@@ -12,7 +12,7 @@ from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.arm import check_arm
 from relaxbench.policies.span import gate

@@ -20,7 +20,7 @@ from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy, policy_key_name
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix

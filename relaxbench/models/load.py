@@ -15,6 +15,7 @@ import torch
 
 from relaxbench.errors import ConfigError, ModelError
 from relaxbench.models.convert import dtype_copy, materialize
+from relaxbench.models.device import DEVICE_MAPS
 from relaxbench.models.dtypes import parameter_count, parse_dtype
 from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
 from relaxbench.models.shape import ModelShape, shape_from_config, shape_of
@@ -107,8 +108,6 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     return LoadedModel(name, location, model, tokenizer, torch_dtype,
                        torch.device(device) if device_map is None else input_device(model))
 
-
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's placement strategies
 
 
 def _device_map(strategy: str, device: str) -> str | dict[str, str]:
