@@ -217,3 +217,157 @@ def test_compare_says_when_k_is_beyond_a_tasks_budget(capsys, tmp_path: Path):
     result = run_main(capsys, *compare(tmp_path / "run", *TINY_PAIR[2:], "-k", "50"))
     assert result.returncode == 0, result.stderr
     assert "jsonl: k 50 is more than max_new_tokens 4 can use; rounds draft at most 3 tokens" in result.stderr
+
+
+# ------------------------------------------------------------------------------ readers of a store
+
+
+@pytest.fixture(scope="module")
+def finished_store(tmp_path_factory) -> Path:
+    """A store a real (tiny) run wrote and closed: its WAL checkpointed away."""
+    from tests.test_reliability import fresh_store
+
+    return fresh_store(tmp_path_factory.mktemp("finished"))
+
+
+def _folder_state(folder: Path) -> dict[str, bytes]:
+    """Every file of the folder by name, with its bytes: a reader must leave both as they were."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _copy_folder(source: Path, folder: Path) -> Path:
+    import shutil
+
+    shutil.copytree(source, folder)
+    return folder
+
+
+def _killed_copy(store: Path, folder: Path, change) -> Path:
+    """``folder`` holding the store as a kill leaves it: ``change(conn)`` committed into the WAL (no checkpoint),
+    the file, its WAL and its -shm copied while the writer's connection is still open."""
+    import shutil
+    import sqlite3
+
+    work = _copy_folder(store.parent, folder.with_name(folder.name + "-work"))
+    conn = sqlite3.connect(work / store.name)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    change(conn)
+    folder.mkdir()
+    for p in work.iterdir():
+        shutil.copy(p, folder / p.name)
+    conn.close()
+    return folder / store.name
+
+
+def _read_both(capsys, folder: Path, report_out: Path):
+    summary = run_main(capsys, "summary", str(folder))
+    report = run_main(capsys, "report", str(folder), "--format", "html", "--out", str(report_out))
+    return summary, report
+
+
+def test_summary_and_report_write_nothing_beside_a_finished_store(capsys, finished_store: Path, tmp_path: Path):
+    folder = _copy_folder(finished_store.parent, tmp_path / "run")
+    assert not (folder / "results.sqlite-wal").exists()
+    before = _folder_state(folder)
+    summary, report = _read_both(capsys, folder, tmp_path / "rep")
+    assert summary.returncode == 0 and report.returncode == 0, (summary.stderr, report.stderr)
+    assert _folder_state(folder) == before  # no -shm, no -wal, not a byte changed
+
+
+def test_summary_and_report_write_nothing_beside_a_killed_store(capsys, finished_store: Path, tmp_path: Path):
+    """A WAL and a -shm left by a kill: read (the WAL's transaction included), and neither rewritten."""
+    def touch(conn):
+        with conn:
+            conn.execute("INSERT INTO meta VALUES ('killed-writer', 'a transaction in the WAL')")
+
+    db = _killed_copy(finished_store, tmp_path / "run", touch)
+    assert (db.parent / "results.sqlite-wal").stat().st_size > 0 and (db.parent / "results.sqlite-shm").exists()
+    before = _folder_state(db.parent)
+    summary, report = _read_both(capsys, db.parent, tmp_path / "rep")
+    assert summary.returncode == 0 and report.returncode == 0, (summary.stderr, report.stderr)
+    assert "WAL" not in summary.stderr  # a whole WAL is no news
+    assert _folder_state(db.parent) == before
+
+
+def _sample_count(db: Path) -> int:
+    from relaxbench.harness.store import Store
+
+    with Store(db, read_only=True) as store:
+        return store.rows("SELECT COUNT(*) AS n FROM samples")[0]["n"]
+
+
+def test_a_cut_wal_says_what_could_be_read(capsys, finished_store: Path, tmp_path: Path):
+    """The samples written one transaction each into the WAL, then the WAL cut inside its last frames: the reader
+    says the WAL was cut and shows the samples committed before the cut."""
+    total = _sample_count(finished_store)
+    assert total >= 2
+
+    def rewrite_samples(conn):
+        conn.execute("CREATE TEMP TABLE kept AS SELECT * FROM samples ORDER BY sample_id")
+        with conn:
+            conn.execute("DELETE FROM samples")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file holds no samples; the WAL starts empty
+        for (sample_id,) in conn.execute("SELECT sample_id FROM kept").fetchall():
+            with conn:
+                conn.execute("INSERT INTO samples SELECT * FROM kept WHERE sample_id=?", (sample_id,))
+
+    db = _killed_copy(finished_store, tmp_path / "run", rewrite_samples)
+    wal = db.parent / "results.sqlite-wal"
+    wal.write_bytes(wal.read_bytes()[:-3000])
+    before = _folder_state(db.parent)
+    summary = run_main(capsys, "summary", str(db.parent))
+    assert summary.returncode == 0, summary.stderr
+    notes = [line for line in summary.stderr.splitlines() if "WAL" in line]
+    assert len(notes) == 1 and str(db) in notes[0] and "cut" in notes[0], summary.stderr
+    assert 0 < _sample_count(db) < total  # what was committed before the cut, and no more
+    assert _folder_state(db.parent) == before
+
+
+def test_a_run_without_samples_is_said_in_one_line(capsys, tmp_path: Path):
+    from relaxbench.harness.store import Store
+
+    with Store(tmp_path / "run" / "results.sqlite") as store:
+        store.open_run("empty-run", "tiny-random-target", None, {})
+    for argv in (["summary", str(tmp_path / "run")],
+                 ["report", str(tmp_path / "run"), "--out", str(tmp_path / "rep")]):
+        assert_one_line_error(run_main(capsys, *argv), "empty-run", "has no samples yet")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_store_on_a_read_only_file_system_is_read(capsys, finished_store: Path, tmp_path: Path):
+    """summary and report read a store they cannot write beside (a read-only mount, or permissions)."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    for p in finished_store.parent.iterdir():
+        shutil.copy(p, folder / p.name)
+    mounted = False
+    if os.geteuid() == 0:
+        staged = tmp_path / "staged"
+        folder.rename(staged)
+        folder.mkdir()
+        if subprocess.run(["mount", "--bind", "-o", "ro", str(staged), str(folder)], capture_output=True).returncode:
+            pytest.skip("running as root where mount is refused: no way to make a read-only folder")
+        mounted = True
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], capture_output=True)
+    else:
+        for p in folder.iterdir():
+            p.chmod(0o444)
+        folder.chmod(0o555)
+    try:
+        if mounted:
+            probe = folder / "probe"
+            with pytest.raises(OSError):
+                probe.write_text("x")
+        summary, report = _read_both(capsys, folder, tmp_path / "rep")
+        assert summary.returncode == 0, summary.stderr
+        assert report.returncode == 0, report.stderr
+        assert "writable" not in summary.stderr + report.stderr
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], check=True)
+        else:
+            folder.chmod(0o755)

@@ -19,7 +19,7 @@ from relaxbench.commands.grading import (
     grader_from_args,
     ungraded_notes,
 )
-from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
+from relaxbench.commands.report import add_profile_arg, add_report_args, check_has_samples, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
 
@@ -388,5 +388,6 @@ def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str]
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
+    check_has_samples(args.out, args.run_id)
     print_tables(args.out, args.run_id, args.profiles, args.wide)
     return 0
