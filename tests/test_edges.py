@@ -210,7 +210,9 @@ def test_a_k_beyond_the_budget_is_cut_with_a_notice(capsys):
     result = run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--draft-dtype", "float64",
                       "--policy", "exact", "--prompt", "hi", "-k", "1000", "--max-new-tokens", "6")
     assert result.returncode == 0, result.stderr
-    assert "-k 1000: a budget of 6 new tokens uses at most 5 draft tokens per round; drafting 5" in result.stderr
+    assert "k 1000 is more than a budget of 6 new tokens can use (a round drafts at most 5); drafting 5" in result.stderr
+    assert "drafting" not in run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--policy", "exact",
+                                      "--prompt", "hi", "-k", "5", "--max-new-tokens", "6").stderr
 
 
 def test_compare_says_when_k_is_beyond_a_tasks_budget(capsys, tmp_path: Path):

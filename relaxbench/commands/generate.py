@@ -58,8 +58,8 @@ def usable_k(k: int, max_new_tokens: int) -> int:
         return k
     from relaxbench.ui import console
 
-    console(stderr=True).print(f"-k {k}: a budget of {max_new_tokens} new tokens uses at most {usable} draft tokens "
-                               f"per round; drafting {usable}", markup=False, highlight=False)
+    console(stderr=True).print(f"k {k} is more than a budget of {max_new_tokens} new tokens can use (a round drafts at "
+                               f"most {usable}); drafting {usable}", markup=False, highlight=False)
     return usable
 
 
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     device = runtime_from_args(args)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    k = usable_k(resolve_k(method, args.k), args.max_new_tokens)
+    k = resolve_k(method, args.k) if method.policy == "none" else usable_k(resolve_k(method, args.k),
+                                                                           args.max_new_tokens)
     decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
     draft_name = None if method.policy == "none" else args.draft
