@@ -286,7 +286,7 @@ def run_suite(args: argparse.Namespace, suite: Any) -> int:
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     Store.check_writable(out_dir / STORE_NAME)  # a file, a read-only folder or a damaged store: refused here
-    if suite.engine == "transformers":
+    if suite.engine == "transformers" and suite.executor == "in-process":  # (a cluster's workers hold the models)
         check_before_loading(suite, plan)
     graded = [GradedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
               if (scorer := job.source.grader_scorer()) is not None]
