@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "LoadedModel": "load", "check_shared_vocab": "load", "load_model": "load", "load_tokenizer": "load",
-    "model_shape": "load", "ModelPreview": "load", "preview_model": "load", "resolve_model": "resolve", "ModelShape": "shape", "MODELS": "zoo", "cache_root": "zoo",
+    "model_shape": "load", "ModelPreview": "load", "preview_model": "load", "resolve_model": "resolve",
+    "ModelShape": "shape", "MODELS": "zoo", "cache_root": "zoo",
 }
 
 __all__ = sorted(_HOMES)
