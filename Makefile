@@ -17,12 +17,19 @@ SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
 install: $(STAMP) install-vllm
 
-# torch first, pinned, so pip takes the local CPU build instead of resolving a CUDA one. The ray extra lets the
-# tests run compare --executor ray (the in-process default needs no Ray).
-$(STAMP): pyproject.toml Makefile
+# torch first, pinned, so pip takes the local CPU build instead of resolving a CUDA one. ENGINE_STAMP is what the
+# transformers engine runs on (`make bench`); STAMP adds the test tools and the ray extra, which lets the tests run
+# compare --executor ray (the in-process default needs no Ray).
+ENGINE_STAMP := $(VENV)/.installed-engine
+
+$(ENGINE_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[trained-judges]'
+	touch $(ENGINE_STAMP)
+
+$(STAMP): $(ENGINE_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,trained-judges]'
 	touch $(STAMP)
 
@@ -89,7 +96,9 @@ test-fast: install system-deps
 # The default suite (suites/default.yaml; BENCH_SUITE=full for bench-full): runs into runs/$(BENCH_SUITE), resumes
 # what is there, prints the tables and writes reports/$(BENCH_SUITE)/report.html and report.pdf. ENGINE=vllm runs
 # suites/$(BENCH_SUITE)-vllm.yaml on the vLLM engine (runs/ and reports/$(BENCH_SUITE)-vllm).
-bench: install
+# It installs what its engine needs: the transformers engine's environment, and the vLLM one only for ENGINE=vllm
+# (`make install` and CI build both, with the test tools).
+bench: $(ENGINE_STAMP) $(if $(filter vllm,$(ENGINE)),install-vllm,)
 	@start=$$(date +%s); \
 	$(VENV)/bin/relaxbench compare --suite $(RUN_SUITE) --engine $(ENGINE) --out runs/$(RUN_SUITE) \
 	  --report-out reports/$(RUN_SUITE) && \

@@ -12,7 +12,7 @@ from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.arm import check_arm
 from relaxbench.policies.span import gate
@@ -63,6 +63,20 @@ def resolve_k(method: MethodSpec, requested: int | None) -> int:
     if requested is not None:
         return requested
     return method.k if method.k is not None else DEFAULT_K
+
+
+def preview_pair(target_name: str, draft_name: str | None, quiet: bool = False) -> tuple[Any, Any | None]:
+    """The target's and (unless the drafter needs no model) the draft's tokenizer and config, no weights: the
+    vocabulary check happens here, and the caller checks prompts against the target's context, so both refusals
+    come before anything loads."""
+    from relaxbench.models import check_shared_vocab, preview_model
+
+    target = preview_model(target_name, quiet=quiet)
+    if draft_name is None or draft_name in MODEL_FREE_DRAFTS:
+        return target, None
+    draft = preview_model(draft_name, quiet=quiet)
+    check_shared_vocab(target, draft)
+    return target, draft
 
 
 def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str = "auto",

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import struct
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -46,6 +48,57 @@ def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
+_WAL_HEADER, _FRAME_HEADER = 32, 24
+_noted: set[str] = set()
+
+
+def _note_once(message: str) -> None:
+    """A notice a reader prints once per process (a command may open one store several times)."""
+    if message not in _noted:
+        _noted.add(message)
+        print(f"relaxbench: note: {message}", file=sys.stderr)
+
+
+def _wal_checksum(data: bytes, s0: int, s1: int, big_endian: bool) -> tuple[int, int]:
+    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def wal_damage(wal: bytes) -> str | None:
+    """What is wrong with a WAL, in words (None when nothing is): its header cut or damaged, its end cut inside a
+    frame, or a frame of the current generation whose checksum fails. SQLite reads the frames before such a
+    point and drops the rest silently; frames of an earlier generation (other salts) and a transaction left
+    open are how a WAL normally looks, not damage."""
+    if not wal:
+        return None
+    if len(wal) < _WAL_HEADER:
+        return f"its header is cut ({len(wal)} of {_WAL_HEADER} bytes), so none of it is read"
+    magic, _, page_size, _, salt1, salt2, c0, c1 = struct.unpack(">8I", wal[:_WAL_HEADER])
+    big = bool(magic & 1)
+    if magic not in (0x377F0682, 0x377F0683) or page_size < 512 or page_size & (page_size - 1) \
+            or _wal_checksum(wal[:24], 0, 0, big) != (c0, c1):
+        return "its header is damaged, so none of it is read"
+    frame, offset, s0, s1, index = _FRAME_HEADER + page_size, _WAL_HEADER, c0, c1, 0
+    while offset + frame <= len(wal):
+        header = wal[offset:offset + _FRAME_HEADER]
+        _, _, f_salt1, f_salt2, f0, f1 = struct.unpack(">6I", header)
+        if (f_salt1, f_salt2) != (salt1, salt2):
+            return None  # an earlier generation's frames: SQLite stops here by design
+        s0, s1 = _wal_checksum(header[:8], s0, s1, big)
+        s0, s1 = _wal_checksum(wal[offset + _FRAME_HEADER:offset + frame], s0, s1, big)
+        index += 1
+        if (s0, s1) != (f0, f1):
+            return f"frame {index} is damaged, so only the transactions committed before it are read"
+        offset += frame
+    if offset < len(wal):
+        return (f"it ends inside frame {index + 1} ({len(wal):,} bytes, not whole frames), so only the transactions "
+                "committed before the cut are read")
+    return None
+
+
 class SQLiteFile:
     """A SQLite store file. Subclasses add their schema and queries; ``what`` names the kind of store in errors."""
 
@@ -57,8 +110,12 @@ class SQLiteFile:
         self.read_only = read_only
         self.flag = flag or type(self).flag
         if read_only:
+            self._wal_damage: str | None = None
             self.conn = self._open_read_only()
             self._check_intact()
+            if self._wal_damage is not None:
+                _note_once(f"{self.path}: its WAL was cut or damaged (a killed run or a partial copy leaves it so): "
+                           f"{self._wal_damage}")
         else:
             self.check_writable(self.path)  # an existing file is checked read-only first: nothing is written to
             self._prepare_folder()          # a damaged store, not even the checkpoint a writer's close runs
@@ -85,6 +142,11 @@ class SQLiteFile:
             raise self._error(exc) from None
 
     def _open_read_only(self) -> sqlite3.Connection:
+        """Open without writing anything beside the store. With no WAL beside it, the file alone is the store: it
+        is opened ``immutable`` (no lock, no ``-shm``, no ``-wal`` created, a read-only file system is fine). With
+        a WAL (a run writing now, or one a kill stopped), the file and its WAL are copied — the WAL first, so what
+        a concurrent checkpoint moves into the file is in one copy or the other — into a private folder and that
+        copy is read; a WAL cut short is said in one line on stderr, with what could be read."""
         if self.path.is_dir():
             raise DataError(f"{self.path}: is a folder, not a {self.what} file")
         if not self.path.is_file():
@@ -93,11 +155,31 @@ class SQLiteFile:
         if self.path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size):  # nothing is in it
             raise DataError(f"{self.path}: an empty file (0 bytes), not a {self.what}; it is left as it is")
         try:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+            if wal.exists():
+                source = self._snapshot(wal)
+                uri = f"{source.as_uri()}?mode=ro"
+            else:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
+            conn = sqlite3.connect(uri, uri=True, timeout=30)
             conn.execute("SELECT 1 FROM sqlite_master").fetchone()
             return conn
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from None
+
+    def _snapshot(self, wal: Path) -> Path:
+        """The store and its WAL copied into a private temporary folder (removed at ``close``); the copy's path."""
+        import shutil
+        import tempfile
+
+        self._copy = tempfile.TemporaryDirectory(prefix="relaxbench-read-")
+        copy = Path(self._copy.name) / self.path.name
+        try:
+            shutil.copyfile(wal, _wal(copy))
+            shutil.copyfile(self.path, copy)
+        except OSError as exc:
+            raise DataError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        self._wal_damage = wal_damage(_wal(copy).read_bytes())  # said once the store has opened
+        return copy
 
     @classmethod
     def check_writable(cls, path: str | Path) -> None:
@@ -115,15 +197,15 @@ class SQLiteFile:
         try:
             result = [row[0] for row in self.conn.execute("PRAGMA quick_check")]
         except sqlite3.DatabaseError as exc:
-            self.conn.close()
+            self.close()
             raise self._error(exc) from None
         if result != ["ok"]:
-            self.conn.close()
+            self.close()
             raise DataError(f"{self.path}: damaged ({result[0]}); it is left as it is: restore it from a copy, or "
                             f"start a new {self.flag}")
         wal = _wal(self.path)
         if not self.has_table_any() and wal.exists() and wal.stat().st_size > 0:
-            self.conn.close()  # SQLite reads nothing from the WAL: opening it for writing would reset it
+            self.close()  # SQLite reads nothing from the WAL: opening it for writing would reset it
             raise DataError(f"{self.path}: damaged (its WAL, {wal.stat().st_size} bytes, holds nothing SQLite can "
                             "read); both are left as they are: restore them from a copy, or start a new "
                             f"{self.flag}")
@@ -136,8 +218,8 @@ class SQLiteFile:
                 and self.path.exists() and not self.read_only:
             return DataError(f"{self.path}: read-only ({message}); make it writable or choose another {self.flag}")
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in message:
-            return DataError(f"{self.path}: cannot open ({message}); check that it and its folder are readable and "
-                             "writable")
+            needs = "readable" if self.read_only else "readable and writable"
+            return DataError(f"{self.path}: cannot open ({message}); check that it and its folder are {needs}")
         header = _header(self.path)
         if header is not None and header == SQLITE_HEADER:
             return DataError(f"{self.path}: damaged ({message}); it is left as it is: restore it from a copy, or "
@@ -154,6 +236,10 @@ class SQLiteFile:
 
     def close(self) -> None:
         self.conn.close()
+        copy = getattr(self, "_copy", None)
+        if copy is not None:
+            copy.cleanup()
+            self._copy = None
 
     def __enter__(self) -> SQLiteFile:
         return self

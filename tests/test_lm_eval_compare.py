@@ -54,11 +54,10 @@ def lm_eval_reference(tasks: list[str], limit: int, **options) -> dict:
         task_manager=TaskManager(include_path=str(ensure_prepared(humaneval=False)), include_defaults=False))
 
 
-def test_generation_task_scores_equal_lm_evals_own(lm_eval_run):
+def test_generation_task_scores_equal_lm_evals_own(lm_eval_run, tiny_target):
     """Every arm's answer is scored by lm-eval's filters and metric; AR's answers, prompts and scores are what
     lm-eval's own evaluator gets with ``--model relaxbench,method=none``; the lossless arm reproduces AR."""
     from relaxbench.integrations.lm_eval import RelaxbenchLM
-    from relaxbench.models import load_model
 
     out, _ = lm_eval_run
     db = out / "results.sqlite"
@@ -71,7 +70,7 @@ def test_generation_task_scores_equal_lm_evals_own(lm_eval_run):
     reference = lm_eval_reference(["relaxbench_arith"], 3)
     ref = {str(s["doc_id"]): s for s in reference["samples"]["relaxbench_arith"]}
     assert sorted(ref) == ["0", "1", "2"]
-    lm = RelaxbenchLM.from_models(load_model("tiny-random-target", dtype="float64", quiet=True), method="none")
+    lm = RelaxbenchLM.from_models(tiny_target, method="none")  # the session's copy: read only
     for doc_id, sample in ref.items():
         ar, exact = stored[(ARITH, "ar", doc_id)], stored[(ARITH, "exact", doc_id)]
         context, gen_kwargs = sample["arguments"][0]

@@ -426,15 +426,29 @@ def test_summary_wide_shows_every_column_unwrapped(fixture_run, capsys):
                 assert all(cell.text in out for cell in row.cells), (table.key, row.key)
 
 
-def test_a_run_without_finished_samples_still_reports(tmp_path: Path):
-    from relaxbench.harness.store import Store
+def test_a_run_without_finished_samples_still_reports(tmp_path: Path, capsys):
+    """A unit finished by AR alone: the report says no unit was finished by every arm. (A run without a single
+    sample is refused in one line instead: tests/test_edges.py.)"""
+    from relaxbench.harness.store import SampleRow, Store
+    from relaxbench.sqlite_file import now
     from tests.report_fixture import _cell
 
     with Store(tmp_path / "run" / "results.sqlite") as store:
         run_id = store.open_run("empty", "t", "d", {})
-        store.start_session(run_id, {"command": "relaxbench compare", "device": "cpu"})
-        for i, arm in enumerate(ARMS[:3]):
-            store.ensure_cell(run_id, _cell("tiny-code", arm, i, "code-exec", 8))
+        session = store.start_session(run_id, {"command": "relaxbench compare", "device": "cpu"})
+        cells = [store.ensure_cell(run_id, _cell("tiny-code", arm, i, "code-exec", 8))
+                 for i, arm in enumerate(ARMS[:3])]
+        assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "none")]) == 2
+        assert "has no samples yet" in capsys.readouterr().err
+        store.add_sample(SampleRow(
+            cell_id=cells[0], session_id=session, item_id="tiny-code/0", item_index=0, turn=0, repeat=0,
+            category=None, created_at=now(), prompt_ids=(1, 2, 3), output_ids=(4, 5), output_text="x",
+            stop_reason="eos", n_prompt_tokens=3, n_output_tokens=2, n_rounds=2, n_drafted=0, n_accepted=0,
+            n_relaxed=0, time_total=0.5, time_prefill=0.1, time_draft=0.0, time_verify=0.4, time_policy=0.0,
+            round_drafted=(0, 0), round_accepted=(0, 0), round_relaxed=(0, 0), round_emitted=(1, 1),
+            round_t_draft=(0.0, 0.0), round_t_verify=(0.2, 0.2), round_t_policy=(0.0, 0.0), score=1.0, passed=True,
+            score_details={"status": "ok"}, matches_baseline=None, divergence=None, round_extra=(0, 0),
+            round_draft_forwards=((), ()), round_lookups=(0, 0)))
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     text = " ".join(parse((tmp_path / "out" / "report.html").read_text()).text)
     assert "No unit was finished by every arm" in text

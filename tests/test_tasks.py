@@ -156,7 +156,7 @@ def test_plan_expands_sweeps_and_substitutes_ngram(tmp_path: Path):
         build_arms(SuiteSpec(target="t", draft="d", methods=(str(method),), tasks=("jsonl",)))
 
 
-def test_multi_turn_with_prompt_lookup(tmp_path: Path, capsys):
+def test_multi_turn_with_prompt_lookup(tmp_path: Path, capsys, tiny_target):
     """Two turns, the second conditioned on the arm's own first answer; --draft ngram loads no draft model."""
     import sqlite3
 
@@ -173,9 +173,7 @@ def test_multi_turn_with_prompt_lookup(tmp_path: Path, capsys):
                            "FROM samples s JOIN cells c USING (cell_id) ORDER BY c.position, s.turn").fetchall()
     conn.close()
     assert [(arm, turn) for arm, turn, *_ in samples] == [("ar", 0), ("ar", 1), ("exact", 0), ("exact", 1)]
-    from relaxbench.models import load_model
-
-    tokenizer = load_model("tiny-random-target", dtype="float64", quiet=True).tokenizer
+    tokenizer = tiny_target.tokenizer
     second_prompt = tokenizer.decode(json.loads(samples[1][2]))
     assert samples[0][3] in second_prompt and "Again, please." in second_prompt
     assert samples[1][4] == samples[3][4]  # exact reproduces AR on the second turn too

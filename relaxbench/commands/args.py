@@ -7,8 +7,6 @@ import argparse
 import math
 from typing import NoReturn
 
-from relaxbench.models.device import configure_runtime
-
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the usage banner goes to --help)."""
@@ -90,5 +88,8 @@ def add_wide_arg(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_from_args(args: argparse.Namespace) -> str:
-    """``configure_runtime`` with the command's --device and --threads; the device string."""
+    """``configure_runtime`` with the command's --device and --threads; the device string. Imported here: torch
+    loads only for a command that runs, never for ``--help`` or a refused flag."""
+    from relaxbench.models.device import configure_runtime
+
     return configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))

@@ -19,7 +19,7 @@ from relaxbench.commands.grading import (
     grader_from_args,
     ungraded_notes,
 )
-from relaxbench.commands.report import add_profile_arg, add_report_args, check_profile_args
+from relaxbench.commands.report import add_profile_arg, add_report_args, check_has_samples, check_profile_args
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
 
@@ -298,6 +298,8 @@ def run_suite(args: argparse.Namespace, suite: Any) -> int:
     plan = build_plan(suite)  # validates everything and reads the data before any model loads
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
     Store.check_writable(out_dir / STORE_NAME)  # a file, a read-only folder or a damaged store: refused here
+    if suite.engine == "transformers" and suite.executor == "in-process":  # (a cluster's workers hold the models)
+        check_before_loading(suite, plan)
     graded = [GradedTask(job.name, {item.item_id: item for item in job.items}, scorer) for job in plan.jobs
               if (scorer := job.source.grader_scorer()) is not None]
     grader_device = None
@@ -311,6 +313,23 @@ def run_suite(args: argparse.Namespace, suite: Any) -> int:
     with lock:  # one writer per store, held until the run, its grading and its report are done
         return run_locked(args, suite, plan, out_dir, report_formats, executor_type, options, grader, graded,
                           grader_device)
+
+
+def check_before_loading(suite: Any, plan: Any) -> None:
+    """The draft's vocabulary against the target's, and every first prompt against the target's context, from the
+    tokenizers and configs alone: refused before the store is locked or any weight loads."""
+    from relaxbench.arms import preview_pair
+    from relaxbench.decoding.prompts import context_window
+    from relaxbench.harness.runner import fit_prompt
+    from relaxbench.tasks.yaml_tasks import YamlTask
+
+    target, _ = preview_pair(suite.target, suite.draft if plan.needs_draft_model() else None)
+    if context_window(target) is None:
+        return
+    for job in plan.jobs:  # lm-eval's tasks encode through the loaded target, and keep their prompts' newest tokens
+        if isinstance(job.source, YamlTask) and not job.source.likelihood_only:
+            for item in job.items:
+                fit_prompt(job, target, item, 0, job.source.encode(target, item, 0, [], job.max_new_tokens))
 
 
 def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, report_formats: tuple[str, ...],
@@ -381,5 +400,6 @@ def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str]
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
+    check_has_samples(args.out, args.run_id)
     print_tables(args.out, args.run_id, args.profiles, args.wide)
     return 0

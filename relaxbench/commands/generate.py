@@ -42,19 +42,43 @@ def method_from_args(args: argparse.Namespace):
                           parse_assignments(args.drafter_knob, "--drafter-knob"), args.draft)
 
 
+def check_prompt(prompt: str) -> None:
+    """An empty or blank prompt is refused, as ``compare`` refuses one in a data file."""
+    from relaxbench.errors import ConfigError
+
+    if not prompt.strip():
+        raise ConfigError("--prompt is empty: give the text to complete")
+
+
+def usable_k(k: int, max_new_tokens: int) -> int:
+    """``k`` cut to what ``max_new_tokens`` can use (a round drafts at most max_new_tokens - 1 tokens), with a
+    notice on stderr when it is cut."""
+    usable = max(1, max_new_tokens - 1)
+    if k <= usable:
+        return k
+    from relaxbench.ui import console
+
+    console(stderr=True).print(f"k {k} is more than a budget of {max_new_tokens} new tokens can use (a round drafts at "
+                               f"most {usable}); drafting {usable}", markup=False, highlight=False)
+    return usable
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, resolve_k
+    from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, preview_pair, resolve_k
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import check_fits_context, encode_prompt
     from relaxbench.ops.sampling import SamplingParams
     from relaxbench.ui import console
 
+    check_prompt(args.prompt)
     device = runtime_from_args(args)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    decode = DecodeConfig(k=resolve_k(method, args.k), max_new_tokens=args.max_new_tokens, sampling=sampling,
+    k = resolve_k(method, args.k) if method.policy == "none" else usable_k(resolve_k(method, args.k),
+                                                                           args.max_new_tokens)
+    decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
     draft_name = None if method.policy == "none" else args.draft
     check_method(method.name, method, draft_name, sampling)  # before any model loads
@@ -70,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
         policy_name, k_shown = method.policy, 0 if method.policy == "none" else decode.k
     else:
         drafter = effective_drafter(method, draft_name)
+        # tokenizers and configs first: the vocabulary and the prompt's fit are settled before any weight loads
+        preview, _ = preview_pair(args.target, draft_name)
+        prompt_ids = encode_prompt(preview.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
+        check_fits_context(preview, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
         target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
-        prompt_ids = encode_prompt(target.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
-        check_fits_context(target, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
         decoder = build_decoder(method, target, draft, decode, draft_name)
         result = decoder.generate(prompt_ids)
         policy_name, k_shown = decoder.policy.name, decode.k if decoder.drafter else 0

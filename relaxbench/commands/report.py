@@ -37,6 +37,27 @@ def check_profile_args(profiles: list[str], x_axis: str | None) -> None:
         check_profile_ref(ref)
 
 
+def check_has_samples(run_dir: str, run_id: int | None) -> None:
+    """A stored run without a single sample (stopped before its first one) is said in one line: its tables would
+    be empty and its report would compare nothing."""
+    from relaxbench.analysis.records import open_read_only
+    from relaxbench.errors import DataError
+
+    with open_read_only(run_dir) as store:
+        if run_id is None:
+            runs = store.rows("SELECT run_id, run_key FROM runs ORDER BY updated_at DESC, run_id DESC LIMIT 1")
+        else:
+            runs = store.rows("SELECT run_id, run_key FROM runs WHERE run_id=?", (run_id,))
+        if not runs:
+            raise DataError(f"{store.path}: no run{'' if run_id is None else f' with id {run_id}'} stored")
+        count = store.rows("SELECT COUNT(*) AS n FROM samples JOIN cells USING (cell_id) WHERE cells.run_id=?",
+                           (runs[0]["run_id"],))[0]["n"]
+        if not count:
+            raise DataError(f"{store.path}: run {runs[0]['run_id']} ({runs[0]['run_key']}) has no samples yet (it "
+                            "stopped before its first one): nothing to show; rerun compare with the same --out to "
+                            "resume it")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="write the HTML/PDF report of a stored run")
     r.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (or its results.sqlite)")
@@ -60,6 +81,7 @@ def write_and_announce(run_dir, formats: str, out: str | None, budget: float | N
 
 def run(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, args.x_axis)
+    check_has_samples(args.run_dir, args.run_id)
     write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id, args.profiles,
                        args.x_axis)
     return 0

@@ -10,22 +10,22 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import DataError
 
 
-MAX_LINE_CHARS = 8 << 20  # a JSONL row over 8 Mi characters (~2M tokens) fits no model's context: refused unread
+MAX_LINE_CHARS = 8 << 20  # a row over 8 Mi characters (~2M tokens) fits no model's context: refused unread
+_CHUNK = 1 << 20  # characters read at a time from a JSON list
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL (optionally gzipped) file or a JSON list; errors name the file and the line. A JSONL line is
-    read up to ``MAX_LINE_CHARS``: a longer one is refused before it is held in memory or tokenized."""
-    if path.is_dir():
-        raise DataError(f"{path}: is a folder, not a data file (give the .jsonl file, e.g. {path}/test.jsonl)")
-    if not path.is_file():
-        raise DataError(f"{path}: no such data file")
+    """Rows of a JSONL (optionally gzipped) file or a JSON list; errors name the file and the line. A JSONL line or
+    a JSON list's element is read up to ``MAX_LINE_CHARS``: a longer one is refused before it is held in memory or
+    tokenized (a JSON list is read element by element, never whole)."""
+    _check_regular(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -34,16 +34,37 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"{path}: cannot read ({exc})") from None
 
 
+def _check_regular(path: Path) -> None:
+    """A data file is a regular file: a folder, a named pipe or a device is refused by what it is (a pipe would
+    block, and could be read once only; a device never ends)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such data file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise DataError(f"{path}: is a folder, not a data file (give the .jsonl file, e.g. {path}/test.jsonl)")
+    if stat.S_ISFIFO(mode):
+        raise DataError(f"{path}: is a named pipe, not a data file (save the rows to a regular .jsonl file and give "
+                        "that)")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise DataError(f"{path}: is a device, not a data file (give a regular .jsonl file)")
+    if stat.S_ISSOCK(mode) or not stat.S_ISREG(mode):
+        raise DataError(f"{path}: is not a regular file (give a regular .jsonl file)")
+
+
+def _too_long(path: Path, where: int | str, what: str) -> DataError:
+    return DataError(f"{path}:{where}: {what} longer than {MAX_LINE_CHARS:,} characters (more than any model's "
+                     "context holds); split or shorten the row")
+
+
 def _parse_rows(path: Path, f: Any) -> list[dict[str, Any]]:
     first = f.read(1)
     while first and first.isspace():
         first = f.read(1)
     if first == "[":
-        text = first + f.read()
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+        rows = _json_list(path, f)
     else:
         rows, number, pending = [], 0, first
         while True:
@@ -53,8 +74,7 @@ def _parse_rows(path: Path, f: Any) -> list[dict[str, Any]]:
                 break
             number += 1
             if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
-                raise DataError(f"{path}:{number}: a line longer than {MAX_LINE_CHARS >> 20} Mi characters (more "
-                                "than any model's context holds); split or shorten the row")
+                raise _too_long(path, number, "a line")
             if not line.strip():
                 continue
             try:
@@ -64,6 +84,61 @@ def _parse_rows(path: Path, f: Any) -> list[dict[str, Any]]:
     if not all(isinstance(row, dict) for row in rows):
         raise DataError(f"{path}: every row must be a JSON object")
     return rows
+
+
+def _json_list(path: Path, f: Any) -> list[Any]:
+    """The elements of a JSON list whose ``[`` has been read, decoded one at a time from a buffer read in chunks:
+    an element that has not ended within ``MAX_LINE_CHARS`` is refused unread, so memory stays near the cap."""
+    decoder = json.JSONDecoder()
+    rows: list[Any] = []
+    buffer, pos, line, eof, expect_element = "", 0, 1, False, True
+
+    def fill() -> None:  # drop what was decoded, read one more chunk
+        nonlocal buffer, pos, eof
+        chunk = f.read(_CHUNK)
+        eof = not chunk
+        buffer, pos = buffer[pos:] + chunk, 0
+
+    def skip_space() -> None:
+        nonlocal pos, line
+        while True:
+            while pos < len(buffer) and buffer[pos].isspace():
+                line += buffer[pos] == "\n"
+                pos += 1
+            if pos < len(buffer) or eof:
+                return
+            fill()
+
+    while True:
+        skip_space()
+        if pos == len(buffer):
+            raise DataError(f"{path}:{line}: malformed JSON (the list is not closed)")
+        if buffer[pos] == "]" and (not rows or not expect_element):
+            if buffer[pos + 1:].strip() or f.read(1).strip():
+                raise DataError(f"{path}:{line}: malformed JSON (text after the list)")
+            return rows
+        if not expect_element:
+            if buffer[pos] != ",":
+                raise DataError(f"{path}:{line}: malformed JSON (expected ',' or ']')")
+            pos, expect_element = pos + 1, True
+            continue
+        while True:
+            try:
+                row, end = decoder.raw_decode(buffer, pos)
+                if end < len(buffer) or eof:  # a number at the buffer's end may go on in the next chunk
+                    break
+            except json.JSONDecodeError as exc:
+                if eof:
+                    raise DataError(f"{path}:{line + buffer.count(chr(10), pos, exc.pos)}: malformed JSON "
+                                    f"({exc.msg})") from None
+            if len(buffer) - pos > MAX_LINE_CHARS:
+                raise _too_long(path, line, f"element {len(rows) + 1} of the list is")
+            fill()
+        if end - pos > MAX_LINE_CHARS:
+            raise _too_long(path, line, f"element {len(rows) + 1} of the list is")
+        rows.append(row)
+        line += buffer.count("\n", pos, end)
+        pos, expect_element = end, False
 
 
 def package_file(requirement: str, member: str) -> Path:

@@ -36,8 +36,12 @@ def stated_positions(config: Any) -> int | None:
 
 
 def context_window(model: Any) -> int | None:
-    """The positions a loaded model takes (its config's ``max_position_embeddings``); None when it states none."""
-    return stated_positions(getattr(getattr(model, "model", None), "config", None))
+    """The positions a model takes (its config's ``max_position_embeddings``); None when it states none. ``model``
+    is a loaded model (its transformers model's config) or a preview of one (its ``config``, no weights)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        config = getattr(getattr(model, "model", None), "config", None)
+    return stated_positions(config)
 
 
 def prompt_room(model: Any, max_new_tokens: int, k: int) -> int | None:

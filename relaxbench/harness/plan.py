@@ -20,7 +20,7 @@ from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
@@ -131,8 +131,16 @@ class RunPlan:
         return any(arm.needs_draft_model() for arm in self.arms)
 
     def notes(self) -> list[str]:
-        """What a user should know before the run starts (each task source's notes)."""
-        return [note for job in self.jobs for note in job.source.notes()]
+        """What a user should know before the run starts: each task source's notes, and a draft length the task's
+        budget cuts."""
+        notes = [note for job in self.jobs for note in job.source.notes()]
+        for job in self.jobs:
+            usable = max(job.max_new_tokens - 1, 0)
+            over = sorted({arm.k for arm in job.arms if arm.k > usable})
+            if over:
+                notes.append(f"{job.name}: k {', '.join(map(str, over))} is more than max_new_tokens "
+                             f"{job.max_new_tokens} can use; rounds draft at most {usable} tokens")
+        return notes
 
 
 def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:

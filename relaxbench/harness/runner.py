@@ -50,7 +50,9 @@ def check_fits(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids:
 
 
 def job_k(job: TaskJob) -> int:
-    return max((arm.k for arm in job.arms), default=0)
+    """The largest draft length a round of this job runs: an arm's k, cut to what max_new_tokens can use (the loop
+    drafts at most max_new_tokens - 1 tokens per round)."""
+    return min(max((arm.k for arm in job.arms), default=0), max(job.max_new_tokens - 1, 0))
 
 
 def fit_prompt(job: TaskJob, target: Any, item: TaskItem, turn: int, prompt_ids: list[int]) -> list[int]:

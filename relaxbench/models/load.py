@@ -15,6 +15,7 @@ import torch
 
 from relaxbench.errors import ConfigError, ModelError
 from relaxbench.models.convert import dtype_copy, materialize
+from relaxbench.models.device import DEVICE_MAPS
 from relaxbench.models.dtypes import parameter_count, parse_dtype
 from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
 from relaxbench.models.shape import ModelShape, shape_from_config, shape_of
@@ -108,8 +109,6 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
                        torch.device(device) if device_map is None else input_device(model))
 
 
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's placement strategies
-
 
 def _device_map(strategy: str, device: str) -> str | dict[str, str]:
     """What ``from_pretrained`` gets: accelerate's strategy over the visible GPUs, or everything on the CPU (a CPU
@@ -144,6 +143,26 @@ def load_tokenizer(name: str, quiet: bool = False) -> Any:
     location, ref, offline = _locate(name, quiet)
     with _load_errors(name, location, ref, offline):
         return AutoTokenizer.from_pretrained(ref, local_files_only=offline)
+
+
+@dataclass(frozen=True)
+class ModelPreview:
+    """A model's tokenizer and config without its weights: enough to encode prompts, check them against the
+    context and compare two vocabularies, so those refusals come before any weight loads."""
+
+    name: str
+    tokenizer: Any
+    config: Any
+
+
+def preview_model(name: str, quiet: bool = False) -> ModelPreview:
+    """The tokenizer and config of ``name``, resolved and fetched like ``load_model`` (no weights read)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    location, ref, offline = _locate(name, quiet)
+    with _load_errors(name, location, ref, offline):
+        return ModelPreview(name, AutoTokenizer.from_pretrained(ref, local_files_only=offline),
+                            AutoConfig.from_pretrained(ref, local_files_only=offline))
 
 
 def model_shape(name: str, quiet: bool = True) -> ModelShape:
@@ -188,8 +207,9 @@ def vocab_fingerprint(tokenizer: Any) -> str:
     return f"{type(tokenizer).__name__}, {len(vocab)} tokens, #{digest}"
 
 
-def check_shared_vocab(target: LoadedModel, draft: LoadedModel) -> None:
-    """Draft and target must map the same strings to the same ids (their logit widths may differ by padding)."""
+def check_shared_vocab(target: LoadedModel | ModelPreview, draft: LoadedModel | ModelPreview) -> None:
+    """Draft and target must map the same strings to the same ids (their logit widths may differ by padding);
+    decided from the tokenizers alone, so a preview settles it before the weights load."""
     if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
         raise ConfigError(
             f"draft {draft.name!r} and target {target.name!r} do not share a tokenizer vocabulary "

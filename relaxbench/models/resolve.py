@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relaxbench.errors import ModelError
+from relaxbench.models.gguf_header import check_gguf
 from relaxbench.models.zoo import MODELS, TinyRandomModel
 from relaxbench.registry import did_you_mean
 
@@ -42,6 +43,7 @@ def resolve_model(name: str) -> ModelLocation:
         if magic != b"GGUF":
             raise ModelError(f"{name}: not a GGUF file (it does not start with 'GGUF'); give a .gguf model file, "
                              "a checkpoint folder, a packaged alias or a hub id")
+        check_gguf(path, name)
         return ModelLocation(name, "gguf", str(path.resolve()))
     if looks_like_path:
         raise ModelError(f"{name}: no such model directory or .gguf file")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from relaxbench.data.items import TaskItem
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.registry import Registry
 from relaxbench.scoring.base import Score, Scorer
 

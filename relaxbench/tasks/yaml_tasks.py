@@ -17,7 +17,7 @@ from relaxbench.data.formats import FORMATS, WithheldRow
 from relaxbench.data.generate import GENERATORS
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.errors import ConfigError, DataError, RelaxbenchError
-from relaxbench.ops.sampling import SamplingParams
+from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.scoring import Score, Scorer, ScoringContext, make_scorer
 from relaxbench.tasks.source import Generation, LoadRequest, TaskFacts, TaskSource
 from relaxbench.tasks.spec import TaskSpec, load_task

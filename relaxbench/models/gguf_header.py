@@ -1,0 +1,110 @@
+"""A GGUF file's layout checked from its header alone: every metadata entry and tensor description readable, and
+the file long enough for every tensor it describes. A file cut short (an interrupted download or copy) is refused
+in one line when the model name is resolved, before the tokenizer, the config or any weight is read."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import BinaryIO
+
+from relaxbench.errors import ModelError
+
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
+_STRING, _ARRAY = 8, 9
+_ALIGNMENT_KEY = "general.alignment"
+
+
+class _Cut(Exception):
+    """The header ends (or names more than the file holds) before it is complete."""
+
+
+def _read(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) < n:
+        raise _Cut()
+    return data
+
+
+def _u32(f: BinaryIO) -> int:
+    return struct.unpack("<I", _read(f, 4))[0]
+
+
+def _u64(f: BinaryIO) -> int:
+    return struct.unpack("<Q", _read(f, 8))[0]
+
+
+def _string(f: BinaryIO, size: int) -> bytes:
+    length = _u64(f)
+    if length > size:
+        raise _Cut()
+    return _read(f, length)
+
+
+def _skip_value(f: BinaryIO, kind: int, size: int) -> int | None:
+    """Skip one value; return it when it is an unsigned integer (the alignment is one)."""
+    if kind in _SCALARS:
+        raw = _read(f, _SCALARS[kind])
+        return int.from_bytes(raw, "little") if kind in (4, 10) else None
+    if kind == _STRING:
+        _string(f, size)
+        return None
+    if kind == _ARRAY:
+        item, count = _u32(f), _u64(f)
+        if item in _SCALARS:
+            if count * _SCALARS[item] > size:
+                raise _Cut()
+            f.seek(count * _SCALARS[item], 1)
+        else:
+            if count > size:
+                raise _Cut()
+            for _ in range(count):
+                _skip_value(f, item, size)
+        return None
+    raise ValueError(f"unknown metadata value type {kind}")
+
+
+def _tensor_bytes(kind: int, dims: list[int]) -> int:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    elements = 1
+    for d in dims:
+        elements *= d
+    return elements // block * type_size
+
+
+def check_gguf(path: Path, name: str) -> None:
+    """Refuse ``path`` in one line unless its header reads whole and the file holds every tensor it describes."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb", buffering=1 << 20) as f:
+            _read(f, 4)  # the magic, checked by the caller
+            version = _u32(f)
+            if version not in (2, 3):
+                raise ModelError(f"{name}: GGUF version {version} (relaxbench reads versions 2 and 3)")
+            n_tensors, n_entries = _u64(f), _u64(f)
+            alignment = 32
+            for _ in range(n_entries):
+                key = _string(f, size)
+                value = _skip_value(f, _u32(f), size)
+                if key == _ALIGNMENT_KEY.encode() and value:
+                    alignment = value
+            end = 0
+            for _ in range(n_tensors):
+                _string(f, size)
+                n_dims = _u32(f)
+                if n_dims > 8:
+                    raise ValueError(f"a tensor with {n_dims} dimensions")
+                dims = [_u64(f) for _ in range(n_dims)]
+                kind, offset = _u32(f), _u64(f)
+                end = max(end, offset + _tensor_bytes(kind, dims))
+            data_start = -(-f.tell() // alignment) * alignment
+    except _Cut:
+        raise ModelError(f"{name}: a GGUF file cut short ({size:,} bytes end inside its header); fetch or copy it "
+                         "again") from None
+    except (ValueError, KeyError, OSError, struct.error) as exc:
+        raise ModelError(f"{name}: a damaged GGUF file ({exc}); fetch or copy it again") from None
+    if data_start + end > size:
+        raise ModelError(f"{name}: a GGUF file cut short: its tensors need {data_start + end:,} bytes, the file has "
+                         f"{size:,}; fetch or copy it again")
