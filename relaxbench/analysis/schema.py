@@ -113,7 +113,7 @@ METRICS: tuple[Metric, ...] = (
                                         "round's context + the drafter's recorded forwards and n-gram lookups], "
                                         "priced from the profile's cost table; this-machine = the table the run "
                                         "measured at its session's start"),
-           "proxy", "proxy", "main", 60, format="proxy_total", unit="×", better="higher", narrow=True),
+           "proxy", "proxy NAME [95% CI]", "main", 60, format="proxy_total", unit="×", better="higher", narrow=True),
     Metric("95% CI", (f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed "
                       "seed); a unit's value is already averaged over its repeats, so the interval is over items")),
     Metric("unit", ("one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
@@ -157,7 +157,7 @@ METRICS: tuple[Metric, ...] = (
                             "sides interleaved); median over repeats. Compares two engines running the same "
                             "decoding, not a method with AR"), unit="ratio", better="higher", benchmark=True),
     # further columns of the quantities defined above
-    Metric("speed-up (geomean)", key="proxy", column="proxy geomean", table="diagnostics", order=60,
+    Metric("speed-up (geomean)", key="proxy", column="proxy NAME geomean [95% CI]", table="diagnostics", order=60,
            format="proxy_geomean", unit="×", better="higher"),
     Metric("latency", key="latency_median", column="median latency s", table="diagnostics", order=70, spec=".2f",
            unit="s", better="lower", field="speed.latency_median"),

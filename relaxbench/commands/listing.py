@@ -120,14 +120,29 @@ def markdown(kind: str) -> str:
         header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
         return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(POLICIES.items())])
     if kind == "metrics":
-        return markdown_table(("metric", "definition"), [(name, text) for name, text in metric_rows()])
+        return markdown_table(("metric", "definition", "unit", "better", "shown in (column; * = at 120 columns)"),
+                              metric_schema_rows())
     return markdown_table(("name", "description"), [(f"`{name}`", text) for name, text in rows(kind)])
 
 
 def metric_rows() -> list[tuple[str, str]]:
-    from relaxbench.analysis.metrics import METRIC_DEFINITIONS
+    from relaxbench.analysis.schema import definitions
 
-    return list(METRIC_DEFINITIONS)
+    return list(definitions())
+
+
+def metric_schema_rows() -> list[list[str]]:
+    """One row per defined metric of the schema: its definition, unit, direction and the columns that show it."""
+    from relaxbench.analysis.schema import TABLE_TITLES, columns_of, metrics
+
+    out = []
+    for metric in metrics():
+        if not metric.definition:
+            continue
+        shown = "; ".join(f"{TABLE_TITLES[m.table]}: {m.column}{' *' if m.narrow else ''}"
+                          for m in columns_of(metric.name)) or ("`relaxbench bench`" if metric.benchmark else "-")
+        out.append([metric.name, metric.definition, metric.unit or "-", metric.better or "-", shown])
+    return out
 
 
 def rows(kind: str) -> list[tuple[str, str]]:
