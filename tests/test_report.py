@@ -121,7 +121,9 @@ def test_every_section_method_and_task_is_in_the_html(written):
         assert title in text
     for task in TASKS:
         assert f"task-{task}" in page.ids and f"{task}-table" in page.tables
-        assert len([i for i in page.ids if i.startswith(f"fig-{task}-")]) == 5  # the five figures per task
+        # the five figures per task, and the acceptance-by-category heat map where its items have categories
+        with_categories = len(TASKS[task][3]) > 1
+        assert len([i for i in page.ids if i.startswith(f"fig-{task}-")]) == 5 + with_categories
     for name in ARM_NAMES + METHOD_NAMES:
         assert name in text, name
     assert set(page.tables["methods-table"]) == set(ARM_NAMES)  # every arm defined once
@@ -129,7 +131,7 @@ def test_every_section_method_and_task_is_in_the_html(written):
     for fact in ("bfloat16", "2.13.0", "0123456789abcdef", "Fixture CPU"):
         assert fact in text
     # self-contained: figures inline, nothing fetched, no script
-    assert html.count("<svg") == 5 * len(TASKS)
+    assert html.count("<svg") == sum(5 + (len(t[3]) > 1) for t in TASKS.values())
     assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?https?:""", html)
 
@@ -348,7 +350,8 @@ def test_tradeoff_plot_draws_ar_lossless_and_sweep_curves(fixture_run):
         assert list(sweep.get_xdata()) == [c.speedup_total.value for c in fly]  # one curve, sweep order
         assert list(sweep.get_ydata()) == pytest.approx([100 * c.score for c in fly])
         assert sweep.get_linestyle() == "-" and lines["margin (relaxed)"].get_linestyle() == "None"
-        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "proxy"]
+        heatmap = ["categories"] if len(TASKS[section.task][3]) > 1 else []
+        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "proxy", *heatmap]
 
 
 def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):

@@ -634,7 +634,9 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     if tasks:
         lines.insert(0, ranking_line(ranking, choice.profiles))
     concurrency = concurrency_section(run, siblings)
-    methods = [text for kind, text in FIGURE_METHODS.items() if kind != FIGURE_KIND or concurrency is not None]
+    drawn = {f.kind for t in tasks for f in t.figures}
+    methods = [text for kind, text in FIGURE_METHODS.items()
+               if (kind != FIGURE_KIND or concurrency is not None) and (kind != "categories" or kind in drawn)]
     if axis.profile is not None:
         methods.insert(1, (f"Trade-off on {axis.profile}", TRADEOFF_PROXY.format(profile=axis.profile)))
     return Report(

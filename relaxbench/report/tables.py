@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from relaxbench.analysis.categories import RelaxationGain, categories_of, relaxation_gains
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
 from relaxbench.analysis.schema import Metric, table_metrics
 
@@ -545,6 +546,90 @@ def failures_brief(cell: CellSummary) -> str:
     return ", ".join(parts) + " pp" if parts else "-"
 
 
+# ------------------------------------------------------------------------------------------------ acceptance by category
+
+CATEGORY_ACCEPTANCE_COLUMNS = ("category", "method", "n units", "MAL", "acc. rate", "relaxed frac. (AR-paired)",
+                               "relaxation gain")
+POSITIONS_SHOWN = 6  # the per-position table's columns a narrow display keeps
+
+
+def gains_text(gains: tuple[RelaxationGain, ...]) -> str:
+    """Where each relaxed arm's relaxation gains most and least, in one sentence per arm."""
+    def signed(gain: RelaxationGain, value: float) -> str:
+        return f"{value:+.2f} MAL" if gain.reference is not None else f"{value:.1%} relaxed"
+
+    return " ".join(f"{g.arm} gains most in {g.most[0]} ({signed(g, g.most[1])}) and least in {g.least[0]} "
+                    f"({signed(g, g.least[1])}){'' if g.reference is None else ' over ' + g.reference}."
+                    for g in gains)
+
+
+def category_acceptance_table(summary: TaskSummary) -> Table | None:
+    """MAL, acceptance rate and the AR-paired relaxed fraction by item category × arm, with each relaxed arm's gain
+    over the strict reference there (None when the task's items have no categories)."""
+    categories = categories_of(summary)
+    if not categories or summary.target_alone:
+        return None
+    gains = relaxation_gains(summary)
+    by_arm = {g.arm: dict(g.gains) for g in gains}
+    rows = []
+    for name in categories:
+        for cell in summary.cells:
+            part = cell.acceptance.categories.get(name)
+            if part is None:
+                continue
+            path = f"acceptance.categories.{name}"
+            gain = by_arm.get(cell.arm, {}).get(name)
+            reference = next((g.reference for g in gains if g.arm == cell.arm), None)
+            gain_text = "-" if gain is None else (f"{gain:+.2f}" if reference is not None else f"{gain:.1%}")
+            rows.append(Row(f"{name}/{cell.arm}", (
+                Cell(name, "category"), Cell(cell.arm, "arm"),
+                num(str(part.n_units), f"{path}.n_units", part.n_units),
+                num(fmt(part.mean_acceptance_length), f"{path}.mean_acceptance_length", part.mean_acceptance_length),
+                num(fmt(part.acceptance_rate, ".1%"), f"{path}.acceptance_rate", part.acceptance_rate),
+                num(fmt(part.relaxed_fraction, ".1%"), f"{path}.relaxed_fraction", part.relaxed_fraction),
+                num(gain_text, f"{path}.gain", gain),
+            ), emphasis=cell.is_baseline))
+    said = gains_text(gains)
+    return Table(f"{summary.task}-acceptance-categories", f"{summary.task}: acceptance by category",
+                 CATEGORY_ACCEPTANCE_COLUMNS, tuple(rows),
+                 "Over each category's paired units (the units every arm finished), every repeat counted. MAL = "
+                 "emitted tokens / verification rounds; acc. rate = accepted / drafted tokens; relaxed frac. = "
+                 "relaxed acceptances / emitted tokens over the same AR-paired units; relaxation gain = the arm's "
+                 "MAL minus that of the strict reference (the lossless drafted arm with the same drafter and k), or "
+                 "its relaxed fraction where the run has no lossless drafted arm." + (f" {said}" if said else ""))
+
+
+def category_positions_table(summary: TaskSummary) -> Table | None:
+    """Per-position acceptance (vLLM's num_accepted_tokens_per_pos / num_drafts) by item category × arm."""
+    categories = categories_of(summary)
+    if not categories or summary.target_alone:
+        return None
+    width = max((len(p.acceptance_by_position) for c in summary.cells for p in c.acceptance.categories.values()),
+                default=0)
+    if not width:
+        return None
+    positions = tuple(f"pos {i}" for i in range(1, width + 1))
+    rows = []
+    for name in categories:
+        for cell in summary.cells:
+            part = cell.acceptance.categories.get(name)
+            if part is None or not part.acceptance_by_position:
+                continue
+            path = f"acceptance.categories.{name}.acceptance_by_position"
+            values = part.acceptance_by_position
+            rows.append(Row(f"{name}/{cell.arm}", (
+                Cell(name, "category"), Cell(cell.arm, "arm"),
+                *(num(fmt(values[i] if i < len(values) else None, ".1%"), f"{path}.{i}",
+                      values[i] if i < len(values) else None) for i in range(width)),
+            )))
+    columns = ("category", "method", *positions)
+    return Table(f"{summary.task}-acceptance-positions", f"{summary.task}: acceptance by draft position and category",
+                 columns, tuple(rows),
+                 "pos i = rounds that accepted draft position i / rounds with a draft, over the category's paired "
+                 "units (vLLM's num_accepted_tokens_per_pos / num_drafts): P(accepted length ≥ i).",
+                 essential=columns[:2 + POSITIONS_SHOWN] if width > POSITIONS_SHOWN else ())
+
+
 def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
@@ -556,4 +641,5 @@ def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)
+    tables += [t for t in (category_acceptance_table(summary), category_positions_table(summary)) if t is not None]
     return tuple(tables)
