@@ -255,10 +255,11 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
     assert "Outputs cut at max_new_tokens" in text
 
 
-def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries):
-    """Which notices apply is decided in ``relaxbench.analysis.notices`` (facts and a level); the report words each."""
+def test_each_finding_carries_its_level_and_words_and_the_report_lists_them(fixture_run, summaries):
+    """A notice is one record in ``relaxbench.analysis.notices`` (its facts, level and words); the report lists the
+    words of the findings that apply, in order."""
     from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_findings, task_findings
-    from relaxbench.report.content import task_notices, word
+    from relaxbench.report.content import task_notices
 
     run = load_run(fixture_run)
     found = task_findings(summaries["tiny-code"], run.cells_of("tiny-code"))
@@ -267,7 +268,7 @@ def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries)
     assert (check.arm, check.divergences.reproduced, check.divergences.near_tie, check.level) == ("exact", 11, 1,
                                                                                                    "info")
     assert [(n.level, n.text) for n in task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
-        (f.level, word(f)) for f in found]
+        (f.level, f.words()) for f in found]
     [unfinished] = [f for f in run_findings(run) if isinstance(f, UnfinishedSession)]
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
@@ -279,7 +280,6 @@ def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
     from dataclasses import replace
 
     from relaxbench.analysis.notices import BusyMachine, run_findings
-    from relaxbench.report.content import word
 
     run = load_run(fixture_run)
     env = run.environment[-1]
@@ -292,11 +292,11 @@ def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
 
     [found] = busy(others_busy_cpus=1.4)
     assert (found.load, found.cpus, found.others, found.window_s, found.level) == (1.4, 2, True, 1.0, "warning")
-    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in word(found)
+    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in found.words()
     assert busy(others_busy_cpus=1.4, load_average=[0.1, 0.1, 0.1])  # others busy, whatever the load average
     assert not busy(others_busy_cpus=None)  # psutil could not read the counters: no evidence
     [legacy] = busy(others_busy_cpus=..., others_window_s=...)  # a store written before the measure existed
-    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in word(legacy)
+    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in legacy.words()
     assert not busy(others_busy_cpus=..., others_window_s=..., load_average=[0.4, 0.4, 0.4])
 
 
@@ -305,7 +305,6 @@ def test_sessions_that_differ_are_named(fixture_run):
     from dataclasses import replace
 
     from relaxbench.analysis.notices import SessionsDiffer, run_findings
-    from relaxbench.report.content import word
 
     run = load_run(fixture_run)
     node_a = {**run.environment[-1], "hostname": "node-a", "gpu": "NVIDIA H100", "gpu_driver": "550.54"}
@@ -314,7 +313,7 @@ def test_sessions_that_differ_are_named(fixture_run):
     found = {f.key: f for f in run_findings(replace(run, environment=workers)) if isinstance(f, SessionsDiffer)}
     assert set(found) == {"hostname", "gpu", "gpu_driver"}
     assert found["hostname"].sessions == ((1, 2), (3,))
-    assert '("node-a": sessions 1, 2; "node-b": session 3)' in word(found["hostname"])
+    assert '("node-a": sessions 1, 2; "node-b": session 3)' in found["hostname"].words()
 
 
 def test_a_machine_proxy_far_from_the_measured_speedup_is_flagged(fixture_run, summaries):

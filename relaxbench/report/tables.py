@@ -16,6 +16,7 @@ from typing import Any
 
 from relaxbench.analysis.categories import RelaxationGain, categories_of, relaxation_gains
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
+from relaxbench.analysis.notices import self_agreement_words
 from relaxbench.analysis.schema import Metric, table_metrics
 
 
@@ -393,11 +394,7 @@ GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agree
 
 
 def self_agreement_text(grader: GraderSummary) -> str:
-    if not grader.self_check:
-        return "not measured (see the note)"
-    if grader.agreement_exact is None:
-        return "AR graded twice, no pair with two ratings"
-    return f"{grader.agreement_exact:.0%} same rating ({grader.agreement_pairs} AR samples)"
+    return self_agreement_words(grader)
 
 
 def grader_table(summary: TaskSummary) -> Table | None:
