@@ -42,7 +42,7 @@ from relaxbench.analysis.schema import BOOTSTRAP_RESAMPLES, computed_metrics, de
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
 from relaxbench.profiles import Profile, Unpriced
-from relaxbench.scoring.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
+from relaxbench.grading.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
 from relaxbench.scoring.repetition import ends_in_loop
 from relaxbench.tasks import stored_task_facts
 

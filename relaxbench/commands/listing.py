@@ -188,12 +188,13 @@ def rows(kind: str) -> list[tuple[str, str]]:
                                    f"{suite.get('max_new_tokens') or 'per task'}; {decoding}"))
         return out
     if kind == "scorers":
+        import relaxbench.grading  # noqa: F401  (registers the grading protocols)
         from relaxbench.scoring import SCORERS
 
         after = "; graded by an LLM grader after generation"
         return [(name, f"{cls.summary} [{cls.measure}{after if cls.graded else ''}]") for name, cls in SCORERS.items()]
     if kind == "graders":
-        from relaxbench.scoring.graders import GRADERS
+        from relaxbench.grading.graders import GRADERS
 
         return [(name, cls.summary) for name, cls in GRADERS.items()]
     if kind == "metrics":
