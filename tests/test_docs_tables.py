@@ -98,14 +98,34 @@ def test_a_new_module_is_listed_by_its_docstring(tmp_path):
                              ("relaxbench/ops/random.py", "Seeded uniforms, e.g. for a batch.")]
 
 
+def test_performance_figures_measured_with_changed_code_say_so():
+    """docs/performance.md's status lines: every section that declares the code it measures says "pending
+    re-measurement" exactly when git history shows a change to that code after the commit it was measured with."""
+    from tests.perf_status import PERFORMANCE, NoHistory, render, sections
+
+    text = PERFORMANCE.read_text()
+    assert len(sections(text)) >= 10
+    try:
+        current = render(text)
+    except NoHistory as exc:
+        pytest.skip(str(exc))
+    assert current == text, f"docs/performance.md's status lines are out of date; regenerate with `{REGENERATE}`"
+
+
 def regenerate() -> None:
-    """Rewrite the generated tables in place (the text around the markers is kept)."""
+    """Rewrite the generated tables and performance.md's status lines in place (the text around them is kept)."""
     from relaxbench.commands.listing import markdown
+    from tests.perf_status import PERFORMANCE, NoHistory, render
 
     for kind, path in TABLES.items():
         head, _, tail = split(path.read_text(), kind)
         path.write_text(head + markdown(kind) + tail)
         print(f"wrote {path.relative_to(ROOT)}")
+    try:
+        PERFORMANCE.write_text(render(PERFORMANCE.read_text()))
+        print(f"wrote {PERFORMANCE.relative_to(ROOT)}")
+    except NoHistory as exc:
+        print(f"left {PERFORMANCE.relative_to(ROOT)}'s status lines as they are: {exc}")
 
 
 if __name__ == "__main__":
