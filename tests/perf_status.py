@@ -22,8 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PERFORMANCE = ROOT / "docs" / "performance.md"
-MEASURED = re.compile(r"<!-- measured: (?P<paths>[^;]+); code as of (?P<commit>[0-9a-f]{7,40}) -->\n"
-                      r"<!-- status -->\n(?P<status>.*?)<!-- end of status -->\n", re.DOTALL)
+MEASURED = re.compile(
+    r"<!-- measured: (?P<paths>[^;]+); code as of (?P<commit>[0-9a-f]{7,40}) -->\n"
+    r"<!-- status -->\n(?P<status>.*?)<!-- end of status -->\n", re.DOTALL)
 
 
 class NoHistory(Exception):

@@ -26,10 +26,10 @@ from relaxbench.cli import main
 from relaxbench.data.formats import FORMATS
 from relaxbench.data.load import package_rows, read_records
 from relaxbench.errors import ConfigError
-from relaxbench.scoring import make_scorer
-from relaxbench.registry import Registry
 from relaxbench.grading.graders import GRADERS, Grader, GraderSettings, make_grader
 from relaxbench.grading.llm_grader import NEED_REF_CATS, UNPARSEABLE, parse_rating
+from relaxbench.registry import Registry
+from relaxbench.scoring import make_scorer
 from tests.conftest import CliResult, assert_one_line_error
 from tests.store_query import rows, sample_rows
 

@@ -402,11 +402,13 @@ def category_heatmap(summary: TaskSummary) -> FigureArt | None:
                 value = None if part is None else getattr(part, name)
                 if value is not None:
                     grid[i, j] = value
-        ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
         for i in range(len(categories)):
             for j in range(len(cells)):
                 if not np.isnan(grid[i, j]):
-                    ax.text(j, i, label.format(grid[i, j]), ha="center", va="center", fontsize=6, color="white")
+                    bright = image.norm(grid[i, j]) > 0.6  # viridis is light at the top: dark text there
+                    ax.text(j, i, label.format(grid[i, j]), ha="center", va="center", fontsize=6,
+                            color="black" if bright else "white")
         ax.set_xticks(range(len(cells)), [c.arm for c in cells], rotation=60, ha="right", fontsize=6.5)
         ax.set_yticks(range(len(categories)), categories, fontsize=7)
         ax.set_title(title, fontsize=9, loc="left")

@@ -543,7 +543,7 @@ def failures_brief(cell: CellSummary) -> str:
     return ", ".join(parts) + " pp" if parts else "-"
 
 
-# ------------------------------------------------------------------------------------------------ acceptance by category
+# ---------------------------------------------------------------------------------------- acceptance by category
 
 CATEGORY_ACCEPTANCE_COLUMNS = ("category", "method", "n units", "MAL", "acc. rate", "relaxed frac. (AR-paired)",
                                "relaxation gain")
