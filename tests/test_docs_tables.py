@@ -1,8 +1,9 @@
-"""The policy table (docs/policies.md) and the metric table (docs/metrics.md) are generated: each is the output of
-``relaxbench list KIND --markdown`` between two marker lines, and this test holds the committed copy to what the
-command prints now (one source of truth: the policy classes and ``METRIC_DEFINITIONS``).
+"""The policy table (docs/policies.md), the metric table (docs/metrics.md) and the module table of docs/design.md's
+layout are generated: each is the output of ``relaxbench list KIND --markdown`` between two marker lines, and this
+test holds the committed copy to what the command prints now (one source of truth: the policy classes, the metric
+schema, the package's modules and their docstrings).
 
-Regenerate both after changing a policy or a metric definition:
+Regenerate them all after changing a policy, a metric, or a module or its docstring:
 
     python tests/test_docs_tables.py
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = {"policies": ROOT / "docs" / "policies.md", "metrics": ROOT / "docs" / "metrics.md"}
+TABLES = {"policies": ROOT / "docs" / "policies.md", "metrics": ROOT / "docs" / "metrics.md",
+          "modules": ROOT / "docs" / "design.md"}
 REGENERATE = "python tests/test_docs_tables.py"
 
 
@@ -69,14 +71,61 @@ def test_the_metric_table_has_every_definition():
         assert f"| {name} |" in table, name
 
 
+def test_the_layout_has_every_module_with_its_docstring():
+    """Every module and package of relaxbench/ has a row, and every row a summary (a module without a docstring would
+    read "(no docstring)": a new module documents itself)."""
+    from relaxbench.commands.listing import markdown, module_rows
+
+    package = ROOT / "relaxbench"
+    paths = {str(p.relative_to(ROOT)) if p.name != "__init__.py" else f"{p.parent.relative_to(ROOT)}/"
+             for p in package.rglob("*.py") if p.name != "__main__.py" and "__pycache__" not in p.parts}
+    rows = dict(module_rows())
+    assert set(rows) == paths
+    assert not [name for name, text in rows.items() if text == "(no docstring)"], "modules without a docstring"
+    assert "| `relaxbench/analysis/schema.py` | The metric schema:" in markdown("modules")
+
+
+def test_a_new_module_is_listed_by_its_docstring(tmp_path):
+    """A module added to the package shows up in the layout with its docstring's first sentence."""
+    from relaxbench.commands.listing import module_rows
+
+    copy = tmp_path / "relaxbench"
+    (copy / "ops").mkdir(parents=True)
+    (copy / "__init__.py").write_text('"""The package."""\n')
+    (copy / "ops" / "__init__.py").write_text('"""Torch operations."""\n')
+    (copy / "ops" / "random.py").write_text('"""Seeded uniforms, e.g. for a batch. Shared by every rule."""\n')
+    assert module_rows(copy) == [("relaxbench/", "The package."), ("relaxbench/ops/", "Torch operations."),
+                             ("relaxbench/ops/random.py", "Seeded uniforms, e.g. for a batch.")]
+
+
+def test_performance_figures_measured_with_changed_code_say_so():
+    """docs/performance.md's status lines: every section that declares the code it measures says "pending
+    re-measurement" exactly when git history shows a change to that code after the commit it was measured with."""
+    from tests.perf_status import PERFORMANCE, NoHistory, render, sections
+
+    text = PERFORMANCE.read_text()
+    assert len(sections(text)) >= 10
+    try:
+        current = render(text)
+    except NoHistory as exc:
+        pytest.skip(str(exc))
+    assert current == text, f"docs/performance.md's status lines are out of date; regenerate with `{REGENERATE}`"
+
+
 def regenerate() -> None:
-    """Rewrite the generated tables in place (the text around the markers is kept)."""
+    """Rewrite the generated tables and performance.md's status lines in place (the text around them is kept)."""
     from relaxbench.commands.listing import markdown
+    from tests.perf_status import PERFORMANCE, NoHistory, render
 
     for kind, path in TABLES.items():
         head, _, tail = split(path.read_text(), kind)
         path.write_text(head + markdown(kind) + tail)
         print(f"wrote {path.relative_to(ROOT)}")
+    try:
+        PERFORMANCE.write_text(render(PERFORMANCE.read_text()))
+        print(f"wrote {PERFORMANCE.relative_to(ROOT)}")
+    except NoHistory as exc:
+        print(f"left {PERFORMANCE.relative_to(ROOT)}'s status lines as they are: {exc}")
 
 
 if __name__ == "__main__":

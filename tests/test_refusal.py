@@ -19,11 +19,11 @@ from relaxbench.analysis import load_run, summarize_run
 from relaxbench.cli import main
 from relaxbench.data import TaskItem
 from relaxbench.errors import ConfigError, DataError
+from relaxbench.grading.protocol import UNPARSEABLE
+from relaxbench.grading.refusal_grader import COMPLIED, REFUSED, parse_refusal
 from relaxbench.report.tables import task_tables
 from relaxbench.scoring import ScoringContext, make_scorer
-from relaxbench.scoring.graded import UNPARSEABLE
 from relaxbench.scoring.refusal import refusal_phrase
-from relaxbench.scoring.refusal_grader import COMPLIED, REFUSED, parse_refusal
 from relaxbench.tasks import load_task
 from relaxbench.tasks.yaml_tasks import load_items
 from tests.store_query import rows, sample_rows

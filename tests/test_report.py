@@ -121,7 +121,9 @@ def test_every_section_method_and_task_is_in_the_html(written):
         assert title in text
     for task in TASKS:
         assert f"task-{task}" in page.ids and f"{task}-table" in page.tables
-        assert len([i for i in page.ids if i.startswith(f"fig-{task}-")]) == 5  # the five figures per task
+        # the five figures per task, and the acceptance-by-category heat map where its items have categories
+        with_categories = len(TASKS[task][3]) > 1
+        assert len([i for i in page.ids if i.startswith(f"fig-{task}-")]) == 5 + with_categories
     for name in ARM_NAMES + METHOD_NAMES:
         assert name in text, name
     assert set(page.tables["methods-table"]) == set(ARM_NAMES)  # every arm defined once
@@ -129,7 +131,7 @@ def test_every_section_method_and_task_is_in_the_html(written):
     for fact in ("bfloat16", "2.13.0", "0123456789abcdef", "Fixture CPU"):
         assert fact in text
     # self-contained: figures inline, nothing fetched, no script
-    assert html.count("<svg") == 5 * len(TASKS)
+    assert html.count("<svg") == sum(5 + (len(t[3]) > 1) for t in TASKS.values())
     assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?https?:""", html)
 
@@ -253,10 +255,11 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
     assert "Outputs cut at max_new_tokens" in text
 
 
-def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries):
-    """Which notices apply is decided in ``relaxbench.analysis.notices`` (facts and a level); the report words each."""
+def test_each_finding_carries_its_level_and_words_and_the_report_lists_them(fixture_run, summaries):
+    """A notice is one record in ``relaxbench.analysis.notices`` (its facts, level and words); the report lists the
+    words of the findings that apply, in order."""
     from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_findings, task_findings
-    from relaxbench.report.content import task_notices, word
+    from relaxbench.report.content import task_notices
 
     run = load_run(fixture_run)
     found = task_findings(summaries["tiny-code"], run.cells_of("tiny-code"))
@@ -265,7 +268,7 @@ def test_findings_are_analysis_and_the_report_words_them(fixture_run, summaries)
     assert (check.arm, check.divergences.reproduced, check.divergences.near_tie, check.level) == ("exact", 11, 1,
                                                                                                    "info")
     assert [(n.level, n.text) for n in task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
-        (f.level, word(f)) for f in found]
+        (f.level, f.words()) for f in found]
     [unfinished] = [f for f in run_findings(run) if isinstance(f, UnfinishedSession)]
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
@@ -277,7 +280,6 @@ def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
     from dataclasses import replace
 
     from relaxbench.analysis.notices import BusyMachine, run_findings
-    from relaxbench.report.content import word
 
     run = load_run(fixture_run)
     env = run.environment[-1]
@@ -290,11 +292,11 @@ def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
 
     [found] = busy(others_busy_cpus=1.4)
     assert (found.load, found.cpus, found.others, found.window_s, found.level) == (1.4, 2, True, 1.0, "warning")
-    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in word(found)
+    assert "other processes kept 1.4 of 2 CPUs busy in the 1 s before it started" in found.words()
     assert busy(others_busy_cpus=1.4, load_average=[0.1, 0.1, 0.1])  # others busy, whatever the load average
     assert not busy(others_busy_cpus=None)  # psutil could not read the counters: no evidence
     [legacy] = busy(others_busy_cpus=..., others_window_s=...)  # a store written before the measure existed
-    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in word(legacy)
+    assert not legacy.others and legacy.load == 1.5 and "1-min load average 1.5 on 2 CPUs" in legacy.words()
     assert not busy(others_busy_cpus=..., others_window_s=..., load_average=[0.4, 0.4, 0.4])
 
 
@@ -303,7 +305,6 @@ def test_sessions_that_differ_are_named(fixture_run):
     from dataclasses import replace
 
     from relaxbench.analysis.notices import SessionsDiffer, run_findings
-    from relaxbench.report.content import word
 
     run = load_run(fixture_run)
     node_a = {**run.environment[-1], "hostname": "node-a", "gpu": "NVIDIA H100", "gpu_driver": "550.54"}
@@ -312,7 +313,7 @@ def test_sessions_that_differ_are_named(fixture_run):
     found = {f.key: f for f in run_findings(replace(run, environment=workers)) if isinstance(f, SessionsDiffer)}
     assert set(found) == {"hostname", "gpu", "gpu_driver"}
     assert found["hostname"].sessions == ((1, 2), (3,))
-    assert '("node-a": sessions 1, 2; "node-b": session 3)' in word(found["hostname"])
+    assert '("node-a": sessions 1, 2; "node-b": session 3)' in found["hostname"].words()
 
 
 def test_a_machine_proxy_far_from_the_measured_speedup_is_flagged(fixture_run, summaries):
@@ -348,7 +349,8 @@ def test_tradeoff_plot_draws_ar_lossless_and_sweep_curves(fixture_run):
         assert list(sweep.get_xdata()) == [c.speedup_total.value for c in fly]  # one curve, sweep order
         assert list(sweep.get_ydata()) == pytest.approx([100 * c.score for c in fly])
         assert sweep.get_linestyle() == "-" and lines["margin (relaxed)"].get_linestyle() == "None"
-        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "proxy"]
+        heatmap = ["categories"] if len(TASKS[section.task][3]) > 1 else []
+        assert [f.kind for f in section.figures] == ["tradeoff", "mal", "positions", "length", "proxy", *heatmap]
 
 
 def test_summary_command_shows_sweep_arm_names(fixture_run, capsys):

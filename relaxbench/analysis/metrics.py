@@ -7,8 +7,9 @@ Pairing: the unit is one (item, turn); an arm's time for a unit is the mean over
 mean over its n samples, with CIs from resampling units, i.e. items). Only units that every arm of the task has
 finished are used, so every figure of a task's table is over the same samples.
 
-Definitions: ``METRIC_DEFINITIONS`` below, the one list of every figure's definition (printed in every report; the
-benchmarks' own quantities, named apart from the speed-up, are there too; docs/metrics.md is generated from it).
+Definitions: the metric schema (``relaxbench.analysis.schema``), one record per figure; ``METRIC_DEFINITIONS`` below
+is generated from it (printed in every report; the benchmarks' own quantities, named apart from the speed-up, are
+there too; docs/metrics.md is generated from it).
 CIs: 95% percentile bootstrap (``scipy.stats.bootstrap``, paired resampling of units, 9999 resamples, fixed seed).
 
 Target-alone tasks (likelihood-only sources, e.g. lm-eval's multiple choice and loglikelihood tasks) are stored in
@@ -37,86 +38,29 @@ from scipy import stats
 
 from relaxbench.analysis.proxy import sample_proxy
 from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.analysis.schema import BOOTSTRAP_RESAMPLES, computed_metrics, definitions, metrics
 from relaxbench.decoding.records import Counters
 from relaxbench.harness.store import LIKELIHOOD_STOP_REASON, SampleRow
 from relaxbench.profiles import Profile, Unpriced
-from relaxbench.scoring.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
+from relaxbench.grading.llm_grader import RATING_POINTS as GRADER_RATING_POINTS
 from relaxbench.scoring.repetition import ends_in_loop
 from relaxbench.tasks import stored_task_facts
 
 POINTS = 100.0  # scores are stored as fractions; a capability-loss budget, the tables and the figures use points
 BOOTSTRAP_SEED = 20240917
-BOOTSTRAP_RESAMPLES = 9999
 CONFIDENCE = 0.95
 
 Unit = tuple[str, int]
 
-METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = (
-    ("MAL", "emitted tokens / verification rounds (bonus included; AR = 1.0)"),
-    ("acceptance rate", "accepted draft tokens / drafted tokens"),
-    ("acceptance at position i", ("rounds that accepted draft position i / rounds with a draft (vLLM's "
-                                  "num_accepted_tokens_per_pos / num_drafts)")),
-    ("relaxed fraction", "relaxed acceptances / emitted tokens (accepted tokens strict verification would reject)"),
-    ("output-length ratio", "method output tokens / AR output tokens, summed over units"),
-    ("speed-up (total)", "sum of AR times / sum of method times over units"),
-    ("speed-up (geomean)", "exp(mean(log(AR time / method time))) over units"),
-    ("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time"),
-    ("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per round), "
-                     "and its share of the arm's generation time, Σ policy time / Σ time_total")),
-    ("score", ("avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
-               "scorers; under greedy decoding the repeats are the same output, so n does not matter); capability "
-               "(the task's own scorer, or an LLM grader's rating × 10 where one graded the task) or, for a task "
-               "scored by agreement with AR alone, fidelity")),
-    ("fidelity to AR", ("agreement of an arm's output with AR's output of the same unit: exact match, ROUGE-L F, "
-                        "and the target's mean log-likelihood of the output (not capability: other wording loses "
-                        "points)")),
-    ("grader self-agreement", ("AR samples graded twice (another seed, another order): share with the same rating, "
-                              "and the mean absolute rating difference × 10 (points)")),
-    ("Δ vs AR", "mean over units of (method score − AR score)"),
-    ("McNemar p", "exact two-sided binomial test on the discordant pairs (pass/fail scores with one outcome per "
-                  "unit: one sample per unit, or greedy decoding; under sampled repeats the Δ interval is the test)"),
-    ("accuracy retained", "method mean score / AR mean score"),
-    ("proxy speed-up (profile)", ("the speed-up (total and geomean, same units, same paired bootstrap) with each "
-                                  "sample's time replaced by its proxy time on the profile's device: prefill + Σ "
-                                  "rounds [target forward of (drafted + 1 + extra) tokens at the round's context + "
-                                  "the drafter's recorded forwards and n-gram lookups], priced from the profile's "
-                                  "cost table; this-machine = the table the run measured at its session's start")),
-    ("95% CI", f"percentile bootstrap over units (paired resampling, {BOOTSTRAP_RESAMPLES} resamples, fixed seed); "
-               "a unit's value is already averaged over its repeats, so the interval is over items"),
-    ("unit", "one (item, turn); an arm's time and score for a unit are the means over its repeats; only units "
-             "every arm of the task finished are used"),
-    ("truncated", "samples whose generation stopped at max_new_tokens (cut at the budget) / samples"),
-    ("no answer", ("samples in which the task's scorer found no answer (nothing extracted, or the output ended inside "
-                   "its thinking) / samples; '-' where the scorer has no notion of an answer (agreement, a grader)")),
-    ("ends in a loop", ("samples whose output ends in at least 3 back-to-back copies of one unit of up to 256 tokens, "
-                        "spanning at least 15 tokens (a closing EOS left out) / samples")),
-    ("failure Δ vs AR", ("mean over units of (the arm's share of failing repeats − AR's), in percentage points, with "
-                         "its paired-bootstrap 95% CI; the output-length ratio's CI resamples units likewise")),
-    ("relaxed in / outside the span", ("a rule gated by relax_in: relaxed acceptances / emitted tokens inside the "
-                                       "thinking span (<think> .. </think>) and outside it")),
-    ("forced", ("samples whose thinking reached the thinking budget unclosed, so the forced closing text and "
-                "</think> were appended and the answer generated after it")),
-    # the benchmarks' own quantities (relaxbench bench ...): named apart, since none of them is the speed-up above
-    ("decode-rate ratio", ("relaxbench bench efficiency: an arm's decode tokens/s / that of the AR run just before "
-                           "it on the same prompt, decode time = total time − prefill; median over (prompt, "
-                           "repeat). Not the speed-up: prefill is left out, and there is no bootstrap")),
-    ("modelled decode-rate ratio", ("the decode-rate ratio with every generation's decode time replaced by its "
-                                    "proxy time on a profile of this machine measured right after the arm ran")),
-    ("loop efficiency", ("decode-rate ratio / modelled decode-rate ratio per (prompt, repeat), median: near 1 the "
-                         "loop (drafting bookkeeping, policy, cache rollback, Python) adds almost nothing to the "
-                         "forward passes")),
-    ("engine ratio", ("relaxbench bench engine: our arm's tokens/s / transformers' tokens/s on the same models, "
-                      "prompts and decoding (per repeat Σ tokens / Σ seconds over the prompts, the two sides "
-                      "interleaved); median over repeats. Compares two engines running the same decoding, not a "
-                      "method with AR")),
-)
-# the entries above that describe benchmark figures, not the report's: the report's definitions leave them out
-BENCHMARK_METRICS = frozenset({"decode-rate ratio", "modelled decode-rate ratio", "loop efficiency", "engine ratio"})
+# every figure's definition, generated from the metric schema (``relaxbench.analysis.schema``)
+METRIC_DEFINITIONS: tuple[tuple[str, str], ...] = definitions()
+# the entries that describe benchmark figures, not the report's: the report's definitions leave them out
+BENCHMARK_METRICS = frozenset(m.name for m in metrics() if m.benchmark and m.definition)
 
 
 def metric_definition(name: str) -> str:
-    """The definition of ``name`` in ``METRIC_DEFINITIONS`` (a benchmark prints the one it reports)."""
-    for key, text in METRIC_DEFINITIONS:
+    """The definition of ``name`` in the metric schema (a benchmark prints the one it reports)."""
+    for key, text in definitions():
         if key == name:
             return text
     raise KeyError(f"no metric named {name!r} in METRIC_DEFINITIONS")
@@ -124,7 +68,7 @@ def metric_definition(name: str) -> str:
 
 def report_definitions() -> tuple[tuple[str, str], ...]:
     """The definitions a run's report prints (the benchmarks' own quantities left out)."""
-    return tuple((key, text) for key, text in METRIC_DEFINITIONS if key not in BENCHMARK_METRICS)
+    return definitions(with_benchmarks=False)
 
 
 @dataclass(frozen=True)
@@ -196,7 +140,78 @@ class Failures:
 
 
 @dataclass(frozen=True)
+class Speed:
+    """How fast an arm was against AR over the paired units, and where its time went."""
+
+    speedup_total: Estimate = Estimate(None)
+    speedup_geomean: Estimate = Estimate(None)
+    latency_mean: float | None = None
+    latency_median: float | None = None
+    tokens_per_second: float | None = None
+    policy_time_per_round: float | None = None  # seconds
+    policy_share: float | None = None  # of the generation time
+    output_length_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class CategoryAcceptance:
+    """The speculative counters of one item category's paired units (the AR-paired relaxed fraction: relaxed
+    acceptances / emitted tokens over the same units as every other arm's)."""
+
+    n_units: int
+    n_samples: int
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+    acceptance_by_position: tuple[float, ...]
+    relaxed_fraction: float | None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Why an arm is fast: its speculative counters summed over the paired samples, overall and per category."""
+
+    mean_acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    acceptance_by_position: tuple[float, ...] = ()
+    relaxed_fraction: float | None = None
+    categories: Mapping[str, CategoryAcceptance] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capability:
+    """What an arm's outputs are worth against AR's: the score (avg@n), its paired difference and test, and the
+    lossless check."""
+
+    score: float | None = None
+    score_delta: Estimate = Estimate(None)
+    mcnemar_p: float | None = None
+    discordant: tuple[int, int] | None = None  # (AR pass & method fail, AR fail & method pass)
+    accuracy_retained: float | None = None
+    divergences: Divergences | None = None
+    details: Mapping[str, float] = field(default_factory=dict)
+    by_category: Mapping[str, GroupScore] = field(default_factory=dict)
+    by_definition: bool = False  # a method on a target-alone task: AR's score, not measured
+    score_interval: Estimate = Estimate(None)  # the score (avg@n) with its 95% CI over units
+
+
+@dataclass(frozen=True)
+class Span:
+    """A span-gated rule (relax_in): relaxed acceptances / emitted tokens inside the thinking span and outside it
+    (None for an ungated rule)."""
+
+    relaxed_in_span: float | None = None
+    relaxed_outside_span: float | None = None
+
+
+PARTS = ("speed", "acceptance", "capability", "span")  # the parts whose fields read as the summary's own
+
+
+@dataclass(frozen=True)
 class CellSummary:
+    """Every figure of one arm on one task, in parts (speed, acceptance, capability, failures, span, proxy). A part's
+    field reads as the summary's own too (``cell.acceptance_rate`` is ``cell.acceptance.acceptance_rate``), so a
+    table or a test names a figure by one word; the metric schema names it by its path."""
+
     task: str
     arm: str
     method: str
@@ -208,41 +223,42 @@ class CellSummary:
     lossless: bool
     n_units: int
     n_samples: int
-    mean_acceptance_length: float | None
-    acceptance_rate: float | None
-    acceptance_by_position: tuple[float, ...]
-    relaxed_fraction: float | None
-    output_length_ratio: float | None
-    speedup_total: Estimate
-    speedup_geomean: Estimate
-    latency_mean: float | None
-    latency_median: float | None
-    tokens_per_second: float | None
-    policy_time_per_round: float | None  # seconds
-    policy_share: float | None  # of the generation time
-    score: float | None
-    score_delta: Estimate
-    mcnemar_p: float | None
-    discordant: tuple[int, int] | None  # (AR pass & method fail, AR fail & method pass)
-    accuracy_retained: float | None
-    divergences: Divergences | None
-    details: Mapping[str, float] = field(default_factory=dict)
-    by_category: Mapping[str, GroupScore] = field(default_factory=dict)
+    speed: Speed = Speed()
+    acceptance: Acceptance = Acceptance()
+    capability: Capability = Capability()
+    failures: Failures | None = None  # None for a target-alone task (nothing generated)
+    span: Span = Span()
+    proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
     stop_reasons: Mapping[str, int] = field(default_factory=dict)  # over the paired samples ("length" = truncated)
-    by_definition: bool = False  # a method on a target-alone task: AR's score, not measured
-    score_interval: Estimate = Estimate(None)  # the score (avg@n) with its 95% CI over units
     drafter_knobs: Mapping[str, Any] = field(default_factory=dict)
     repeats: int = 1  # n of avg@n: the most samples a unit of this arm has
-    proxy: Mapping[str, ProxySpeedup] = field(default_factory=dict)  # per profile name, in the summary's order
-    failures: Failures | None = None  # None for a target-alone task (nothing generated)
-    # a span-gated rule (relax_in): relaxed acceptances / emitted tokens inside the thinking span and outside it
-    relaxed_in_span: float | None = None
-    relaxed_outside_span: float | None = None
+    computed: Mapping[str, float | None] = field(default_factory=dict)  # schema metrics with a ``compute``, by key
+
+    def __getattr__(self, name: str) -> Any:
+        """A part's field by its own name (only called when the summary has no attribute of that name)."""
+        if not name.startswith("_"):
+            for part in PARTS:
+                value = object.__getattribute__(self, part)
+                if name in type(value).__dataclass_fields__:
+                    return getattr(value, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     @property
     def truncated(self) -> int:
         """Samples cut at the token budget (stop reason 'length')."""
         return int(self.stop_reasons.get("length", 0))
+
+    def value(self, path: str) -> Any:
+        """The figure at a metric schema path (``speed.speedup_total``, ``failures.cut``; a computed metric by its
+        key)."""
+        if path in self.computed:
+            return self.computed[path]
+        value: Any = self
+        for name in path.split("."):
+            if value is None:
+                return None
+            value = getattr(value, name)
+        return value
 
 
 @dataclass(frozen=True)
@@ -513,31 +529,50 @@ def summarize_cell(cell: CellRecord, baseline: CellRecord, units: list[Unit],
                                        mean_difference(cs[ok], bs[ok]) if ok.any() else Estimate(None),
                                        _details_means([groups[u] for u in members], keys))
     drafter = None if cell.drafter is None else str(cell.drafter.get("kind"))
+    in_span, outside_span = span_fractions(samples)
     return CellSummary(
         task=cell.task, arm=cell.arm, method=cell.method, policy=cell.policy, knobs=dict(cell.knobs),
         drafter=drafter, k=cell.k, is_baseline=cell.is_baseline, lossless=cell.lossless, n_units=len(units),
         n_samples=len(samples),
-        mean_acceptance_length=counters.mean_acceptance_length, acceptance_rate=counters.acceptance_rate,
-        acceptance_by_position=counters.acceptance_by_position, relaxed_fraction=counters.relaxed_fraction,
-        output_length_ratio=_ratio(tokens, base_tokens),
-        speedup_total=total, speedup_geomean=geo,
-        latency_mean=float(times.mean()) if units else None,
-        latency_median=float(np.median(times)) if units else None,
-        tokens_per_second=_ratio(counters.emitted, time_sum),
-        policy_time_per_round=_ratio(policy_sum, counters.rounds), policy_share=_ratio(policy_sum, time_sum),
-        score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
-        mcnemar_p=p_value if not cell.is_baseline else None,
-        discordant=discordant if not cell.is_baseline else None,
-        accuracy_retained=_ratio(score, base_score) if score is not None and base_score is not None else None,
-        divergences=_divergences([groups[u] for u in units]) if is_greedy(cell) else None,
-        details=_details_means([groups[u] for u in units], keys), by_category=by_category,
+        speed=Speed(
+            speedup_total=total, speedup_geomean=geo,
+            latency_mean=float(times.mean()) if units else None,
+            latency_median=float(np.median(times)) if units else None,
+            tokens_per_second=_ratio(counters.emitted, time_sum),
+            policy_time_per_round=_ratio(policy_sum, counters.rounds), policy_share=_ratio(policy_sum, time_sum),
+            output_length_ratio=_ratio(tokens, base_tokens)),
+        acceptance=Acceptance(
+            mean_acceptance_length=counters.mean_acceptance_length, acceptance_rate=counters.acceptance_rate,
+            acceptance_by_position=counters.acceptance_by_position, relaxed_fraction=counters.relaxed_fraction,
+            categories=category_acceptance(categories, groups)),
+        capability=Capability(
+            score=score, score_delta=delta if not cell.is_baseline else Estimate(0.0, 0.0, 0.0),
+            mcnemar_p=p_value if not cell.is_baseline else None,
+            discordant=discordant if not cell.is_baseline else None,
+            accuracy_retained=_ratio(score, base_score) if score is not None and base_score is not None else None,
+            divergences=_divergences([groups[u] for u in units]) if is_greedy(cell) else None,
+            details=_details_means([groups[u] for u in units], keys), by_category=by_category,
+            score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None)),
+        failures=summarize_failures(cell, groups, base_groups, units),
+        span=Span(in_span, outside_span),
+        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {},
         stop_reasons=dict(sorted(Counter(s.stop_reason for s in samples).items())),
-        score_interval=score_interval(scores[scored]) if scored.any() else Estimate(None),
         drafter_knobs=dict((cell.drafter or {}).get("knobs") or {}),
         repeats=repeats,
-        proxy={p.name: proxy_speedups(cell, baseline, units, p) for p in profiles} if units else {},
-        failures=summarize_failures(cell, groups, base_groups, units),
-        relaxed_in_span=span_fractions(samples)[0], relaxed_outside_span=span_fractions(samples)[1])
+        computed={m.key: m.compute(samples) for m in computed_metrics()})
+
+
+def category_acceptance(categories: Mapping[str, list[Unit]],
+                        groups: Mapping[Unit, list[SampleRow]]) -> dict[str, CategoryAcceptance]:
+    """Each item category's speculative counters over its paired units (every repeat counted, as overall)."""
+    out = {}
+    for name, members in sorted(categories.items()):
+        samples = [s for u in members for s in groups[u]]
+        counters = total_counters(samples)
+        out[name] = CategoryAcceptance(len(members), len(samples), counters.mean_acceptance_length,
+                                       counters.acceptance_rate, counters.acceptance_by_position,
+                                       counters.relaxed_fraction)
+    return out
 
 
 def sample_ends_in_loop(sample: SampleRow) -> bool:
@@ -696,14 +731,13 @@ def summarize_target_alone(task: str, baseline: CellRecord, methods: Sequence[Ce
     generated anything, so speed and counter figures are None (not 1.0x, not 0 tokens/s)."""
     units = complete_units([baseline])
     measured = summarize_cell(baseline, baseline, units)
-    base = replace(measured, mean_acceptance_length=None, acceptance_rate=None, acceptance_by_position=(),
-                   relaxed_fraction=None, output_length_ratio=None, speedup_total=Estimate(None),
-                   speedup_geomean=Estimate(None), latency_mean=None, latency_median=None,
-                   tokens_per_second=None, policy_time_per_round=None, policy_share=None)
+    base = replace(measured, speed=Speed(), acceptance=Acceptance())
     same = [replace(base, arm=c.arm, method=c.method, policy=c.policy, knobs=dict(c.knobs),
                     drafter=None if c.drafter is None else str(c.drafter.get("kind")), k=c.k, is_baseline=False,
-                    lossless=c.lossless, n_samples=0, score_delta=Estimate(0.0, 0.0, 0.0),
-                    accuracy_retained=1.0 if base.score else None, by_definition=True) for c in methods]
+                    lossless=c.lossless, n_samples=0,
+                    capability=replace(base.capability, score_delta=Estimate(0.0, 0.0, 0.0),
+                                       accuracy_retained=1.0 if base.score else None, by_definition=True))
+            for c in methods]
     binary = bool(units) and all(s.passed is not None for s in baseline.samples)
     return TaskSummary(task, baseline.scorer, binary, len(units), (base, *same), target_alone=True)
 

@@ -1,10 +1,11 @@
 """What a careful reader must know before trusting a run's figures: too few units, wide intervals, the measured
-speed-up far from this machine's proxy, profiles that did not cover or could not price a run, truncated outputs, lossless arms that did not reproduce AR, a busy machine, sessions
-that differ. Deciding which findings apply (and how serious each is) is analysis; the report words them
-(``relaxbench.report.content``).
+speed-up far from this machine's proxy, profiles that did not cover or could not price a run, truncated outputs,
+lossless arms that did not reproduce AR, a busy machine, sessions that differ.
 
-Each finding is a small frozen record of the facts behind it; ``level`` is "warning" (a figure may mislead) or
-"info".
+Each notice is one record beside its finding: a small frozen class of the facts behind it, its severity (``level``:
+"warning", a figure may mislead, or "info") and its words (``words()``, what the report and the terminal say); the
+condition under which it applies is in ``task_findings`` / ``run_findings`` next to the thresholds it names. A new
+notice is one class here and one condition there; the report only lists ``words()``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,48 @@ SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model",
 
 
 class Finding:
-    """A fact about a run that a reader must weigh; subclasses carry its numbers, the report words it."""
+    """A fact about a run that a reader must weigh: its numbers, its severity and its words."""
 
     level: ClassVar[str] = "warning"
+
+    def words(self) -> str:
+        """What a reader is told (one paragraph)."""
+        raise NotImplementedError(f"{type(self).__name__} has no words")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else f"{value:{spec}}"
+
+
+def self_agreement_words(grader: GraderSummary) -> str:
+    """The grader's agreement with itself in a few words (the grader table's cell and its notice)."""
+    if not grader.self_check:
+        return "not measured (see the note)"
+    if grader.agreement_exact is None:
+        return "AR graded twice, no pair with two ratings"
+    return f"{grader.agreement_exact:.0%} same rating ({grader.agreement_pairs} AR samples)"
+
+
+def lossless_words(arm: str, d: Divergences | None) -> str:
+    """How a lossless arm compared with AR, in words."""
+    if d is None:
+        return (f"{arm} (lossless) was not compared token by token with AR (sampled decoding reproduces AR's "
+                "distribution, not its tokens).")
+    if d.reproduced == d.compared:
+        return f"{arm} (lossless) reproduced AR's output exactly on all {d.compared} units."
+    text = (f"{arm} (lossless) reproduced AR's output exactly on {d.reproduced} of {d.compared} units; "
+            f"of the {d.compared - d.reproduced} that differ, {d.near_tie} diverged at a numerical near-tie "
+            "(the top-2 target logits within the dtype's tolerance, so rounding in a k-token verify pass can "
+            "flip the argmax)")
+    if d.inherited:
+        text += f", {d.inherited} inherited an earlier turn's difference"
+    if d.not_near_tie:
+        text += f", and {d.not_near_tie} diverged where no near-tie explains it — investigate before trusting"
+    return text + "."
+
+
+def _sessions_text(ids: Sequence[int]) -> str:
+    return f"session{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
 
 
 # ------------------------------------------------------------------------------------------------ per task
@@ -44,6 +84,11 @@ class TargetAlone(Finding):
 
     level: ClassVar[str] = "info"
 
+    def words(self) -> str:
+        return ("Scored by the target's likelihoods alone (no generation): no verification rule changes a "
+                "likelihood, so every method has AR's score by definition and there are no speed or acceptance "
+                "figures for this task.")
+
 
 @dataclass(frozen=True)
 class FidelityOnly(Finding):
@@ -51,6 +96,13 @@ class FidelityOnly(Finding):
     it."""
 
     scorer: str
+
+    def words(self) -> str:
+        return (f"Capability was not measured for this task: its score ({self.scorer}) is fidelity to AR's output "
+                "(exact match, ROUGE-L, the target's log-likelihood), which any rewording of a good answer lowers, "
+                "so the summary does not rank rules by it. A task with a grading protocol (MT-Bench) is graded for "
+                "capability with --grader MODEL or --grader-endpoint URL --grader-model NAME, or afterwards with "
+                "relaxbench rescore RUN --grader ....")
 
 
 @dataclass(frozen=True)
@@ -64,16 +116,40 @@ class GraderQuality(Finding):
         share = self.grader.unparseable_share
         return "warning" if self.grader.not_graded or (share is not None and share > UNPARSEABLE_SHARE) else "info"
 
+    def words(self) -> str:
+        j = self.grader
+        text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
+                f"without a rating ({_fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
+                "does)")
+        if j.not_graded:
+            text += (f"; {j.not_graded} samples have no verdict (the grader call failed; relaxbench rescore asks "
+                     "again)")
+        if j.self_check:
+            text += (f". Agreement with itself ({j.self_check_how}): {self_agreement_words(j)}, mean rating "
+                     f"difference {_fmt(j.agreement_mean_abs, '.1f')} points.")
+        else:
+            text += f". Agreement with itself: {j.self_check_how}."
+        return text
+
 
 @dataclass(frozen=True)
 class NoUnits(Finding):
     """No unit finished by every arm: no figures."""
+
+    def words(self) -> str:
+        return "No unit was finished by every arm: this task has no figures yet."
 
 
 @dataclass(frozen=True)
 class FewUnits(Finding):
     n_units: int
     paired: bool  # False for a target-alone task (AR's units only)
+
+    def words(self) -> str:
+        if not self.paired:
+            return f"Only {self.n_units} units: AR's score has a wide interval."
+        return (f"Only {self.n_units} paired units: intervals are wide and the McNemar test has little power; read "
+                "differences as indicative.")
 
 
 @dataclass(frozen=True)
@@ -82,15 +158,26 @@ class UnitsLeftOut(Finding):
     stored: int
     level: ClassVar[str] = "info"
 
+    def words(self) -> str:
+        return (f"{self.left_out} of the {self.stored} AR units are left out because not every arm finished them "
+                "(figures use only paired units).")
+
 
 @dataclass(frozen=True)
 class WideSpeedups(Finding):
     arms: tuple[str, ...]
 
+    def words(self) -> str:
+        return (f"Wide speed-up intervals (width > {WIDE_SPEEDUP:.0%} of the estimate): {', '.join(self.arms)}. "
+                "Timings vary a lot between units or the machine was noisy.")
+
 
 @dataclass(frozen=True)
 class WideDeltas(Finding):
     arms: tuple[str, ...]
+
+    def words(self) -> str:
+        return f"Wide Δ-vs-AR intervals (wider than {WIDE_DELTA:g} points): {', '.join(self.arms)}."
 
 
 @dataclass(frozen=True)
@@ -103,6 +190,9 @@ class LosslessCheck(Finding):
     @property
     def level(self) -> str:  # type: ignore[override]
         return "warning" if self.divergences is not None and self.divergences.not_near_tie else "info"
+
+    def words(self) -> str:
+        return lossless_words(self.arm, self.divergences)
 
 
 @dataclass(frozen=True)
@@ -119,6 +209,18 @@ class Truncated(Finding):
     def level(self) -> str:  # type: ignore[override]
         return "warning" if self.ar_share > TRUNCATED_AR or self.more_than_ar else "info"
 
+    def words(self) -> str:
+        limit = f" ({', '.join(map(str, self.limits))} tokens)" if self.limits else ""
+        parts = ", ".join(f"{arm} {n}/{of}" for arm, n, of in self.counts)
+        text = (f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a complete "
+                "one would pass, and truncation caps any length change.")
+        if self.more_than_ar:
+            longer = ", ".join(f"{arm} ({share:.0%} cut" + (f", length ratio {ratio:.2f}" if ratio else "") + ")"
+                               for arm, share, ratio in self.more_than_ar)
+            text += (f" Cut more often than AR: {longer}; relaxation can lengthen reasoning, so part of such an "
+                     "arm's score loss is budget, not wrong answers.")
+        return text
+
 
 @dataclass(frozen=True)
 class ModelGaps(Finding):
@@ -126,12 +228,23 @@ class ModelGaps(Finding):
 
     arms: tuple[tuple[str, float, float], ...]  # (arm, measured, this-machine proxy)
 
+    def words(self) -> str:
+        apart = "; ".join(f"{arm} ({measured:.2f}× measured, {proxy:.2f}× {MACHINE_PROFILE} proxy)"
+                          for arm, measured, proxy in self.arms)
+        return (f"Measured speed-ups and this machine's proxy differ by more than {MODEL_GAP:g}×: {apart}. "
+                "Overheads the proxy leaves out rarely explain that much; timing noise (load spikes during some "
+                "samples) usually does. The geomean speed-up and the proxy are less sensitive to it.")
+
 
 @dataclass(frozen=True)
 class NoMachineProfile(Finding):
     """The run stored no profile of its machine (made before relaxbench measured one): no this-machine proxy."""
 
     level: ClassVar[str] = "info"
+
+    def words(self) -> str:
+        return (f"No {MACHINE_PROFILE} proxy: the run stored no cost profile of its machine (it was made before "
+                "relaxbench measured one).")
 
 
 @dataclass(frozen=True)
@@ -142,6 +255,9 @@ class ProfileUnpriced(Finding):
     arms: tuple[tuple[str, str], ...]  # (arm, why)
     level: ClassVar[str] = "info"
 
+    def words(self) -> str:
+        return f"Profile {self.profile} cannot price: " + "; ".join(f"{arm} ({why})" for arm, why in self.arms) + "."
+
 
 @dataclass(frozen=True)
 class ProfileExtended(Finding):
@@ -151,6 +267,11 @@ class ProfileExtended(Finding):
     forwards: int
     level: ClassVar[str] = "info"
 
+    def words(self) -> str:
+        return (f"Profile {self.profile} priced {self.forwards} forward(s) beyond its grid (its last segment "
+                "extended): the run's contexts or block sizes exceed what it covers; measure a wider grid for exact "
+                "figures.")
+
 
 @dataclass(frozen=True)
 class ProfileApproximate(Finding):
@@ -158,6 +279,10 @@ class ProfileApproximate(Finding):
 
     profile: str
     level: ClassVar[str] = "info"
+
+    def words(self) -> str:
+        return (f"Proxy speed-ups on {self.profile} are estimates for samples stored before per-round drafter work "
+                "was recorded (one 1-token draft forward per drafted token, no extra verify tokens).")
 
 
 def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Finding]:
@@ -232,6 +357,9 @@ def profile_findings(summary: TaskSummary) -> list[Finding]:
 class NoEnvironment(Finding):
     """No session recorded its environment."""
 
+    def words(self) -> str:
+        return "No environment was recorded with this run."
+
 
 @dataclass(frozen=True)
 class UnfinishedSession(Finding):
@@ -239,6 +367,10 @@ class UnfinishedSession(Finding):
     started_at: str | None
     status: str | None
     level: ClassVar[str] = "info"
+
+    def words(self) -> str:
+        return (f"Session {self.session_id} (started {self.started_at}) ended '{self.status}'; its finished samples "
+                "are kept and used.")
 
 
 @dataclass(frozen=True)
@@ -251,6 +383,16 @@ class BusyMachine(Finding):
     cpus: int
     others: bool = True
     window_s: float | None = None
+
+    def words(self) -> str:
+        if self.others:
+            over = f"the {self.window_s:g} s" if self.window_s else "the moment"
+            return (f"Session {self.session_id} started on a busy machine (other processes kept {self.load:g} of "
+                    f"{self.cpus} CPUs busy in {over} before it started; relaxbench's own processes left out): "
+                    "wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
+        return (f"Session {self.session_id} started on a busy machine (1-min load average {self.load:g} on "
+                f"{self.cpus} CPUs, which counts relaxbench's own preparation too: this session predates the measure "
+                "of other processes' use): wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
 
 
 def busy_machine(env: Mapping[str, Any]) -> BusyMachine | None:
@@ -276,6 +418,12 @@ class SessionsDiffer(Finding):
     key: str
     values: tuple[str, ...]  # JSON of each distinct value, sorted
     sessions: tuple[tuple[int, ...], ...] = ()  # the sessions with each value (a Ray run: one per worker)
+
+    def words(self) -> str:
+        listed = ([f"{value}: {_sessions_text(ids)}" for value, ids in zip(self.values, self.sessions)]
+                  if self.sessions else self.values)
+        return (f"Sessions of this run differ in {self.key} ({'; '.join(listed)}): samples timed in different "
+                "setups are pooled.")
 
 
 def run_findings(run: RunRecord) -> list[Finding]:

@@ -275,7 +275,7 @@ def default_out(suite: Any) -> Path:
 def run_suite(args: argparse.Namespace, suite: Any) -> int:
     """Run one suite (one concurrency): check, lock the store, then run, grade, tabulate and report it; its run id."""
     from relaxbench.harness.executor import EXECUTORS
-    from relaxbench.harness.grading import GradedTask
+    from relaxbench.grading.step import GradedTask
     from relaxbench.harness.plan import build_plan, default_out_dir
     from relaxbench.harness.store import STORE_NAME, Store
     from relaxbench.models.device import check_device, configure_runtime

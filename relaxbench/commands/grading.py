@@ -1,14 +1,17 @@
 """The LLM-grader options shared by ``compare`` and ``rescore``: parsed into a grader and checked before anything
-expensive runs, and the grading pass announced with what it cost."""
+expensive runs, the grading pass announced with what it cost, and which tasks of a stored run have a grading protocol
+(``rescore``). The grading itself is ``relaxbench.grading``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from relaxbench.errors import ConfigError
+from relaxbench.errors import ConfigError, DataError
 
 # option (without --grader-) -> GraderSettings field, for the options that tune a grader
 TUNING = {"model": "model", "api-key-env": "api_key_env", "temperature": "temperature", "max-tokens": "max_tokens",
@@ -49,9 +52,9 @@ def add_grader_args(p: argparse.ArgumentParser) -> None:
 
 
 def grader_from_args(args: argparse.Namespace) -> Any:
-    """The grader the options describe (a ``relaxbench.scoring.graders.Grader``), or None when none is given. Only the
+    """The grader the options describe (a ``relaxbench.grading.graders.Grader``), or None when none is given. Only the
     options are validated here; ``grader.check(device)`` then checks the model, the endpoint and the API key."""
-    from relaxbench.scoring.graders import GraderSettings, make_grader
+    from relaxbench.grading.graders import GraderSettings, make_grader
     from relaxbench.validation import validate
 
     local, url = args.grader, args.grader_endpoint
@@ -110,7 +113,7 @@ def check_grading(grader: Any, tasks: Sequence[Any], device: str) -> None:
 
 def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: Any, device: str, progress: Any) -> Any:
     """Run the grading pass and say on stderr what it did and how long it took; its tally."""
-    from relaxbench.harness.grading import grade_tasks
+    from relaxbench.grading.step import grade_tasks
     from relaxbench.ui import console
 
     start = time.perf_counter()
@@ -125,3 +128,56 @@ def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: An
         text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
     err.print(text, markup=False, highlight=False)
     return tally
+
+
+IDENTITY_FREE = ("origin", "description")  # task record fields that do not decide what was generated
+
+
+def _graded_spec(name: str, record: Mapping[str, Any]) -> Any:
+    """The task spec that says how to grade a stored task: its own file (``origin``) or the task of that name,
+    whichever defines the task exactly as it was run (the record, less where it came from) and has a grader. The
+    grader is not part of the record, so a run made before its task had a grading protocol can still be graded."""
+    from relaxbench.harness.store import dumps
+    from relaxbench.tasks import load_task, task_files
+
+    def identity(value: Mapping[str, Any]) -> dict[str, Any]:  # as stored: JSON (tuples read back as lists)
+        return {key: v for key, v in json.loads(dumps(value)).items() if key not in IDENTITY_FREE}
+
+    origin = str(record.get("origin") or "")
+    candidates = ([origin] if origin and Path(origin).is_file() else []) + ([name] if name in task_files() else [])
+    for candidate in candidates:
+        try:
+            spec = load_task(candidate)
+        except ConfigError:  # a task file gone bad since the run: it cannot be graded from there
+            continue
+        if spec.grader is not None and identity(spec.to_record()) == identity(record):
+            return spec
+    return None
+
+
+def stored_graded_tasks(store: Any, run_id: int) -> list[Any]:
+    """The tasks of a stored run that have a grading protocol, with their items read again from the same data (the
+    data fingerprint must match the one stored: the answers were written to those questions)."""
+    from relaxbench.grading.step import GradedTask
+    from relaxbench.scoring import make_scorer
+    from relaxbench.tasks import source_prefix
+    from relaxbench.tasks.yaml_tasks import load_items
+
+    run = store.rows("SELECT suite_json FROM runs WHERE run_id=?", (run_id,))
+    data_files = (json.loads(run[0]["suite_json"]).get("data_files") or {}) if run else {}
+    out = []
+    for cell in store.rows("SELECT task, task_json, data_fingerprint FROM cells WHERE run_id=? AND is_baseline=1 "
+                           "ORDER BY task", (run_id,)):
+        name = cell["task"]
+        if source_prefix(name) is not None:
+            continue  # a plug-in's task (lm_eval:NAME): no grading protocol
+        spec = _graded_spec(name, json.loads(cell["task_json"]))
+        if spec is None:
+            continue
+        items, digest = load_items(spec, data_files.get(name))
+        if digest != cell["data_fingerprint"]:
+            raise DataError(f"task {name!r}: its data changed since the run (fingerprint {digest}, stored "
+                            f"{cell['data_fingerprint']}), so its stored answers cannot be graded against it")
+        out.append(GradedTask(name, {item.item_id: item for item in items},
+                              make_scorer(spec.grader, spec.grader_args)))
+    return out

@@ -1,24 +1,27 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, and
-the metric definitions. ``--markdown`` prints a Markdown table instead: the policy table of docs/policies.md and the
-metric table of docs/metrics.md are this command's output (a test checks the committed copies are current)."""
+"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, the
+metric definitions, and the package's modules. ``--markdown`` prints a Markdown table instead: the policy table of
+docs/policies.md, the metric table of docs/metrics.md and the module table of docs/design.md are this command's
+output (a test checks the committed copies are current; ``python tests/test_docs_tables.py`` rewrites them)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics")
+LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics", "modules")
 ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders, "
-                                    "suites, or the metric definitions")
+                                    "suites, the metric definitions, or the package's modules")
     p.add_argument("kind", choices=(*LISTERS, *ALIASES))
     p.add_argument("--markdown", action="store_true",
-                   help="print a Markdown table (the tables of docs/policies.md and docs/metrics.md)")
+                   help="print a Markdown table (the tables of docs/policies.md, docs/metrics.md and docs/design.md)")
     p.set_defaults(handler=run)
 
 
@@ -120,7 +123,10 @@ def markdown(kind: str) -> str:
         header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
         return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(listed(POLICIES))])
     if kind == "metrics":
-        return markdown_table(("metric", "definition"), [(name, text) for name, text in metric_rows()])
+        return markdown_table(("metric", "definition", "unit", "better", "shown in (column; * = at 120 columns)"),
+                              metric_schema_rows())
+    if kind == "modules":
+        return markdown_table(("module", "what it is"), [(f"`{name}`", text) for name, text in module_rows()])
     return markdown_table(("name", "description"), [(f"`{name}`", text) for name, text in rows(kind)])
 
 
@@ -131,9 +137,56 @@ def listed(policies) -> list[tuple[str, type]]:
 
 
 def metric_rows() -> list[tuple[str, str]]:
-    from relaxbench.analysis.metrics import METRIC_DEFINITIONS
+    from relaxbench.analysis.schema import definitions
 
-    return list(METRIC_DEFINITIONS)
+    return list(definitions())
+
+
+def metric_schema_rows() -> list[list[str]]:
+    """One row per defined metric of the schema: its definition, unit, direction and the columns that show it."""
+    from relaxbench.analysis.schema import TABLE_TITLES, columns_of, metrics
+
+    out = []
+    for metric in metrics():
+        if not metric.definition:
+            continue
+        shown = "; ".join(f"{TABLE_TITLES[m.table]}: {m.column}{' *' if m.narrow else ''}"
+                          for m in columns_of(metric.name)) or ("`relaxbench bench`" if metric.benchmark else "-")
+        out.append([metric.name, metric.definition, metric.unit or "-", metric.better or "-", shown])
+    return out
+
+
+ABBREVIATIONS = ("e.g", "i.e", "vs", "etc", "cf", "al")  # a full stop after these ends no sentence
+LAYOUT_SKIPPED = ("__main__.py",)  # ``python -m relaxbench``: the console script's entry, nothing of its own
+
+
+def first_sentence(docstring: str) -> str:
+    """The first sentence of a docstring's first paragraph (its summary), on one line."""
+    paragraph = " ".join(docstring.strip().split("\n\n")[0].split())
+    for stop in re.finditer(r"[.!?](?=\s|$)", paragraph):
+        if not paragraph[:stop.start()].endswith(ABBREVIATIONS):
+            return paragraph[:stop.end()]
+    return paragraph
+
+
+def module_rows(root: Path | None = None) -> list[tuple[str, str]]:
+    """(path from relaxbench/, its docstring's first sentence) for every module and package of the package at
+    ``root`` (default: this one), read from the source without importing anything (so integrations that need another
+    environment are listed too); a package is its folder, its ``__init__`` docstring."""
+    import ast
+
+    import relaxbench
+
+    root = root or Path(relaxbench.__file__).resolve().parent
+    out = []
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).parts):
+        if path.name in LAYOUT_SKIPPED or "__pycache__" in path.parts:
+            continue
+        relative = path.relative_to(root.parent)
+        name = f"{relative.parent}/" if path.name == "__init__.py" else str(relative)
+        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        out.append((name.replace("\\", "/"), first_sentence(docstring) or "(no docstring)"))
+    return out
 
 
 def rows(kind: str) -> list[tuple[str, str]]:
@@ -179,16 +232,19 @@ def rows(kind: str) -> list[tuple[str, str]]:
                                    f"{suite.get('max_new_tokens') or 'per task'}; {decoding}"))
         return out
     if kind == "scorers":
+        import relaxbench.grading  # noqa: F401  (registers the grading protocols)
         from relaxbench.scoring import SCORERS
 
         after = "; graded by an LLM grader after generation"
         return [(name, f"{cls.summary} [{cls.measure}{after if cls.graded else ''}]") for name, cls in SCORERS.items()]
     if kind == "graders":
-        from relaxbench.scoring.graders import GRADERS
+        from relaxbench.grading.graders import GRADERS
 
         return [(name, cls.summary) for name, cls in GRADERS.items()]
     if kind == "metrics":
         return metric_rows()
+    if kind == "modules":
+        return module_rows()
     from relaxbench.tasks import load_task, task_files
 
     out = []

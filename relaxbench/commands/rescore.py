@@ -40,7 +40,7 @@ def store_path(run_dir: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from relaxbench.commands.compare import print_tables, report_formats_of, run_progress
-    from relaxbench.harness.grading import stored_graded_tasks
+    from relaxbench.commands.grading import stored_graded_tasks
     from relaxbench.harness.store import Store
     from relaxbench.sqlite_file import WriterLock
 

@@ -24,7 +24,7 @@ import httpx2
 
 from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
-from relaxbench.scoring.graders import GRADERS, Grader, GraderSettings, Messages, Verdict
+from relaxbench.grading.graders import GRADERS, Grader, GraderSettings, Messages, Verdict
 
 FATAL_STATUS = frozenset({401, 403, 404})
 RETRY_STATUS = frozenset({408, 409, 429})

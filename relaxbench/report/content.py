@@ -19,34 +19,8 @@ from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
 from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs, run_concurrency
-from relaxbench.analysis.metrics import CellSummary, Divergences, report_definitions
-from relaxbench.analysis.notices import (
-    MODEL_GAP,
-    WIDE_DELTA,
-    WIDE_SPEEDUP,
-    BusyMachine,
-    FewUnits,
-    FidelityOnly,
-    Finding,
-    GraderQuality,
-    LosslessCheck,
-    ModelGaps,
-    NoEnvironment,
-    NoMachineProfile,
-    NoUnits,
-    ProfileApproximate,
-    ProfileExtended,
-    ProfileUnpriced,
-    SessionsDiffer,
-    TargetAlone,
-    Truncated,
-    UnfinishedSession,
-    UnitsLeftOut,
-    WideDeltas,
-    WideSpeedups,
-    run_findings,
-    task_findings,
-)
+from relaxbench.analysis.metrics import CellSummary, report_definitions
+from relaxbench.analysis.notices import run_findings, task_findings
 from relaxbench.analysis.proxy import choose_profiles
 from relaxbench.analysis.records import CellRecord
 from relaxbench.analysis.selection import (
@@ -76,7 +50,6 @@ from relaxbench.report.tables import (
     proxy_cell,
     pts,
     pts_ci,
-    self_agreement_text,
     speed_ci,
     task_tables,
     with_proxy_columns,
@@ -304,124 +277,12 @@ def profiles_table(profiles: Sequence[Profile]) -> Table | None:
 # ------------------------------------------------------------------------------------------------ notices
 
 
-def _lossless_text(arm: str, d: Divergences | None) -> str:
-    if d is None:
-        return (f"{arm} (lossless) was not compared token by token with AR (sampled decoding reproduces AR's "
-                "distribution, not its tokens).")
-    if d.reproduced == d.compared:
-        return f"{arm} (lossless) reproduced AR's output exactly on all {d.compared} units."
-    text = (f"{arm} (lossless) reproduced AR's output exactly on {d.reproduced} of {d.compared} units; "
-            f"of the {d.compared - d.reproduced} that differ, {d.near_tie} diverged at a numerical near-tie "
-            "(the top-2 target logits within the dtype's tolerance, so rounding in a k-token verify pass can "
-            "flip the argmax)")
-    if d.inherited:
-        text += f", {d.inherited} inherited an earlier turn's difference"
-    if d.not_near_tie:
-        text += f", and {d.not_near_tie} diverged where no near-tie explains it — investigate before trusting"
-    return text + "."
-
-
-def word(finding: Finding) -> str:
-    """What the report says about one finding of ``relaxbench.analysis.notices``."""
-    match finding:
-        case TargetAlone():
-            return ("Scored by the target's likelihoods alone (no generation): no verification rule changes a "
-                    "likelihood, so every method has AR's score by definition and there are no speed or acceptance "
-                    "figures for this task.")
-        case FidelityOnly(scorer=scorer):
-            return (f"Capability was not measured for this task: its score ({scorer}) is fidelity to AR's output "
-                    "(exact match, ROUGE-L, the target's log-likelihood), which any rewording of a good answer lowers, "
-                    "so the summary does not rank rules by it. A task with a grading protocol (MT-Bench) is graded for "
-                    "capability with --grader MODEL or --grader-endpoint URL --grader-model NAME, or afterwards with "
-                    "relaxbench rescore RUN --grader ....")
-        case GraderQuality(grader=j):
-            text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
-                    f"without a rating ({fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
-                    "does)")
-            if j.not_graded:
-                text += (f"; {j.not_graded} samples have no verdict (the grader call failed; relaxbench rescore asks "
-                         "again)")
-            if j.self_check:
-                text += (f". Agreement with itself ({j.self_check_how}): {self_agreement_text(j)}, mean rating "
-                         f"difference {fmt(j.agreement_mean_abs, '.1f')} points.")
-            else:
-                text += f". Agreement with itself: {j.self_check_how}."
-            return text
-        case NoUnits():
-            return "No unit was finished by every arm: this task has no figures yet."
-        case FewUnits(n_units=n, paired=False):
-            return f"Only {n} units: AR's score has a wide interval."
-        case FewUnits(n_units=n):
-            return (f"Only {n} paired units: intervals are wide and the McNemar test has little power; read "
-                    "differences as indicative.")
-        case UnitsLeftOut(left_out=left, stored=stored):
-            return (f"{left} of the {stored} AR units are left out because not every arm finished them (figures "
-                    "use only paired units).")
-        case WideSpeedups(arms=arms):
-            return (f"Wide speed-up intervals (width > {WIDE_SPEEDUP:.0%} of the estimate): {', '.join(arms)}. "
-                    "Timings vary a lot between units or the machine was noisy.")
-        case WideDeltas(arms=arms):
-            return f"Wide Δ-vs-AR intervals (wider than {WIDE_DELTA:g} points): {', '.join(arms)}."
-        case LosslessCheck(arm=arm, divergences=d):
-            return _lossless_text(arm, d)
-        case Truncated(counts=counts, limits=limits, more_than_ar=more):
-            limit = f" ({', '.join(map(str, limits))} tokens)" if limits else ""
-            parts = ", ".join(f"{arm} {n}/{of}" for arm, n, of in counts)
-            text = (f"Outputs cut at max_new_tokens{limit}: {parts}. A truncated answer can fail where a complete "
-                    "one would pass, and truncation caps any length change.")
-            if more:
-                longer = ", ".join(f"{arm} ({share:.0%} cut" + (f", length ratio {ratio:.2f}" if ratio else "") + ")"
-                                   for arm, share, ratio in more)
-                text += (f" Cut more often than AR: {longer}; relaxation can lengthen reasoning, so part of such an "
-                         "arm's score loss is budget, not wrong answers.")
-            return text
-        case ModelGaps(arms=arms):
-            apart = "; ".join(f"{arm} ({measured:.2f}× measured, {proxy:.2f}× {MACHINE_PROFILE} proxy)"
-                              for arm, measured, proxy in arms)
-            return (f"Measured speed-ups and this machine's proxy differ by more than {MODEL_GAP:g}×: {apart}. "
-                    "Overheads the proxy leaves out rarely explain that much; timing noise (load spikes during some "
-                    "samples) usually does. The geomean speed-up and the proxy are less sensitive to it.")
-        case NoMachineProfile():
-            return (f"No {MACHINE_PROFILE} proxy: the run stored no cost profile of its machine (it was made before "
-                    "relaxbench measured one).")
-        case ProfileUnpriced(profile=profile, arms=arms):
-            return (f"Profile {profile} cannot price: " + "; ".join(f"{arm} ({why})" for arm, why in arms) + ".")
-        case ProfileExtended(profile=profile, forwards=n):
-            return (f"Profile {profile} priced {n} forward(s) beyond its grid (its last segment extended): the "
-                    "run's contexts or block sizes exceed what it covers; measure a wider grid for exact figures.")
-        case ProfileApproximate(profile=profile):
-            return (f"Proxy speed-ups on {profile} are estimates for samples stored before per-round drafter work "
-                    "was recorded (one 1-token draft forward per drafted token, no extra verify tokens).")
-        case NoEnvironment():
-            return "No environment was recorded with this run."
-        case UnfinishedSession(session_id=sid, started_at=started, status=status):
-            return f"Session {sid} (started {started}) ended '{status}'; its finished samples are kept and used."
-        case BusyMachine(session_id=sid, load=load, cpus=cpus, others=True, window_s=window):
-            over = f"the {window:g} s" if window else "the moment"
-            return (f"Session {sid} started on a busy machine (other processes kept {load:g} of {cpus} CPUs busy in "
-                    f"{over} before it started; relaxbench's own processes left out): wall-clock speed-ups are "
-                    "noisy; proxy speed-ups are steadier.")
-        case BusyMachine(session_id=sid, load=load, cpus=cpus):
-            return (f"Session {sid} started on a busy machine (1-min load average {load:g} on {cpus} CPUs, which "
-                    "counts relaxbench's own preparation too: this session predates the measure of other processes' "
-                    "use): wall-clock speed-ups are noisy; proxy speed-ups are steadier.")
-        case SessionsDiffer(key=key, values=values, sessions=holders):
-            listed = [f"{value}: {_sessions_text(ids)}" for value, ids in zip(values, holders)] if holders else values
-            return (f"Sessions of this run differ in {key} ({'; '.join(listed)}): samples timed in different "
-                    "setups are pooled.")
-    raise TypeError(f"no wording for {finding!r}")
-
-
-def _sessions_text(ids: Sequence[int]) -> str:
-    return f"session{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
-
-
 def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Notice]:
-    return [Notice(f.level, word(f)) for f in task_findings(summary, cells)]
+    return [Notice(f.level, f.words()) for f in task_findings(summary, cells)]
 
 
 def run_notices(run: RunRecord) -> list[Notice]:
-    return [Notice(f.level, word(f)) for f in run_findings(run)]
+    return [Notice(f.level, f.words()) for f in run_findings(run)]
 
 
 # ------------------------------------------------------------------------------------------------ definitions
@@ -634,7 +495,9 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     if tasks:
         lines.insert(0, ranking_line(ranking, choice.profiles))
     concurrency = concurrency_section(run, siblings)
-    methods = [text for kind, text in FIGURE_METHODS.items() if kind != FIGURE_KIND or concurrency is not None]
+    drawn = {f.kind for t in tasks for f in t.figures}
+    methods = [text for kind, text in FIGURE_METHODS.items()
+               if (kind != FIGURE_KIND or concurrency is not None) and (kind != "categories" or kind in drawn)]
     if axis.profile is not None:
         methods.insert(1, (f"Trade-off on {axis.profile}", TRADEOFF_PROXY.format(profile=axis.profile)))
     return Report(

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg", force=False)  # headless: the report never opens a window
 
@@ -61,6 +62,13 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "the diagonal mean the profile prices this machine's runs right, which is what lets another device's "
         "profile price them; points below it lose time to what the proxy leaves out (policy, Python overhead); a "
         "run on a busy machine scatters around it."),
+    "categories": (
+        "Acceptance by category",
+        "Heat maps of the task's item categories (rows) × arms (columns), each cell over the category's paired units "
+        "(the units every arm finished): left, MAL = emitted tokens / verification rounds; middle, acceptance rate = "
+        "accepted / drafted tokens; right, the AR-paired relaxed fraction = relaxed acceptances / emitted tokens. "
+        "Darker is higher; a blank cell has no drafted tokens (AR). The table 'acceptance by category' gives the same "
+        "figures with each relaxed arm's gain over the strict reference."),
     "concurrency": (
         "Speed against concurrency",
         "One stored run per concurrency (requests in flight), read together. Left: output tokens/s, the engine's "
@@ -375,6 +383,39 @@ def proxy_vs_measured(summary: TaskSummary, palette: Mapping[str, str]) -> Figur
                      _missing(missing, f"no {MACHINE_PROFILE} profile stored, or not priceable"))
 
 
+def category_heatmap(summary: TaskSummary) -> FigureArt | None:
+    """MAL, acceptance rate and the AR-paired relaxed fraction by category × arm (None without two categories)."""
+    categories = sorted({name for c in summary.cells for name in c.acceptance.categories})
+    if len(categories) < 2:
+        return None
+    cells = list(summary.cells)
+    panels = (("MAL", "mean_acceptance_length", "{:.2f}"), ("acceptance rate", "acceptance_rate", "{:.0%}"),
+              ("relaxed fraction (AR-paired)", "relaxed_fraction", "{:.0%}"))
+    fig = Figure(figsize=(min(16.0, 3.0 + 1.5 * len(panels) * (0.55 * len(cells) + 0.6)),
+                          1.6 + 0.34 * len(categories)), layout="constrained")
+    axes = fig.subplots(1, len(panels))
+    for ax, (title, name, label) in zip(axes, panels):
+        grid = np.full((len(categories), len(cells)), np.nan)
+        for j, cell in enumerate(cells):
+            for i, category in enumerate(categories):
+                part = cell.acceptance.categories.get(category)
+                value = None if part is None else getattr(part, name)
+                if value is not None:
+                    grid[i, j] = value
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
+        for i in range(len(categories)):
+            for j in range(len(cells)):
+                if not np.isnan(grid[i, j]):
+                    bright = image.norm(grid[i, j]) > 0.6  # viridis is light at the top: dark text there
+                    ax.text(j, i, label.format(grid[i, j]), ha="center", va="center", fontsize=6,
+                            color="black" if bright else "white")
+        ax.set_xticks(range(len(cells)), [c.arm for c in cells], rotation=60, ha="right", fontsize=6.5)
+        ax.set_yticks(range(len(categories)), categories, fontsize=7)
+        ax.set_title(title, fontsize=9, loc="left")
+    fig.suptitle(f"{summary.task}: acceptance by category", fontsize=10, x=0.01, ha="left")
+    return FigureArt(f"{summary.task}-categories", "categories", summary.task, fig)
+
+
 def _missing(arms: Sequence[str], why: str = "missing values") -> str:
     return f"Not drawn ({why}): {', '.join(arms)}." if arms else ""
 
@@ -384,4 +425,6 @@ FIGURES = (tradeoff, acceptance_length, acceptance_by_position, output_length, p
 
 def task_figures(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking = MEASURED) -> list[FigureArt]:
     """Every figure of one task, in report order; the trade-off plot's x-axis is ``x_axis``'s speed-up."""
-    return [tradeoff(summary, palette, x_axis), *(draw(summary, palette) for draw in FIGURES[1:])]
+    heatmap = category_heatmap(summary)
+    return [tradeoff(summary, palette, x_axis), *(draw(summary, palette) for draw in FIGURES[1:]),
+            *((heatmap,) if heatmap is not None else ())]

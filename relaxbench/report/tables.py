@@ -3,16 +3,21 @@
 The terminal (``terminal.py``, for ``compare`` and ``summary``), the HTML template and the PDF renderer all render
 these same objects, so a count is worded and formatted once. Each cell keeps the analysis value it formats
 (``metric`` names the ``CellSummary`` field), which the HTML writes as data attributes for readers and tests.
+The per-arm tables' columns and cells are generated from the metric schema (``relaxbench.analysis.schema``): a
+record's ``format`` names one of ``FORMATTERS`` below.
 No figure is computed here: everything comes from ``relaxbench.analysis``' summaries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from relaxbench.analysis.categories import RelaxationGain, categories_of, relaxation_gains
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
+from relaxbench.analysis.notices import self_agreement_words
+from relaxbench.analysis.schema import Metric, table_metrics
 
 
 @dataclass(frozen=True)
@@ -144,10 +149,165 @@ def truncated_text(cell: CellSummary) -> str:
 
 # ------------------------------------------------------------------------------------------------ per-task tables
 
-MAIN_COLUMNS = ("method", "knobs", "MAL", "acc. rate", "speed-up [95% CI]", "latency s", "score",
-                "Δ vs AR, pts [95% CI]", "p", "acc. retained", "relaxed frac.", "length ratio", "cut at budget")
+# ------------------------------------------------------------------------------------------------ the schema's cells
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a cell needs beside its arm's summary: whether scores are pass/fail, the profiles of the proxy columns."""
+
+    binary: bool = False
+    profiles: tuple[str, ...] = ()
+
+
+Formatter = Callable[[CellSummary, Metric, Context], tuple[Cell, ...]]
+
+
+def _number(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    value = cell.value(metric.path)
+    return (num(fmt(value, metric.spec or ".2f"), metric.key, value),)
+
+
+def _count(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    value = cell.value(metric.path)
+    return (num(str(value), metric.key, value),)
+
+
+def _speed(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    estimate = cell.value(metric.path)
+    return (est(speed_ci(estimate), metric.key, estimate),)
+
+
+def _estimate(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    estimate = cell.value(metric.path)
+    return (est(fmt_ci(estimate, metric.spec or ".2f"), metric.key, estimate),)
+
+
+def _score(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (Cell(score_text(cell, ctx.binary), metric.key, cell.score, cell.score_interval.low,
+                 cell.score_interval.high, numeric=True),)
+
+
+def _pts_delta(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    estimate = cell.value(metric.path)
+    return (est("-" if cell.is_baseline else pts_ci(estimate), metric.key, estimate),)
+
+
+def _p(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    value = cell.value(metric.path)
+    return (num(fmt_p(value), metric.key, value),)
+
+
+def _truncated(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (num(truncated_text(cell), metric.key, cell.truncated),)
+
+
+def _proxy_total(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return tuple(proxy_cell(cell, p) for p in ctx.profiles)
+
+
+def _proxy_geomean(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return tuple(proxy_cell(cell, p, geomean=True) for p in ctx.profiles)
+
+
+def _arm(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (Cell(cell.arm, metric.key),)
+
+
+def _knobs(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (Cell(knobs_text(cell.knobs), metric.key),)
+
+
+def _policy(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (Cell(cell.policy + (" (lossless)" if cell.lossless and not cell.is_baseline else ""), metric.key),)
+
+
+def _ms(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    seconds = cell.value(metric.path)
+    return (Cell(fmt(None if seconds is None else seconds * 1e3, ".3f"), metric.key, seconds, numeric=True),)
+
+
+def _discordant(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    pair = cell.value(metric.path)
+    return (Cell("-" if pair is None else f"{pair[0]} / {pair[1]}", metric.key, numeric=True),)
+
+
+def _reproduced(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    return (Cell(reproduced_text(cell), metric.key, numeric=True),)
+
+
+def _stop_reasons(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
+    return (Cell(stops, metric.key),)
+
+
+def _failure_count(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    rate = cell.value(metric.path)
+    return (Cell(rate_text(rate), metric.key, None if rate is None else rate.rate, numeric=True),)
+
+
+def _failure_delta(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    rate = cell.value(metric.path)
+    delta = Estimate(None) if rate is None or cell.is_baseline else rate.delta
+    return (est(rate_delta_text(rate, cell.is_baseline), metric.key, delta),)
+
+
+def _span(cell: CellSummary, metric: Metric, ctx: Context) -> tuple[Cell, ...]:
+    inside, outside = cell.span.relaxed_in_span, cell.span.relaxed_outside_span
+    text = "-" if inside is None and outside is None else f"{fmt(inside, '.1%')} / {fmt(outside, '.1%')}"
+    return (Cell(text, metric.key, inside, numeric=True),)
+
+
+# the schema's ``format`` names: how a metric's figure becomes its cells (a proxy column becomes one per profile)
+FORMATTERS: dict[str, Formatter] = {
+    "number": _number, "count": _count, "speed": _speed, "estimate": _estimate, "score": _score,
+    "pts_delta": _pts_delta, "p": _p, "truncated": _truncated, "proxy_total": _proxy_total,
+    "proxy_geomean": _proxy_geomean, "arm": _arm, "knobs": _knobs, "policy": _policy, "ms": _ms,
+    "discordant": _discordant, "reproduced": _reproduced, "stop_reasons": _stop_reasons,
+    "failure_count": _failure_count, "failure_delta": _failure_delta, "span": _span,
+}
+PROXY_FORMATS = {"proxy_total": "", "proxy_geomean": "geomean"}  # a column per profile: proxy NAME [kind]
+# a table whose cells all read one part of the summary: an arm without that part shows '-' throughout
+TABLE_PART = {"failures": "failures"}
+
+
+def schema_columns(table: str, profiles: tuple[str, ...] = (), narrow: bool = False) -> tuple[str, ...]:
+    """The column labels of a per-arm table, from the metric schema (``narrow``: those shown at 120 columns)."""
+    out: list[str] = []
+    for metric in table_metrics(table):
+        if narrow and not metric.narrow:
+            continue
+        if metric.format in PROXY_FORMATS:
+            out.extend(proxy_column(p, PROXY_FORMATS[metric.format]) for p in profiles)
+        else:
+            out.append(metric.column)
+    return tuple(out)
+
+
+def schema_essential(table: str, profiles: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What a narrow display keeps: () when it keeps every column."""
+    essential = schema_columns(table, profiles, narrow=True)
+    return () if essential == schema_columns(table, profiles) else essential
+
+
+def schema_cells(table: str, cell: CellSummary, ctx: Context) -> tuple[Cell, ...]:
+    """One arm's row of a per-arm table: each column's formatter over the summary's figure."""
+    part = TABLE_PART.get(table)
+    metrics = table_metrics(table)
+    if part is not None and getattr(cell, part) is None:
+        return (_arm(cell, metrics[0], ctx)[0], *(Cell("-", numeric=True) for m in metrics[1:]
+                                                  for _ in range(len(ctx.profiles) if m.format in PROXY_FORMATS
+                                                                 else 1)))
+    return tuple(c for m in metrics for c in FORMATTERS[m.format](cell, m, ctx))
+
+
+def schema_row(table: str, cell: CellSummary, ctx: Context) -> Row:
+    return Row(cell.arm, schema_cells(table, cell, ctx), emphasis=cell.is_baseline)
+
+
+MAIN_COLUMNS = schema_columns("main")
 # what the terminal shows by default: the arm, why it is fast, how fast (measured and priced), what it costs
-MAIN_ESSENTIAL = ("method", "MAL", "speed-up [95% CI]", "score", "Δ vs AR, pts [95% CI]")
+MAIN_ESSENTIAL = schema_columns("main", narrow=True)
 PROXY_NOTE = (" Proxy NAME = the speed-up with every sample priced on cost profile NAME's device (prefill + each "
               "round's verify forward and drafter work; this-machine = the table this run measured); same units, "
               "same paired bootstrap.")
@@ -172,23 +332,7 @@ def with_proxy_columns(columns: tuple[str, ...], after: str, profiles: tuple[str
 
 def main_row(cell: CellSummary, binary: bool, profiles: tuple[str, ...] = ()) -> Row:
     """The headline columns of one arm; each cell keeps the CellSummary value it formats."""
-    return Row(cell.arm, (
-        Cell(cell.arm, "arm"),
-        Cell(knobs_text(cell.knobs), "knobs"),
-        num(fmt(cell.mean_acceptance_length), "mean_acceptance_length", cell.mean_acceptance_length),
-        num(fmt(cell.acceptance_rate, ".1%"), "acceptance_rate", cell.acceptance_rate),
-        est(speed_ci(cell.speedup_total), "speedup_total", cell.speedup_total),
-        *(proxy_cell(cell, p) for p in profiles),
-        num(fmt(cell.latency_mean, ".2f"), "latency_mean", cell.latency_mean),
-        Cell(score_text(cell, binary), "score", cell.score, cell.score_interval.low, cell.score_interval.high,
-             numeric=True),
-        est("-" if cell.is_baseline else pts_ci(cell.score_delta), "score_delta", cell.score_delta),
-        num(fmt_p(cell.mcnemar_p), "mcnemar_p", cell.mcnemar_p),
-        num(fmt(cell.accuracy_retained, ".1%"), "accuracy_retained", cell.accuracy_retained),
-        num(fmt(cell.relaxed_fraction, ".1%"), "relaxed_fraction", cell.relaxed_fraction),
-        num(fmt(cell.output_length_ratio, ".3f"), "output_length_ratio", cell.output_length_ratio),
-        num(truncated_text(cell), "truncated", cell.truncated),
-    ), emphasis=cell.is_baseline)
+    return schema_row("main", cell, Context(binary, profiles))
 
 
 def _repeats_note(summary: TaskSummary) -> str:
@@ -232,7 +376,7 @@ def score_unit(summary: TaskSummary) -> str:
 def main_table(summary: TaskSummary) -> Table:
     what = "capability" if summary.measure == "capability" else "fidelity to AR (capability not measured)"
     profiles = summary.profiles
-    columns = with_proxy_columns(MAIN_COLUMNS, "speed-up [95% CI]", profiles)
+    columns = schema_columns("main", profiles)
     return Table(f"{summary.task}-table", f"{summary.task}: speed and {what} per arm", columns,
                  tuple(main_row(c, summary.binary, profiles) for c in summary.cells),
                  f"n = {summary.n_units} paired units. Speed-up = Σ AR time / Σ method time; latency = mean "
@@ -243,18 +387,14 @@ def main_table(summary: TaskSummary) -> Table:
                  "tokens / AR output tokens; cut at budget = samples stopped at max_new_tokens (a reasoning model "
                  "cut there has no answer). Brackets: 95% paired-bootstrap CI." + (PROXY_NOTE if profiles else "")
                  + _repeats_note(summary) + _agreement_note(summary),
-                 essential=with_proxy_columns(MAIN_ESSENTIAL, "speed-up [95% CI]", profiles))
+                 essential=schema_essential("main", profiles))
 
 
 GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agreement", "mean |Δ rating|, pts")
 
 
 def self_agreement_text(grader: GraderSummary) -> str:
-    if not grader.self_check:
-        return "not measured (see the note)"
-    if grader.agreement_exact is None:
-        return "AR graded twice, no pair with two ratings"
-    return f"{grader.agreement_exact:.0%} same rating ({grader.agreement_pairs} AR samples)"
+    return self_agreement_words(grader)
 
 
 def grader_table(summary: TaskSummary) -> Table | None:
@@ -278,12 +418,9 @@ def grader_table(summary: TaskSummary) -> Table | None:
                          f"({grader.self_check_how}).")
 
 
-DIAGNOSTIC_COLUMNS = ("method", "policy", "n units", "n samples", "geomean speed-up [95% CI]",
-                      "median latency s", "tokens/s", "policy ms/round", "policy share", "discordant lost / gained",
-                      "reproduced AR", "stop reasons")
-
+DIAGNOSTIC_COLUMNS = schema_columns("diagnostics")
 # the rule, the other speed-up, the lossless check (the proxy geomean is in --wide, its total in the main table)
-DIAGNOSTIC_ESSENTIAL = ("method", "policy", "geomean speed-up [95% CI]", "tokens/s", "reproduced AR")
+DIAGNOSTIC_ESSENTIAL = schema_columns("diagnostics", narrow=True)
 
 
 def reproduced_text(cell: CellSummary) -> str:
@@ -300,38 +437,20 @@ def reproduced_text(cell: CellSummary) -> str:
 
 
 def diagnostic_row(cell: CellSummary, profiles: tuple[str, ...] = ()) -> Row:
-    discordant = "-" if cell.discordant is None else f"{cell.discordant[0]} / {cell.discordant[1]}"
-    stops = ", ".join(f"{reason} {count}" for reason, count in cell.stop_reasons.items()) or "-"
-    policy_ms = None if cell.policy_time_per_round is None else cell.policy_time_per_round * 1e3
-    return Row(cell.arm, (
-        Cell(cell.arm, "arm"),
-        Cell(cell.policy + (" (lossless)" if cell.lossless and not cell.is_baseline else ""), "policy"),
-        num(str(cell.n_units), "n_units", cell.n_units),
-        num(str(cell.n_samples), "n_samples", cell.n_samples),
-        est(speed_ci(cell.speedup_geomean), "speedup_geomean", cell.speedup_geomean),
-        *(proxy_cell(cell, p, geomean=True) for p in profiles),
-        num(fmt(cell.latency_median, ".2f"), "latency_median", cell.latency_median),
-        num(fmt(cell.tokens_per_second, ".2f"), "tokens_per_second", cell.tokens_per_second),
-        Cell(fmt(policy_ms, ".3f"), "policy_time_per_round", cell.policy_time_per_round, numeric=True),
-        num(fmt(cell.policy_share, ".1%"), "policy_share", cell.policy_share),
-        Cell(discordant, "discordant", numeric=True),
-        Cell(reproduced_text(cell), "divergences", numeric=True),
-        Cell(stops, "stop_reasons"),
-    ), emphasis=cell.is_baseline)
+    return schema_row("diagnostics", cell, Context(profiles=profiles))
 
 
 def diagnostics_table(summary: TaskSummary) -> Table:
     profiles = summary.profiles
     return Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
-                 with_proxy_columns(DIAGNOSTIC_COLUMNS, "geomean speed-up [95% CI]", profiles, "geomean"),
-                 tuple(diagnostic_row(c, profiles) for c in summary.cells),
+                 schema_columns("diagnostics", profiles), tuple(diagnostic_row(c, profiles) for c in summary.cells),
                  "Geomean speed-up = exp(mean log(AR time / method time)) over units (proxy: of proxy times); "
                  "policy ms/round = the verification rule's decision time per round on this "
                  "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
                  "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
                  "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
                  "max_new_tokens).",
-                 essential=DIAGNOSTIC_ESSENTIAL)
+                 essential=schema_essential("diagnostics", profiles))
 
 
 def target_alone_table(summary: TaskSummary) -> Table:
@@ -376,9 +495,7 @@ def category_table(summary: TaskSummary) -> Table | None:
                  f"{fidelity} averaged over units (first repeat).", essential=CATEGORY_ESSENTIAL)
 
 
-FAILURE_COLUMNS = ("method", "no answer", "Δ no answer, pp [95% CI]", "cut at budget", "Δ cut, pp [95% CI]",
-                   "ends in a loop", "Δ loop, pp [95% CI]", "length ratio [95% CI]", "forced",
-                   "relaxed frac. in / out of thinking")
+FAILURE_COLUMNS = schema_columns("failures")
 
 
 def rate_text(rate: FailureRate | None) -> str:
@@ -394,28 +511,16 @@ def rate_delta_text(rate: FailureRate | None, is_baseline: bool) -> str:
 
 
 def failure_cells(cell: CellSummary) -> tuple[Cell, ...]:
-    f = cell.failures
-    if f is None:
-        return tuple(Cell("-", numeric=True) for _ in FAILURE_COLUMNS[1:])
-    out: list[Cell] = []
-    for name, rate in (("no_answer", f.no_answer), ("cut", f.cut), ("loop", f.loop)):
-        out.append(Cell(rate_text(rate), f"failures.{name}", None if rate is None else rate.rate, numeric=True))
-        delta = Estimate(None) if rate is None or cell.is_baseline else rate.delta
-        out.append(est(rate_delta_text(rate, cell.is_baseline), f"failures.{name}.delta", delta))
-    out.append(est(fmt_ci(f.length_ratio, ".3f"), "failures.length_ratio", f.length_ratio))
-    out.append(num(str(f.forced), "failures.forced", f.forced))
-    span = ("-" if cell.relaxed_in_span is None and cell.relaxed_outside_span is None else
-            f"{fmt(cell.relaxed_in_span, '.1%')} / {fmt(cell.relaxed_outside_span, '.1%')}")
-    out.append(Cell(span, "relaxed_in_span", cell.relaxed_in_span, numeric=True))
-    return tuple(out)
+    """The failure table's cells of one arm after its name ('-' throughout for an arm with no failure measures)."""
+    return schema_cells("failures", cell, Context())[1:]
 
 
 def failure_table(summary: TaskSummary) -> Table:
     """How each arm fails, paired against AR: no answer, cut at the budget, ending in a loop, output length, and
     samples closed by a forced end of thinking. A rule that is fast because it stops early or loops shows here."""
-    rows = tuple(Row(c.arm, (Cell(c.arm, "arm"), *failure_cells(c)), emphasis=c.is_baseline) for c in summary.cells)
+    rows = tuple(schema_row("failures", c, Context()) for c in summary.cells)
     return Table(f"{summary.task}-failures", f"{summary.task}: failure modes per arm, paired against AR",
-                 FAILURE_COLUMNS, rows,
+                 schema_columns("failures"), rows,
                  "Over the paired samples. No answer = the task's scorer found none (nothing extracted, or the output "
                  "ended inside its thinking; '-' where the scorer has no notion of an answer); cut at budget = stopped "
                  "at max_new_tokens; ends in a loop = the output ends in ≥ 3 back-to-back copies of one unit of up to "
@@ -423,7 +528,8 @@ def failure_table(summary: TaskSummary) -> Table:
                  "percentage points, with a 95% paired-bootstrap CI; length ratio = output tokens / AR output "
                  "tokens (CI over units); forced = samples whose thinking hit the thinking budget and was closed by "
                  "the forced text; relaxed frac. in / out of thinking = a span-gated rule's (relax_in) relaxed "
-                 "acceptances / emitted tokens inside <think> .. </think> and outside it.")
+                 "acceptances / emitted tokens inside <think> .. </think> and outside it.",
+                 essential=schema_essential("failures"))
 
 
 def failures_brief(cell: CellSummary) -> str:
@@ -437,6 +543,90 @@ def failures_brief(cell: CellSummary) -> str:
     return ", ".join(parts) + " pp" if parts else "-"
 
 
+# ---------------------------------------------------------------------------------------- acceptance by category
+
+CATEGORY_ACCEPTANCE_COLUMNS = ("category", "method", "n units", "MAL", "acc. rate", "relaxed frac. (AR-paired)",
+                               "relaxation gain")
+POSITIONS_SHOWN = 6  # the per-position table's columns a narrow display keeps
+
+
+def gains_text(gains: tuple[RelaxationGain, ...]) -> str:
+    """Where each relaxed arm's relaxation gains most and least, in one sentence per arm."""
+    def signed(gain: RelaxationGain, value: float) -> str:
+        return f"{value:+.2f} MAL" if gain.reference is not None else f"{value:.1%} relaxed"
+
+    return " ".join(f"{g.arm} gains most in {g.most[0]} ({signed(g, g.most[1])}) and least in {g.least[0]} "
+                    f"({signed(g, g.least[1])}){'' if g.reference is None else ' over ' + g.reference}."
+                    for g in gains)
+
+
+def category_acceptance_table(summary: TaskSummary) -> Table | None:
+    """MAL, acceptance rate and the AR-paired relaxed fraction by item category × arm, with each relaxed arm's gain
+    over the strict reference there (None when the task's items have no categories)."""
+    categories = categories_of(summary)
+    if not categories or summary.target_alone:
+        return None
+    gains = relaxation_gains(summary)
+    by_arm = {g.arm: dict(g.gains) for g in gains}
+    rows = []
+    for name in categories:
+        for cell in summary.cells:
+            part = cell.acceptance.categories.get(name)
+            if part is None:
+                continue
+            path = f"acceptance.categories.{name}"
+            gain = by_arm.get(cell.arm, {}).get(name)
+            reference = next((g.reference for g in gains if g.arm == cell.arm), None)
+            gain_text = "-" if gain is None else (f"{gain:+.2f}" if reference is not None else f"{gain:.1%}")
+            rows.append(Row(f"{name}/{cell.arm}", (
+                Cell(name, "category"), Cell(cell.arm, "arm"),
+                num(str(part.n_units), f"{path}.n_units", part.n_units),
+                num(fmt(part.mean_acceptance_length), f"{path}.mean_acceptance_length", part.mean_acceptance_length),
+                num(fmt(part.acceptance_rate, ".1%"), f"{path}.acceptance_rate", part.acceptance_rate),
+                num(fmt(part.relaxed_fraction, ".1%"), f"{path}.relaxed_fraction", part.relaxed_fraction),
+                num(gain_text, f"{path}.gain", gain),
+            ), emphasis=cell.is_baseline))
+    said = gains_text(gains)
+    return Table(f"{summary.task}-acceptance-categories", f"{summary.task}: acceptance by category",
+                 CATEGORY_ACCEPTANCE_COLUMNS, tuple(rows),
+                 "Over each category's paired units (the units every arm finished), every repeat counted. MAL = "
+                 "emitted tokens / verification rounds; acc. rate = accepted / drafted tokens; relaxed frac. = "
+                 "relaxed acceptances / emitted tokens over the same AR-paired units; relaxation gain = the arm's "
+                 "MAL minus that of the strict reference (the lossless drafted arm with the same drafter and k), or "
+                 "its relaxed fraction where the run has no lossless drafted arm." + (f" {said}" if said else ""))
+
+
+def category_positions_table(summary: TaskSummary) -> Table | None:
+    """Per-position acceptance (vLLM's num_accepted_tokens_per_pos / num_drafts) by item category × arm."""
+    categories = categories_of(summary)
+    if not categories or summary.target_alone:
+        return None
+    width = max((len(p.acceptance_by_position) for c in summary.cells for p in c.acceptance.categories.values()),
+                default=0)
+    if not width:
+        return None
+    positions = tuple(f"pos {i}" for i in range(1, width + 1))
+    rows = []
+    for name in categories:
+        for cell in summary.cells:
+            part = cell.acceptance.categories.get(name)
+            if part is None or not part.acceptance_by_position:
+                continue
+            path = f"acceptance.categories.{name}.acceptance_by_position"
+            values = part.acceptance_by_position
+            rows.append(Row(f"{name}/{cell.arm}", (
+                Cell(name, "category"), Cell(cell.arm, "arm"),
+                *(num(fmt(values[i] if i < len(values) else None, ".1%"), f"{path}.{i}",
+                      values[i] if i < len(values) else None) for i in range(width)),
+            )))
+    columns = ("category", "method", *positions)
+    return Table(f"{summary.task}-acceptance-positions", f"{summary.task}: acceptance by draft position and category",
+                 columns, tuple(rows),
+                 "pos i = rounds that accepted draft position i / rounds with a draft, over the category's paired "
+                 "units (vLLM's num_accepted_tokens_per_pos / num_drafts): P(accepted length ≥ i).",
+                 essential=columns[:2 + POSITIONS_SHOWN] if width > POSITIONS_SHOWN else ())
+
+
 def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
@@ -448,4 +638,5 @@ def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)
+    tables += [t for t in (category_acceptance_table(summary), category_positions_table(summary)) if t is not None]
     return tuple(tables)

@@ -1,6 +1,6 @@
-"""Scoring: answer extraction, sandboxed code execution, agreement with the AR output, and grading by an LLM grader
-(the protocols ``llm_grader`` and ``refusal_grader``, run by the graders of ``graders``). Importing this package
-registers every built-in scorer and grader."""
+"""Scoring: answer extraction, sandboxed code execution and agreement with the AR output, per sample. Importing this
+package registers every built-in per-sample scorer; the grading protocols (scorers that an LLM grader runs after
+generation) are ``relaxbench.grading``, which registers them here when imported (``relaxbench.tasks`` does)."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -13,13 +13,10 @@ from relaxbench.scoring import (  # noqa: F401  (registration)
     code,
     effects,
     evalplus,
-    graders,
     livecodebench,
-    llm_grader,
     patterns,
     recall,
     refusal,
-    refusal_grader,
 )
 from relaxbench.scoring.base import SCORERS, Score, Scorer, ScoringContext, register_scorer
 

@@ -5,6 +5,7 @@ and plug-ins (lm-eval's tasks, registered through the ``relaxbench.task_sources`
 too, so the plan, the runner and the metrics know nothing of where a task came from.
 """
 
+import relaxbench.grading  # noqa: F401  (registers the grading protocols a task's grader: names)
 from relaxbench.tasks.loading import load_sources, loader_for, source_prefix, stored_task_facts
 from relaxbench.tasks.source import TASK_SOURCES, Generation, LoadRequest, TaskFacts, TaskSource
 from relaxbench.tasks.spec import SourceSpec, TaskSpec, load_task, task_files

@@ -41,8 +41,8 @@ from typing import Any
 from relaxbench.data import TaskItem
 from relaxbench.data.load import package_file, read_records
 from relaxbench.errors import DataError
+from relaxbench.grading.protocol import UNPARSEABLE, GradedScorer, GradingRequest
 from relaxbench.scoring.base import SCORERS, register_scorer
-from relaxbench.scoring.graded import UNPARSEABLE, GradedScorer, GradingRequest
 from relaxbench.validation import Spec, Text
 
 FASTCHAT = "FastChat v0.2.36 (lm-sys/FastChat@0e6d3e4)"

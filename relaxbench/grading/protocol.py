@@ -1,5 +1,5 @@
 """The contract of a *graded* scorer: a task's grading protocol, run by an LLM grader after generation
-(``relaxbench.harness.grading``) rather than per sample.
+(``relaxbench.grading.step``) rather than per sample.
 
 A graded scorer builds the request the grader is sent for one (item, turn) of one arm (``request``) and reads the
 grader's verdict text back (``parse_verdict``: its rating and score, or ``UNPARSEABLE``). The grading phase stays
@@ -35,7 +35,7 @@ class GradedScorer(Scorer):
     graded = True
 
     def score(self, item: TaskItem, text: str, context: ScoringContext) -> Score:
-        raise NotImplementedError(f"{self.name} grades after generation (relaxbench.harness.grading), not per sample")
+        raise NotImplementedError(f"{self.name} grades after generation (relaxbench.grading.step), not per sample")
 
     def check_items(self, items: Sequence[TaskItem]) -> None:
         """Raise a one-line ``DataError`` when something the items need is missing (before any generation)."""

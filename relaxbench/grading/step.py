@@ -13,22 +13,15 @@ the report can print the grader's agreement with itself.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from relaxbench.data import TaskItem
-from relaxbench.errors import ConfigError, DataError
-from relaxbench.harness.runner import ProgressSink
-from relaxbench.harness.store import Store, VerdictKey, dumps
-from relaxbench.scoring import make_scorer
-from relaxbench.scoring.graded import GradedScorer, GradingRequest
-from relaxbench.scoring.graders import Grader
-from relaxbench.tasks import load_task, source_prefix, task_files
+from relaxbench.errors import DataError
+from relaxbench.grading.cache import Progress, VerdictKey, VerdictStore, content_hash
+from relaxbench.grading.graders import Grader
+from relaxbench.grading.protocol import GradedScorer, GradingRequest
 
 GRADER_ARM = "grader"  # the progress bar of a task's grading
 
@@ -66,11 +59,7 @@ class _Work:
     sample_ids: tuple[int, ...]
 
 
-def content_hash(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def _requests(store: Store, run_id: int, task: GradedTask, grader_hash: str,
+def _requests(store: VerdictStore, run_id: int, task: GradedTask, grader_hash: str,
               draws: Sequence[int]) -> dict[VerdictKey, tuple[GradingRequest, list[int]]]:
     """Every verdict the task's samples still lack, deduplicated by key (the same answer to the same question)."""
     done = {draw: store.graded_sample_ids(grader_hash, draw) for draw in draws}
@@ -99,8 +88,8 @@ def _requests(store: Store, run_id: int, task: GradedTask, grader_hash: str,
     return out
 
 
-def grade_tasks(store: Store, run_id: int, tasks: Sequence[GradedTask], grader: Grader, device: str,
-                progress: ProgressSink) -> GradingTally:
+def grade_tasks(store: VerdictStore, run_id: int, tasks: Sequence[GradedTask], grader: Grader, device: str,
+                progress: Progress) -> GradingTally:
     """Grade every stored sample of ``tasks`` in run ``run_id`` that lacks a verdict of ``grader``; the grader is
     opened only when something is left to ask, and closed (its model freed) at the end."""
     grader_hash = grader.hash()
@@ -145,50 +134,3 @@ def grade_tasks(store: Store, run_id: int, tasks: Sequence[GradedTask], grader: 
     finally:
         grader.close()
     return tally
-
-
-IDENTITY_FREE = ("origin", "description")  # task record fields that do not decide what was generated
-
-
-def _graded_spec(name: str, record: Mapping[str, Any]) -> Any:
-    """The task spec that says how to grade a stored task: its own file (``origin``) or the task of that name,
-    whichever defines the task exactly as it was run (the record, less where it came from) and has a grader. The
-    grader is not part of the record, so a run made before its task had a grading protocol can still be graded."""
-    def identity(value: Mapping[str, Any]) -> dict[str, Any]:  # as stored: JSON (tuples read back as lists)
-        return {key: v for key, v in json.loads(dumps(value)).items() if key not in IDENTITY_FREE}
-
-    origin = str(record.get("origin") or "")
-    candidates = ([origin] if origin and Path(origin).is_file() else []) + ([name] if name in task_files() else [])
-    for candidate in candidates:
-        try:
-            spec = load_task(candidate)
-        except ConfigError:  # a task file gone bad since the run: it cannot be graded from there
-            continue
-        if spec.grader is not None and identity(spec.to_record()) == identity(record):
-            return spec
-    return None
-
-
-def stored_graded_tasks(store: Store, run_id: int) -> list[GradedTask]:
-    """The tasks of a stored run that have a grading protocol, with their items read again from the same data (the
-    data fingerprint must match the one stored: the answers were written to those questions)."""
-    from relaxbench.tasks.yaml_tasks import load_items
-
-    run = store.rows("SELECT suite_json FROM runs WHERE run_id=?", (run_id,))
-    data_files = (json.loads(run[0]["suite_json"]).get("data_files") or {}) if run else {}
-    out = []
-    for cell in store.rows("SELECT task, task_json, data_fingerprint FROM cells WHERE run_id=? AND is_baseline=1 "
-                           "ORDER BY task", (run_id,)):
-        name = cell["task"]
-        if source_prefix(name) is not None:
-            continue  # a plug-in's task (lm_eval:NAME): no grading protocol
-        spec = _graded_spec(name, json.loads(cell["task_json"]))
-        if spec is None:
-            continue
-        items, digest = load_items(spec, data_files.get(name))
-        if digest != cell["data_fingerprint"]:
-            raise DataError(f"task {name!r}: its data changed since the run (fingerprint {digest}, stored "
-                            f"{cell['data_fingerprint']}), so its stored answers cannot be graded against it")
-        out.append(GradedTask(name, {item.item_id: item for item in items},
-                              make_scorer(spec.grader, spec.grader_args)))
-    return out
