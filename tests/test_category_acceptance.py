@@ -33,12 +33,12 @@ def from_rounds(run_dir: Path) -> dict[tuple[str, str], dict[str, object]]:
     for cell in load_run(run_dir).cells_of(TASK):
         for sample in cell.samples:
             s = sums[(sample.category, cell.arm)]
-            s["emitted"] += sum(sample.round_emitted)
-            s["rounds"] += len(sample.round_emitted)
-            s["drafted"] += sum(sample.round_drafted)
-            s["accepted"] += sum(sample.round_accepted)
-            s["relaxed"] += sum(sample.round_relaxed)
-            for drafted, accepted in zip(sample.round_drafted, sample.round_accepted):
+            s["emitted"] += sum(sample.rounds.emitted)
+            s["rounds"] += len(sample.rounds.emitted)
+            s["drafted"] += sum(sample.rounds.drafted)
+            s["accepted"] += sum(sample.rounds.accepted)
+            s["relaxed"] += sum(sample.rounds.relaxed)
+            for drafted, accepted in zip(sample.rounds.drafted, sample.rounds.accepted):
                 if drafted:
                     s["drafts"] += 1
                     for i in range(accepted):

@@ -28,7 +28,8 @@ from scipy import stats
 
 from relaxbench.ops.sampling import BatchSampling, SamplingParams, logits_to_probs, probs_rows, process_logits
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.base import Batch, Block, Fidelity, PolicyEnv, registration_problems
+from relaxbench.errors import ConfigError
+from relaxbench.policies.base import COMMIT_PIN, Batch, Block, Fidelity, PolicyEnv, registration_problems
 from relaxbench.policies.fly import top3_entropy
 from relaxbench.policies.relaxed_target import divergence
 
@@ -81,8 +82,8 @@ def test_every_policy_names_its_fidelity_and_reference():
     for name, cls in POLICIES.items():
         assert isinstance(cls.origin.fidelity, Fidelity), name
         assert cls.origin.reference, name
-        if cls.origin.fidelity is Fidelity.REFERENCE:  # a repository at a commit
-            assert re.search(r"[\w.-]+/[\w.-]+@[0-9a-f]{7}", cls.origin.reference), (name, cls.origin.reference)
+        if cls.origin.fidelity is Fidelity.REFERENCE:  # a repository at a commit or a release tag
+            assert COMMIT_PIN.search(cls.origin.reference), (name, cls.origin.reference)
         doc = (__import__(cls.__module__, fromlist=["_"]).__doc__ or "").lower()
         assert "deviation" in doc or cls.origin.fidelity in (Fidelity.BASELINE, Fidelity.PAPER), name
         assert registration_problems(cls) == [], name  # the registration check states these rules
@@ -227,8 +228,10 @@ def test_fly_gate_is_off_for_theta_up_to_0_01():
     target = fly_target("l" * 9)  # H ≈ 5e-4 everywhere
     drafts = [1, 0, 0, 0, 0, 0, 0, 0]
     assert float(top3_entropy(target[:1])) < 0.001
-    for theta in (0.01, 0.005, 0.0, -1.0):  # entropy_thre <= 1e-2: the reference keeps no gate
+    for theta in (0.01, 0.005, 0.0):  # entropy_thre <= 1e-2: the reference keeps no gate
         assert verdict("fly", target, drafts, theta=theta, window=3) == (8, 0, 1), theta
+    with pytest.raises(ConfigError, match="'theta' must be >= 0"):  # below 0 means nothing: refused
+        make_policy("fly", {"theta": -1.0})
     assert verdict("fly", target, drafts, theta=0.0100001, window=3)[0] == 0  # gate on: H < θ revokes
 
 

@@ -431,6 +431,7 @@ def test_summary_wide_shows_every_column_unwrapped(fixture_run, capsys):
 def test_a_run_without_finished_samples_still_reports(tmp_path: Path, capsys):
     """A unit finished by AR alone: the report says no unit was finished by every arm. (A run without a single
     sample is refused in one line instead: tests/test_edges.py.)"""
+    from relaxbench.decoding.records import Rounds
     from relaxbench.harness.store import SampleRow, Store
     from relaxbench.sqlite_file import now
     from tests.report_fixture import _cell
@@ -447,10 +448,10 @@ def test_a_run_without_finished_samples_still_reports(tmp_path: Path, capsys):
             category=None, created_at=now(), prompt_ids=(1, 2, 3), output_ids=(4, 5), output_text="x",
             stop_reason="eos", n_prompt_tokens=3, n_output_tokens=2, n_rounds=2, n_drafted=0, n_accepted=0,
             n_relaxed=0, time_total=0.5, time_prefill=0.1, time_draft=0.0, time_verify=0.4, time_policy=0.0,
-            round_drafted=(0, 0), round_accepted=(0, 0), round_relaxed=(0, 0), round_emitted=(1, 1),
-            round_t_draft=(0.0, 0.0), round_t_verify=(0.2, 0.2), round_t_policy=(0.0, 0.0), score=1.0, passed=True,
-            score_details={"status": "ok"}, matches_baseline=None, divergence=None, round_extra=(0, 0),
-            round_draft_forwards=((), ()), round_lookups=(0, 0)))
+            rounds=Rounds.of(drafted=(0, 0), accepted=(0, 0), relaxed=(0, 0), emitted=(1, 1), t_draft=(0.0, 0.0),
+                             t_verify=(0.2, 0.2), t_policy=(0.0, 0.0), extra=(0, 0), draft_forwards=((), ()),
+                             lookups=(0, 0)),
+            score=1.0, passed=True, score_details={"status": "ok"}, matches_baseline=None, divergence=None))
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 0
     text = " ".join(parse((tmp_path / "out" / "report.html").read_text()).text)
     assert "No unit was finished by every arm" in text

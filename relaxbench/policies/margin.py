@@ -71,7 +71,7 @@ class Margin(VerificationPolicy):
     uniform_dtype = torch.float64  # the authors' random.random()
 
     class Knobs(Spec):
-        theta: Number = Field(0.9, ge=0)  # relaxation_threshold
+        theta: Number = 0.9  # relaxation_threshold (any real, as MARS: below 0 the gate never closes)
         positive_top_only: Flag = False  # deviation, off by default: no relaxation where z1 <= 0
 
     def judge(self, batch: Batch) -> Judgement:
