@@ -324,11 +324,6 @@ def register_policy(cls=None, *, aliases=()):
     return add if cls is None else add(cls)
 
 
-def canonical_policy_name(name: str) -> str:
-    """The registered name of ``name`` (an alias resolves to its rule's name)."""
-    return POLICIES.get(name).name
-
-
 
 def make_policy(name: str, knobs: Mapping[str, Any] | None = None) -> VerificationPolicy:
     import relaxbench.policies  # noqa: F401  (registers the built-in policies)
