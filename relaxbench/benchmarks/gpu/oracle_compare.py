@@ -7,7 +7,10 @@ Per acceptance pattern: the measured speed-up (AR's total time / the arm's, summ
 arms interleaved per prompt after one warm-up each) against the proxy speed-up priced from the same generations'
 per-round records (``profiles.proxy.proxy_time``) under a profile measured here on the run's own sizes, and under
 the analytic h200 roofline. Target: proxy from the measured profile within 1 ± 0.10 of the measured speed-up; the
-analytic proxy is reported beside it.
+analytic proxy is reported beside it. The comparison means something only if the rounds went as planned, so the
+accepted tokens per round are held too (at least 90 % of the plan, an arm that plans none: none). The model runs
+in float32 (``KitConfig.oracle_dtype``): in bf16 a random-weight model's near-tied top logits round differently in
+a verify forward than in AR's, and the replayed drafts are rejected.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from relaxbench.profiles.measure import Grid, measure_profile
 from relaxbench.profiles.proxy import Work, proxy_time
 
 PROXY_TOLERANCE = 0.10
+PLAN_KEPT = 0.90  # accepted per round / planned, at least
 AR = MethodSpec(name="ar", policy="none")
 
 
@@ -48,7 +52,7 @@ def prompts(n: int, length: int, vocab: int) -> list[list[int]]:
 
 def run_oracle(step: StepResult, config: KitConfig) -> None:
     c = config
-    target = random_model(c.oracle_target, torch.bfloat16, c.device, shrink=c.dry)
+    target = random_model(c.oracle_target, getattr(torch, c.oracle_dtype), c.device, shrink=c.dry)
     try:
         _compare(step, c, target)
     finally:
@@ -104,12 +108,15 @@ def _compare(step: StepResult, c: KitConfig, target) -> None:
                  verdict(within(ratio, PROXY_TOLERANCE), c.held))
         step.add(f"{label}, accept {list(pattern)}: proxy (analytic h200) / measured speed-up",
                  f"{from_analytic:.2f}× / {speedup:.2f}× = {from_analytic / speedup:.3f}")
-        step.add(f"{label}, accept {list(pattern)}: accepted per round, output == AR",
-                 f"{accepted:.2f} (planned {planned:.2f}); {same}/{len(gens)} identical")
+        kept = accepted >= PLAN_KEPT * planned if planned > 0 else accepted == 0
+        step.add(f"{label}, accept {list(pattern)}: accepted per round (output == AR)",
+                 f"{accepted:.2f} of {planned:.2f} planned ({same}/{len(gens)} identical)",
+                 f"≥ {PLAN_KEPT:.0%} of the plan", verdict(kept, c.held))
         rows[name] = {"pattern": list(pattern), "measured_speedup": speedup, "proxy_measured_speedup": from_measured,
                       "proxy_analytic_speedup": from_analytic, "accepted_per_round": accepted,
                       "planned_per_round": planned, "identical_to_ar": same, "generations": len(gens),
                       "time_total_s": [g.time_total for g in gens], "rounds": [g.n_rounds for g in gens]}
-    step.data.update({"target": c.oracle_target, "shrunk": c.dry, "k": c.oracle_k, "arms": rows,
+    step.data.update({"target": c.oracle_target, "dtype": c.oracle_dtype, "shrunk": c.dry, "k": c.oracle_k,
+                      "arms": rows,
                       "ar_time_total_s": [g.time_total for g in runs["ar"]],
                       "measured_profile": measured.record()})

@@ -49,6 +49,10 @@ class KitConfig:
     repeats: int = 5
     warmup: int = 2
     oracle_target: str = "llama-3.1-8b"
+    # float32, not bf16: a random-weight model's top logits are near-ties, and bf16 rounds a (k + 1)-token verify
+    # forward differently from AR's 1-token forward, so the replayed drafts were rejected (0.06 accepted per round
+    # of a planned 5 on an H200); float32's rounding keeps the plan, which is what the step times
+    oracle_dtype: str = "float32"
     oracle_k: int = 5
     oracle_patterns: tuple[tuple[int, ...], ...] = ((5,), (3, 1), (2,), (0,))
     oracle_prompts: int = 2
@@ -108,12 +112,13 @@ def _replace(config: KitConfig, **changes) -> KitConfig:
     return replace(config, **changes)
 
 
-# Seconds each step should take on one H200 (estimates; the summary records the real ones), and per-model seconds
-# of the profile step (building the random model on the GPU + the grid).
-GPU_SECONDS = {"environment": 5, "clock": 5, "device-map": 10, "lossless": 40, "verify": 40, "distribution": 90,
-               "oracle": 60}
-GPU_PROFILE_SECONDS = {"qwen2.5-coder-0.5b-instruct": 15, "qwen2.5-coder-1.5b-instruct": 15, "qwen2.5-7b": 25,
-                       "llama-3.1-8b": 25, "qwen3-32b": 60}
+# Seconds each step should take on one H200 (from the first run on one, rounded up; the oracle step's doubled for
+# float32; the summary records the real ones), and per-model seconds of the profile step (building the random
+# model on the GPU + the grid).
+GPU_SECONDS = {"environment": 10, "clock": 5, "device-map": 5, "lossless": 50, "verify": 40, "distribution": 90,
+               "oracle": 160}
+GPU_PROFILE_SECONDS = {"qwen2.5-coder-0.5b-instruct": 8, "qwen2.5-coder-1.5b-instruct": 8, "qwen2.5-7b": 10,
+                       "llama-3.1-8b": 12, "qwen3-32b": 25}
 CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "verify": 10, "distribution": 8,
                "oracle": 4}
 CPU_PROFILE_SECONDS = 1
@@ -145,7 +150,8 @@ def sizes(config: KitConfig, step: str) -> str:
                 f"{list(c.contexts)}, {c.repeats} timed after {c.warmup} untimed")
     if step == "oracle":
         patterns = " ".join("[" + ",".join(map(str, p)) + "]" for p in c.oracle_patterns)
-        return (f"{'shrunk ' if c.dry else ''}{c.oracle_target}, k = {c.oracle_k}, accept {patterns}; "
+        return (f"{'shrunk ' if c.dry else ''}{c.oracle_target} in {c.oracle_dtype}, k = {c.oracle_k}, "
+                f"accept {patterns}; "
                 f"{c.oracle_prompts} prompts of {c.oracle_prompt_tokens} tokens × {c.oracle_new_tokens} new, "
                 f"{c.oracle_repeats} repeats")
     if step == "clock":
