@@ -11,12 +11,11 @@ from typing import Any
 from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
-from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec
+from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec, check_method_spec, effective_drafter
 from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.policies.arm import check_arm
 from relaxbench.policies.span import gate
-from relaxbench.validation import validate
 
 DEFAULT_K = 5
 
@@ -25,35 +24,17 @@ def build_drafter(spec: DrafterSpec, target: Any, draft: Any | None) -> Drafter:
     return DRAFTERS.get(spec.kind).build(dict(spec.knobs), DrafterInputs(target, draft))
 
 
-def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec | None:
-    """The drafter an arm really uses. ``--draft ngram`` / ``--draft layerskip`` stand in for a draft model: a
-    method whose drafter is the plain draft model then runs with prompt lookup / the target's own first layers.
-    The AR baseline has none."""
-    if method.policy == "none":
-        return None
-    if draft_name in MODEL_FREE_DRAFTS and method.drafter.kind == "model":
-        return DrafterSpec(kind=draft_name)
-    return method.drafter
-
-
 def check_method(name: str, method: MethodSpec, draft_name: str | None, sampling: SamplingParams) -> None:
     """Whether ``method`` can run with ``--draft draft_name`` under ``sampling``, decided from the registry's classes
-    alone, before any model loads: the policy's and the drafter's knobs, a drafter that needs a draft model given
-    none (``--draft ngram`` names none), then ``policies.arm.check_arm`` (the policy's modes and needs against what
-    the drafter provides). ``name`` (an arm or method) starts the message."""
-    policy_type = POLICIES.get(method.policy)
-    validate(policy_type.Knobs, dict(method.knobs), f"policy {method.policy!r}", "knob")
+    alone, before any model loads: ``methods.check_method_spec`` (the policy's and the drafter's knobs, a drafter
+    that needs a draft model given none), then ``policies.arm.check_arm`` (the policy's modes and needs against
+    what the drafter provides). ``name`` (an arm or method) starts the message."""
+    check_method_spec(name, method, draft_name)  # the registries are loaded here: their own specs answer
     drafter = effective_drafter(method, draft_name)
     if drafter is None:
         return
-    drafter_type = DRAFTERS.get(drafter.kind)
-    validate(drafter_type.Knobs, dict(drafter.knobs), f"method {name!r}: drafter {drafter.kind!r}", "knob")
-    if drafter_type.needs_draft_model and (draft_name is None or draft_name in MODEL_FREE_DRAFTS):
-        given = "no --draft was given" if draft_name is None else f"--draft {draft_name} is model-free"
-        raise ConfigError(f"method {name!r} drafts with {drafter.kind!r}, which needs a draft model, and {given}: "
-                          "pass --draft MODEL (a model sharing the target's vocabulary)")
     try:
-        check_arm(policy_type, sampling, drafter_type)
+        check_arm(POLICIES.get(method.policy), sampling, DRAFTERS.get(drafter.kind))
     except ConfigError as exc:
         raise ConfigError(f"method {name!r} at temperature {sampling.temperature:g}: {exc}") from None
 

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from relaxbench.errors import UnknownNameError
+from relaxbench import catalog
+from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.registry import did_you_mean
 from relaxbench.validation import (PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml, resolve_extends,
                                    validate, yaml_files)
@@ -119,9 +120,7 @@ class MethodSpec(Spec):
 
 
 def _policy_defaults() -> dict[str, dict[str, Any]]:
-    from relaxbench.policies import POLICIES
-
-    return {name: {"policy": name} for name in POLICIES.names()}
+    return {name: {"policy": name} for name in catalog.names("policies")}
 
 
 # ``extends:`` for methods: knobs and sweep merge key by key; the drafter is replaced whole (its knobs belong to its
@@ -156,11 +155,9 @@ def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
     files = method_files(extra_dirs)
     if name in files:
         return method_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)
-    from relaxbench.policies import POLICIES
-
-    if name in POLICIES:
+    if catalog.knows("policies", name):
         return MethodSpec(name=name, policy=name, source="policy defaults")
-    known = sorted(set(files) | set(POLICIES.names()))
+    known = sorted(set(files) | set(catalog.names("policies")))
     raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, known)} (methods: {', '.join(sorted(files))})")
 
 
@@ -177,3 +174,41 @@ def with_overrides(method: MethodSpec, knobs: Mapping[str, Any], drafter_kind: s
     elif drafter_knobs:
         drafter = DrafterSpec(kind=drafter.kind, knobs={**drafter.knobs, **drafter_knobs})
     return method.model_copy(update={"knobs": {**method.knobs, **knobs}, "drafter": drafter})
+
+
+def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec | None:
+    """The drafter an arm really uses. ``--draft ngram`` / ``--draft layerskip`` stand in for a draft model: a
+    method whose drafter is the plain draft model then runs with prompt lookup / the target's own first layers.
+    The AR baseline has none."""
+    if method.policy == "none":
+        return None
+    if draft_name in MODEL_FREE_DRAFTS and method.drafter.kind == "model":
+        return DrafterSpec(kind=draft_name)
+    return method.drafter
+
+
+def check_method_spec(name: str, method: MethodSpec, draft_name: str | None, policy_where: str | None = None) -> None:
+    """What the registries' declarations alone settle about ``method`` with ``--draft draft_name``, read from the
+    catalog (no torch) unless the registries are loaded: the policy's name and knobs, the drafter's name and knobs,
+    a drafter that needs a draft model given none. ``name`` (an arm or method) starts a drafter's message;
+    ``policy_where`` a knob's (default ``policy 'NAME'`` as the method names it)."""
+    catalog.check_knobs("policies", method.policy, method.knobs, policy_where or f"policy {method.policy!r}")
+    drafter = effective_drafter(method, draft_name)
+    if drafter is None:
+        return
+    catalog.check_knobs("drafters", drafter.kind, drafter.knobs, f"method {name!r}: drafter {drafter.kind!r}")
+    if catalog.needs_draft_model(drafter.kind) and (draft_name is None or draft_name in MODEL_FREE_DRAFTS):
+        given = "no --draft was given" if draft_name is None else f"--draft {draft_name} is model-free"
+        raise ConfigError(f"method {name!r} drafts with {drafter.kind!r}, which needs a draft model, and {given}: "
+                          "pass --draft MODEL (a model sharing the target's vocabulary)")
+
+
+def check_methods(names: list[str] | tuple[str, ...], draft_name: str | None) -> None:
+    """Every sweep point of every method a run names, checked as ``check_method_spec`` (a knob refused in the words
+    the run's own check uses, the rule's registered name first): ``compare`` calls it before anything heavy loads,
+    and the run checks everything again, modes and pairings included, when it assembles its arms."""
+    for name in names:
+        for point in load_method(name).expand():
+            if point.policy != "none":
+                check_method_spec(point.name, point, draft_name,
+                                  f"policy {catalog.canonical('policies', point.policy)!r}")

@@ -29,6 +29,11 @@ def did_you_mean(name: str, candidates: list[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
+def unknown_name(kind: str, name: str, known: list[str]) -> UnknownNameError:
+    """The one refusal of a name no entry of a ``kind`` has: a did-you-mean and the known names."""
+    return UnknownNameError(f"unknown {kind} {name!r}{did_you_mean(name, known)} (known: {', '.join(known) or 'none'})")
+
+
 class Registry(Generic[T]):
     """Names to objects of one kind, with plug-ins loaded on first miss or listing."""
 
@@ -100,10 +105,7 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            known = sorted(self._items)
-            raise UnknownNameError(
-                f"unknown {self.kind} {name!r}{did_you_mean(name, known)} (known: {', '.join(known) or 'none'})"
-            ) from None
+            raise unknown_name(self.kind, name, sorted(self._items)) from None
 
     def __contains__(self, name: object) -> bool:
         self._load_plugins()

@@ -3,7 +3,11 @@ layout are generated: each is the output of ``relaxbench list KIND --markdown`` 
 test holds the committed copy to what the command prints now (one source of truth: the policy classes, the metric
 schema, the package's modules and their docstrings).
 
-Regenerate them all after changing a policy, a metric, or a module or its docstring:
+The same command regenerates ``relaxbench/catalog.json``, the built-in policies' and drafters' declarations that
+``relaxbench list`` and the early refusal of a bad rule or knob read without importing torch (a test here holds it
+to the registries).
+
+Regenerate them all after changing a policy, a drafter, a metric, or a module or its docstring:
 
     python tests/test_docs_tables.py
 """
@@ -47,6 +51,14 @@ def test_the_committed_table_is_what_the_command_prints(kind, capsys):
     _, committed, _ = split(path.read_text(), kind)
     assert committed == printed, (f"{path.relative_to(ROOT)} is out of date with `relaxbench list {kind} "
                                   f"--markdown`; regenerate it with `{REGENERATE}`")
+
+
+def test_the_catalog_is_what_the_registries_declare():
+    from relaxbench import catalog
+
+    assert catalog.CATALOG.read_text(encoding="utf-8") == catalog.render(), (
+        f"relaxbench/catalog.json is out of date with the policy and drafter registries; regenerate it with "
+        f"`{REGENERATE}`")
 
 
 def test_the_policy_table_has_a_row_per_policy_with_what_it_follows():
@@ -114,9 +126,12 @@ def test_performance_figures_measured_with_changed_code_say_so():
 
 def regenerate() -> None:
     """Rewrite the generated tables and performance.md's status lines in place (the text around them is kept)."""
+    from relaxbench import catalog
     from relaxbench.commands.listing import markdown
     from tests.perf_status import PERFORMANCE, NoHistory, render
 
+    catalog.write_catalog()  # first: it imports the registries, so the tables below are theirs
+    print(f"wrote {catalog.CATALOG.relative_to(ROOT)}")
     for kind, path in TABLES.items():
         head, _, tail = split(path.read_text(), kind)
         path.write_text(head + markdown(kind) + tail)

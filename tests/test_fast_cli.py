@@ -29,12 +29,19 @@ print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
 """
 
 
-def _probe(*argv: str, allowed: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+def _run_probe(*argv: str, allowed: tuple[str, ...] = ()) -> tuple[int, list[str], str, str]:
+    """(exit code, heavy modules imported, stdout, stderr less the probe's own line) of ``relaxbench ARGV``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-c", _PROBE % json.dumps([m for m in HEAVY if m not in allowed]), *argv],
                           capture_output=True, text=True, env=env, timeout=120)
-    result = json.loads(proc.stderr.strip().splitlines()[-1])
-    return result["code"], result["heavy"]
+    *messages, last = proc.stderr.strip().splitlines()
+    result = json.loads(last)
+    return result["code"], result["heavy"], proc.stdout, "\n".join(messages)
+
+
+def _probe(*argv: str, allowed: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+    code, heavy, _, _ = _run_probe(*argv, allowed=allowed)
+    return code, heavy
 
 
 @pytest.mark.parametrize("argv", [
@@ -66,8 +73,77 @@ def test_listing_tasks_imports_only_the_prompt_template_engine():
     assert heavy == []
 
 
-def test_the_probe_sees_a_heavy_import():
-    """The probe itself can fail: a command that loads torch is caught."""
-    code, heavy = _probe("list", "policies", allowed=())
+@pytest.fixture
+def registries():
+    """The live registries in this process, so ``main`` here answers from them and not from the catalog."""
+    import relaxbench.decoding.drafters  # noqa: F401
+    import relaxbench.policies  # noqa: F401
+
+
+@pytest.mark.parametrize("kind", ["policies", "drafters", "metrics", "graders", "judges", "modules"])
+@pytest.mark.parametrize("markdown", [False, True])
+def test_listings_of_registries_and_the_schema_import_no_heavy_library(kind, markdown, capsys, registries):
+    """The rules and drafters are listed from the catalog, the metrics from the schema alone; the listing is the one
+    the registries give (this process has imported them all)."""
+    from relaxbench.cli import main
+
+    argv = ("list", kind, *(("--markdown",) if markdown else ()))
+    # a listing of graders loads the grader plug-ins, the endpoint grader's HTTP client with them (a light import)
+    code, heavy, out, _ = _run_probe(*argv, allowed=("httpx2",) if kind in ("graders", "judges") else ())
     assert code == 0
+    assert heavy == [], f"relaxbench {' '.join(argv)} imported {heavy}"
+    assert main(list(argv)) == 0
+    assert out == capsys.readouterr().out
+
+
+TARGET = ("--target", "tiny-random-target", "--draft", "tiny-random-draft")
+METHODS = {  # method files a refusal names (written to a temporary folder as NAME.yaml)
+    "misspelt_policy": "policy: flyy\n",
+    "unknown_knob": "extends: fly\nknobs: {thetaa: 0.5}\n",
+    "knob_out_of_range": "policy: topk\nsweep: {top: [2, 0]}\n",
+    "alias_knob": "policy: sglang-threshold\nknobs: {threshold_acc: 2}\n",
+}
+REFUSALS = {
+    "a misspelt policy in compare": ("compare", *TARGET, "--methods", "exact,flyy", "--tasks", "gsm8k"),
+    "a misspelt policy in a method": ("compare", *TARGET, "--methods", "{misspelt_policy}", "--tasks", "gsm8k"),
+    "an unknown knob in a method": ("compare", *TARGET, "--methods", "{unknown_knob}", "--tasks", "gsm8k"),
+    "an out-of-range knob in a sweep": ("compare", *TARGET, "--methods", "{knob_out_of_range}", "--tasks", "gsm8k"),
+    "a knob above its bound": ("compare", *TARGET, "--methods", "{alias_knob}", "--tasks", "gsm8k"),
+    "a misspelt policy in generate": ("generate", *TARGET, "--policy", "flyy", "--prompt", "hi"),
+    "an unknown knob in generate": ("generate", *TARGET, "--policy", "fly", "--knob", "thetaa=1", "--prompt", "hi"),
+    "an out-of-range knob in generate": ("generate", *TARGET, "--policy", "fly", "--knob", "window=0", "--prompt",
+                                         "hi"),
+    "a knob of the wrong type": ("generate", *TARGET, "--policy", "fuzzy", "--knob", "divergence=tv", "--prompt", "hi"),
+    "a misspelt drafter": ("generate", *TARGET, "--policy", "fly", "--drafter", "ngramm", "--prompt", "hi"),
+    "an unknown drafter knob": ("generate", *TARGET, "--policy", "fly", "--drafter", "ngram", "--drafter-knob",
+                                "max_ngramm=3", "--prompt", "hi"),
+    "a drafter without its draft model": ("generate", "--target", "tiny-random-target", "--draft", "ngram", "--policy",
+                                          "fly", "--drafter", "ngram+lm", "--prompt", "hi"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_bad_rule_drafter_or_knob_is_refused_before_torch_in_the_registries_words(case, capsys, tmp_path,
+                                                                                     registries):
+    """Refused in a fresh interpreter from the catalog, with the message this process (registries loaded) gives."""
+    from relaxbench.cli import main
+
+    for name, text in METHODS.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    argv = [arg.format(**{name: str(tmp_path / f"{name}.yaml") for name in METHODS}) for arg in REFUSALS[case]]
+    argv += ["--out", str(tmp_path / "run")] if argv[0] == "compare" else []
+    code, heavy, _, message = _run_probe(*argv)
+    assert code == 2
+    assert heavy == [], f"{case}: imported {heavy}"
+    assert main(argv) == 2
+    expected = capsys.readouterr().err.strip()
+    assert expected.startswith("relaxbench: error: ") and "\n" not in expected
+    assert message == expected
+
+
+def test_the_probe_sees_a_heavy_import():
+    """The probe itself can fail: a command that loads torch is caught (a valid method passes the early check and
+    the run's own check imports the registries)."""
+    code, heavy = _probe("generate", *TARGET, "--policy", "fly", "--prompt", "hi", "--device", "no-such-device")
+    assert code == 2
     assert "torch" in heavy

@@ -250,6 +250,10 @@ def run(args: argparse.Namespace) -> int:
     if suite.engine_args and suite.engine != "vllm":
         raise ConfigError(f"--engine-arg {next(iter(suite.engine_args))}=... applies to --engine vllm (vLLM's engine "
                           "arguments); the transformers engine takes --device, --dtype and --device-map")
+    if suite.engine == "transformers":  # (the vLLM engine registers its own arm, native, when it is imported)
+        from relaxbench.methods import check_methods
+
+        check_methods(suite.methods, suite.draft)  # names and knobs, before torch loads; the plan checks it all
     if suite.engine == "vllm":
         from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
 

@@ -66,22 +66,26 @@ def usable_k(k: int, max_new_tokens: int) -> int:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from relaxbench.methods import check_method_spec
+    from relaxbench.ops.sampling_params import SamplingParams
+
+    check_prompt(args.prompt)
+    method = method_from_args(args)
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    draft_name = None if method.policy == "none" else args.draft
+    check_method_spec(method.name, method, draft_name)  # names and knobs, before torch or any model loads
+
     from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, preview_pair, resolve_k
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import check_fits_context, encode_prompt
-    from relaxbench.ops.sampling import SamplingParams
     from relaxbench.ui import console
 
-    check_prompt(args.prompt)
     device = runtime_from_args(args)
-    method = method_from_args(args)
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     k = resolve_k(method, args.k) if method.policy == "none" else usable_k(resolve_k(method, args.k),
                                                                            args.max_new_tokens)
     decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
-    draft_name = None if method.policy == "none" else args.draft
-    check_method(method.name, method, draft_name, sampling)  # before any model loads
+    check_method(method.name, method, draft_name, sampling)  # modes and pairing too, before any model loads
     if args.engine == "vllm":
         from relaxbench.integrations.vllm_client import vllm_python
         from relaxbench.integrations.vllm_executor import generate_once

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relaxbench.catalog import PolicyFacts
+
+
+def listed(policies: Any) -> list[tuple[str, type]]:
+    """The rules ``relaxbench list policies`` shows (``catalog.listed``; read lazily, as every listing is)."""
+    from relaxbench.catalog import listed
+
+    return listed(policies)
 
 LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics", "modules")
 ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
@@ -25,46 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-@dataclass(frozen=True)
-class PolicyFacts:
-    """What the listings say about one policy class, in words."""
-
-    name: str
-    summary: str
-    fidelity: str  # "as reference", "as paper (no code)", "variant", "lossless baseline", ...
-    reference: str
-    modes: frozenset[str]
-    greedy_is_exact: bool  # exact match under greedy decoding at every knob setting, as its reference
-    lossy_modes: frozenset[str]  # modes without a lossless end
-    knobs: Mapping[str, Any]  # knob -> default (REQUIRED when it has none)
-    strict_knobs: Mapping[str, Any]  # the setting at which the rule is its lossless baseline
-    lossless: bool
-    module: str
-    aliases: tuple[str, ...] = ()  # other names the rule answers to (e.g. its name before a rename)
-
-
-REQUIRED = object()
-
-
-def policy_facts(cls) -> PolicyFacts:
-    """The one reader of a policy class's declarations for the listings (``list policies`` and its Markdown)."""
-    from pydantic_core import PydanticUndefined
-
-    from relaxbench.policies import POLICIES
-
-    origin, modes = cls.origin, cls.modes
-    knobs = {name: (REQUIRED if field.default is PydanticUndefined else field.default)
-             for name, field in cls.Knobs.model_fields.items()}
-    return PolicyFacts(
-        name=cls.name, summary=origin.summary, reference=origin.reference, fidelity=origin.fidelity.value,
-        modes=frozenset(modes.supported), greedy_is_exact=bool(modes.greedy_is_exact), lossy_modes=frozenset(modes.lossy),
-        knobs=knobs, strict_knobs=dict(modes.strict_knobs), lossless=bool(modes.lossless), module=cls.__module__,
-        aliases=tuple(POLICIES.aliases_of(cls.name)))
-
-
-def policy_description(cls) -> str:
+def policy_description(facts: PolicyFacts) -> str:
     """Summary, modes, and what the rule follows: "as reference" (repo@commit), "as paper (no code)", "variant"..."""
-    facts = policy_facts(cls)
     exact = facts.greedy_is_exact and "greedy" in facts.modes
     modes = ", ".join(sorted(facts.modes)) + ("; greedy: exact match" if exact else "")
     also = f"; also named {', '.join(facts.aliases)}" if facts.aliases else ""
@@ -78,6 +49,8 @@ def _value(value: Any) -> str:
 
 
 def _knob_default(facts: PolicyFacts, value: Any) -> str:
+    from relaxbench.catalog import REQUIRED
+
     if value is REQUIRED:
         return "required"
     if isinstance(value, str) and (len(value) > 16 or "\n" in value):
@@ -118,22 +91,16 @@ def policy_row(facts: PolicyFacts) -> list[str]:
 def markdown(kind: str) -> str:
     """The Markdown table ``relaxbench list KIND --markdown`` prints."""
     if kind == "policies":
-        from relaxbench.policies import POLICIES
+        from relaxbench.catalog import listed_policies
 
         header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
-        return markdown_table(header, [policy_row(policy_facts(cls)) for _, cls in sorted(listed(POLICIES))])
+        return markdown_table(header, [policy_row(facts) for facts in listed_policies()])
     if kind == "metrics":
         return markdown_table(("metric", "definition", "unit", "better", "shown in (column; * = at 120 columns)"),
                               metric_schema_rows())
     if kind == "modules":
         return markdown_table(("module", "what it is"), [(f"`{name}`", text) for name, text in module_rows()])
     return markdown_table(("name", "description"), [(f"`{name}`", text) for name, text in rows(kind)])
-
-
-def listed(policies) -> list[tuple[str, type]]:
-    """The rules of every engine: an engine's own arm (the vLLM engine's ``native``, registered with that engine)
-    is not listed, whether or not it was registered in this process."""
-    return [(name, cls) for name, cls in policies.items() if not cls.__module__.startswith("relaxbench.integrations.")]
 
 
 def metric_rows() -> list[tuple[str, str]]:
@@ -192,13 +159,13 @@ def module_rows(root: Path | None = None) -> list[tuple[str, str]]:
 def rows(kind: str) -> list[tuple[str, str]]:
     """(name, one-line description) for every entry of ``kind``."""
     if kind == "policies":
-        from relaxbench.policies import POLICIES
+        from relaxbench.catalog import listed_policies
 
-        return [(name, policy_description(cls)) for name, cls in listed(POLICIES)]
+        return [(facts.name, policy_description(facts)) for facts in listed_policies()]
     if kind == "drafters":
-        from relaxbench.decoding.drafters import DRAFTERS
+        from relaxbench.catalog import drafter_rows
 
-        return [(name, cls.summary) for name, cls in DRAFTERS.items()]
+        return drafter_rows()
     if kind == "models":
         from relaxbench.models.zoo import MODELS
 
