@@ -135,8 +135,11 @@ def test_multi_turn_rows_run_as_conversations_with_the_arms_own_answers():
 def test_both_tasks_score_fidelity_to_ar_and_record_their_source():
     for name in ("spec-bench", "speed-bench"):
         spec = load_task(name)
-        assert spec.scorer == "agreement" and spec.grader is None and spec.interleave_categories
+        assert spec.scorer == "agreement" and spec.interleave_categories
         assert spec.to_record()["interleave_categories"] is True
+    # with a grader, Spec-Bench's MT-Bench questions are graded (tests/test_spec_bench_grading.py); SPEED-Bench's none
+    assert load_task("spec-bench").grader == "llm-grader" and load_task("speed-bench").grader is None
+    assert "grader" not in load_task("spec-bench").to_record()  # not part of the run's identity
     assert load_task("speed-bench").source.model_dump(include={"kind", "path", "name", "split"}) == {
         "kind": "hub", "path": "nvidia/SPEED-Bench", "name": "qualitative", "split": "test"}
     source = load_task("spec-bench").source

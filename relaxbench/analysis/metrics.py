@@ -22,7 +22,10 @@ When a grader graded a task, the score is the grader's (draw 0, unparseable verd
 the task's own agreement metrics stay in the details; ``TaskSummary.grader`` says how good the grader was. Where the
 grader classifies what the task's own scorer classifies (``Scorer.scores_verdicts``: refusal), its verdict stands in
 for the scorer's classifier instead: every sample is scored again by the scorer from the verdict, details included,
-and a sample without a usable verdict has no score.
+and a sample without a usable verdict has no score. A task's grading protocol may grade some of its categories only
+(Spec-Bench's MT-Bench questions, ``llm-grader``'s ``categories``): the samples of a category the grader gave no
+verdict in are outside the protocol, skipped — no score, not counted as failed calls — and ``GraderSummary``
+counts them apart from the graded ones.
 """
 
 from __future__ import annotations
@@ -271,12 +274,15 @@ class GraderSummary:
     identity: Mapping[str, Any]
     verdicts: int  # verdicts on this task's samples, both passes
     unparseable: int  # of them, without a rating (FastChat's -1: left out of every average)
-    not_graded: int  # samples with no first-pass verdict (a failed call; a rescore asks again)
+    not_graded: int  # samples the protocol grades with no first-pass verdict (a failed call; a rescore asks again)
     self_check: bool  # whether the AR arm was graded twice
     self_check_how: str  # how the second pass differs, or why there is none
     agreement_pairs: int = 0  # AR samples with a rating in both passes
     agreement_exact: float | None = None  # share of them with the same rating
     agreement_mean_abs: float | None = None  # mean |rating difference|, in points (rating × 10)
+    graded: int = 0  # samples with a first-pass verdict (with or without a rating)
+    skipped: int = 0  # samples outside the task's grading protocol (a category the grader gave no verdict in)
+    graded_categories: tuple[str, ...] = ()  # the item categories the grader gave verdicts in, when some were skipped
 
     @property
     def unparseable_share(self) -> float | None:
@@ -715,11 +721,18 @@ def summarize_grader(run: RunRecord, cells: Sequence[CellRecord]) -> GraderSumma
     pairs = [(first[i].rating, second[i].rating) for i in second if i in first
              and first[i].score is not None and second[i].score is not None]
     samples = [s for c in cells for s in c.samples if s.stop_reason != LIKELIHOOD_STOP_REASON]
+    # a protocol grades whole categories (llm-grader's categories): one the grader gave no verdict in is outside it
+    ids = {v.sample_id for v in mine}
+    covered = {s.category for s in samples if s.sample_id in ids}
+    inside = [s for s in samples if s.category in covered]
+    skipped = len(samples) - len(inside)
     return GraderSummary(
         grader_hash=chosen, label=record.label if record is not None else chosen[:12],
         identity=dict(record.identity) if record is not None else {}, verdicts=len(mine),
         unparseable=sum(v.score is None for v in mine),
-        not_graded=sum(1 for s in samples if s.sample_id not in first),
+        not_graded=sum(1 for s in inside if s.sample_id not in first),
+        graded=sum(1 for s in inside if s.sample_id in first), skipped=skipped,
+        graded_categories=tuple(sorted(str(c) for c in covered)) if skipped else (),
         self_check=bool(description.get("self_check")), self_check_how=str(description.get("self_check_how") or ""),
         agreement_pairs=len(pairs),
         agreement_exact=statistics.fmean(a == b for a, b in pairs) if pairs else None,

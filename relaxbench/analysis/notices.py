@@ -121,6 +121,10 @@ class GraderQuality(Finding):
         text = (f"Capability scores are the verdicts of {j.label}: {j.verdicts} verdicts, {j.unparseable} "
                 f"without a rating ({_fmt(j.unparseable_share, '.1%')}; left out of the averages, as FastChat "
                 "does)")
+        if j.skipped:
+            text += (f"; graded: {j.graded} samples of {', '.join(j.graded_categories)}, {j.skipped} samples of the "
+                     "other categories are outside the task's grading protocol (not graded, left out of the "
+                     "capability figures)")
         if j.not_graded:
             text += (f"; {j.not_graded} samples have no verdict (the grader call failed; relaxbench rescore asks "
                      "again)")

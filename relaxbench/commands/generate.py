@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
                    help="decoding engine: relaxbench's own loop (default) or vLLM (docs/engines.md)")
+    g.add_argument("--engine-arg", action="append", metavar="KEY=VALUE", default=None,
+                   help="vllm: an argument of vLLM's engine (max_model_len=8192, quantization=fp8, "
+                        "enforce_eager=false, ...), checked against the installed vLLM before anything starts, as "
+                        "compare's (repeatable; docs/engines.md)")
     add_decoding_args(g)
     add_runtime_args(g)
     g.set_defaults(handler=run)
@@ -40,6 +44,25 @@ def method_from_args(args: argparse.Namespace):
     method = load_method(args.method) if args.method else MethodSpec(name=args.policy, policy=args.policy)
     return with_overrides(method, parse_assignments(args.knob, "--knob"), args.drafter,
                           parse_assignments(args.drafter_knob, "--drafter-knob"), args.draft)
+
+
+def engine_args_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """``--engine-arg`` as ``compare`` reads it: KEY=VALUE pairs, none relaxbench sets itself, the vLLM engine only;
+    each a one-line error. The values are then checked against the installed vLLM (``check_engine_args``)."""
+    from relaxbench.errors import ConfigError
+    from relaxbench.harness.suite import check_not_owned
+
+    engine_args = parse_assignments(args.engine_arg, "--engine-arg")
+    if not engine_args:
+        return {}
+    if args.engine != "vllm":
+        raise ConfigError(f"--engine-arg {next(iter(engine_args))}=... applies to --engine vllm (vLLM's engine "
+                          "arguments); the transformers engine takes --device and --dtype")
+    try:
+        check_not_owned(engine_args)
+    except ValueError as exc:
+        raise ConfigError(f"--engine-arg: {exc}") from None
+    return engine_args
 
 
 def check_prompt(prompt: str) -> None:
@@ -70,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.ops.sampling_params import SamplingParams
 
     check_prompt(args.prompt)
+    engine_args = engine_args_from_args(args)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     draft_name = None if method.policy == "none" else args.draft
@@ -87,14 +111,16 @@ def run(args: argparse.Namespace) -> int:
                           stop_strings=tuple(args.stop), seed=args.seed)
     check_method(method.name, method, draft_name, sampling)  # modes and pairing too, before any model loads
     if args.engine == "vllm":
-        from relaxbench.integrations.vllm_client import vllm_python
+        from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
         from relaxbench.integrations.vllm_executor import generate_once
 
         vllm_python()  # a missing vLLM environment is one line, before anything loads
+        if engine_args:  # names and values as the installed vLLM types them, before the engine starts
+            engine_args = check_engine_args(engine_args)
         result = generate_once(args.target, draft_name, method, decode.k, sampling, args.max_new_tokens,
                                tuple(args.stop), lambda tok: encode_prompt(tok, args.prompt, chat=not args.no_chat,
                                                                           system=args.system),
-                               args.dtype, args.seed)
+                               args.dtype, args.seed, engine_args)
         policy_name, k_shown = method.policy, 0 if method.policy == "none" else decode.k
     else:
         drafter = effective_drafter(method, draft_name)

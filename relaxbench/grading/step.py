@@ -47,6 +47,7 @@ class GradingTally:
     cached: int = 0  # verdicts found in the store
     failed: int = 0  # calls that failed after their retries (asked again on the next pass)
     unparseable: int = 0  # new verdicts without a rating
+    skipped: int = 0  # samples the tasks' protocols do not grade (Spec-Bench's subtasks other than MT-Bench)
     seconds: float = 0.0  # wall time of the grader's calls
     errors: list[str] = field(default_factory=list)  # the first few failure reasons
 
@@ -60,10 +61,12 @@ class _Work:
 
 
 def _requests(store: VerdictStore, run_id: int, task: GradedTask, grader_hash: str,
-              draws: Sequence[int]) -> dict[VerdictKey, tuple[GradingRequest, list[int]]]:
-    """Every verdict the task's samples still lack, deduplicated by key (the same answer to the same question)."""
+              draws: Sequence[int]) -> tuple[dict[VerdictKey, tuple[GradingRequest, list[int]]], int]:
+    """Every verdict the task's samples still lack, deduplicated by key (the same answer to the same question), and
+    how many samples the task's protocol does not grade."""
     done = {draw: store.graded_sample_ids(grader_hash, draw) for draw in draws}
     out: dict[VerdictKey, tuple[GradingRequest, list[int]]] = {}
+    skipped = 0
     for cell in store.rows("SELECT cell_id, is_baseline FROM cells WHERE run_id=? AND task=? ORDER BY position",
                            (run_id, task.name)):
         samples = store.samples(cell["cell_id"])
@@ -81,11 +84,12 @@ def _requests(store: VerdictStore, run_id: int, task: GradedTask, grader_hash: s
                 continue
             request = task.scorer.request(item, sample.turn, answers)
             if request is None:
+                skipped += 1
                 continue
             prompt_hash, answer_hash = content_hash(request.messages), content_hash(request.answers)
             for draw in missing:
                 out.setdefault((grader_hash, prompt_hash, answer_hash, draw), (request, []))[1].append(sample.sample_id)
-    return out
+    return out, skipped
 
 
 def grade_tasks(store: VerdictStore, run_id: int, tasks: Sequence[GradedTask], grader: Grader, device: str,
@@ -101,7 +105,9 @@ def grade_tasks(store: VerdictStore, run_id: int, tasks: Sequence[GradedTask], g
     todo: list[_Work] = []
     for task in tasks:
         found = 0
-        for key, (request, sample_ids) in _requests(store, run_id, task, grader_hash, draws).items():
+        requests, skipped = _requests(store, run_id, task, grader_hash, draws)
+        tally.skipped += skipped
+        for key, (request, sample_ids) in requests.items():
             if store.cached_verdict(key) is not None:
                 store.link_verdict(key, sample_ids)
                 tally.cached += 1

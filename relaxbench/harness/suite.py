@@ -34,6 +34,13 @@ OWNED_ENGINE_ARGS = {"model": "--target", "tokenizer": "the target's own, --targ
 MEMORY_ENGINE_ARGS = frozenset({"gpu_memory_utilization", "kv_cache_memory_bytes", "swap_space", "cpu_offload_gb",
                                 "distributed_executor_backend", "max_parallel_loading_workers"})
 
+def check_not_owned(engine_args: Mapping[str, Any]) -> None:
+    """``ValueError`` (one line) for the first engine argument relaxbench sets itself (``compare`` and ``generate``)."""
+    owned = [k for k in engine_args if k in OWNED_ENGINE_ARGS]
+    if owned:
+        raise ValueError(f"{owned[0]!r} is set by relaxbench ({OWNED_ENGINE_ARGS[owned[0]]})")
+
+
 # fields added with a default: part of the key only away from it, so every run stored before them keeps its key
 DEFAULT_KEY_FIELDS: dict[str, Any] = {"engine": "transformers", "concurrency": (1,)}
 
@@ -117,9 +124,7 @@ class SuiteSpec(Spec):
             return {}
         if not isinstance(value, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in value):
             raise ValueError("must map vLLM engine argument names (tensor_parallel_size, ...) to values")
-        owned = [k for k in value if k in OWNED_ENGINE_ARGS]
-        if owned:
-            raise ValueError(f"{owned[0]!r} is set by relaxbench ({OWNED_ENGINE_ARGS[owned[0]]})")
+        check_not_owned(value)
         return dict(value)
 
     @field_validator("concurrency", mode="before")

@@ -355,9 +355,10 @@ def to_generation(tokenizer: Any, prompt_ids: list[int], result: Mapping[str, An
 
 
 def generate_once(target: str, draft: str | None, method: Any, k: int, sampling: Any, max_new_tokens: int,
-                  stops: Sequence[str], encode: Any, dtype: str = "auto", seed: int = 0) -> GenerationResult:
+                  stops: Sequence[str], encode: Any, dtype: str = "auto", seed: int = 0,
+                  engine_args: Mapping[str, Any] | None = None) -> GenerationResult:
     """``relaxbench generate --engine vllm``: one completion of one method on a fresh vLLM engine. ``encode``
-    turns the tokenizer into the prompt ids."""
+    turns the tokenizer into the prompt ids; ``engine_args`` are the user's (``--engine-arg``, checked)."""
     from relaxbench.arms import effective_drafter
     from relaxbench.models.load import load_tokenizer
 
@@ -375,7 +376,7 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
     tokenizer = load_tokenizer(target, quiet=True)
     prompt_ids = encode(tokenizer)
     with VllmClient() as client:
-        client.start(EngineConfig(locate(target)[1], dtype, spec, 1, seed=seed))
+        client.start(EngineConfig(locate(target)[1], dtype, spec, 1, seed=seed, engine_args=dict(engine_args or {})))
         rule = None if spec is None else {"policy": method.policy, "knobs": dict(method.knobs)}
         answer = client.generate([{"prompt_ids": prompt_ids, "max_tokens": max_new_tokens,
                                    "temperature": sampling.temperature, "top_k": sampling.top_k,

@@ -358,7 +358,10 @@ def measured_by(summary: TaskSummary) -> str:
     """What a task's score is, in a few words: its scorer (and the classifier it names), the grader, or fidelity
     only."""
     if summary.rated_by_grader:
-        return f"capability: llm grader {summary.grader.label}"
+        grader = summary.grader
+        only = (f" on {', '.join(grader.graded_categories)} only ({grader.skipped} samples of the other categories "
+                "not graded, left out)") if grader.skipped else ""
+        return f"capability: llm grader {grader.label}{only}"
     if summary.measure == "fidelity":
         return f"fidelity to AR only: {summary.scorer} (capability not measured)"
     classifier = f", classifier: {summary.classifier}" if summary.classifier else ""
@@ -390,7 +393,8 @@ def main_table(summary: TaskSummary) -> Table:
                  essential=schema_essential("main", profiles))
 
 
-GRADER_COLUMNS = ("grader", "verdicts", "unparseable", "not graded", "self-agreement", "mean |Δ rating|, pts")
+GRADER_COLUMNS = ("grader", "graded", "verdicts", "unparseable", "not graded", "outside protocol", "self-agreement",
+                  "mean |Δ rating|, pts")
 
 
 def self_agreement_text(grader: GraderSummary) -> str:
@@ -404,17 +408,22 @@ def grader_table(summary: TaskSummary) -> Table | None:
         return None
     share = grader.unparseable_share
     row = Row(grader.label, (
-        Cell(grader.label, "grader"), num(str(grader.verdicts), "verdicts", grader.verdicts),
+        Cell(grader.label, "grader"), num(str(grader.graded), "graded", grader.graded),
+        num(str(grader.verdicts), "verdicts", grader.verdicts),
         num(f"{grader.unparseable} ({fmt(share, '.1%')})", "unparseable_share", share),
         num(str(grader.not_graded), "not_graded", grader.not_graded),
+        num(str(grader.skipped), "skipped", grader.skipped),
         Cell(self_agreement_text(grader), "agreement_exact", grader.agreement_exact, numeric=grader.self_check),
         num(fmt(grader.agreement_mean_abs, ".1f"), "agreement_mean_abs", grader.agreement_mean_abs),
     ))
     return Table(f"{summary.task}-grader", f"{summary.task}: the grader behind the capability scores", GRADER_COLUMNS,
-                 (row,), "Verdicts on this task's samples (both passes); unparseable = a verdict the task's grading "
+                 (row,), "Graded = samples with a first-pass verdict; verdicts = on this task's samples (both "
+                         "passes); unparseable = a verdict the task's grading "
                          "protocol cannot read (MT-Bench: no [[rating]] or [rating], FastChat's -1; refusal: neither "
                          "or both of [[YES]] and [[NO]]), left out of every average; not graded = samples whose grader "
-                         "call failed (relaxbench rescore asks again); self-agreement = AR samples graded twice "
+                         "call failed (relaxbench rescore asks again); outside protocol = samples of categories the "
+                         "task's grading protocol does not grade (Spec-Bench's subtasks other than MT-Bench), left out "
+                         "of the capability figures; self-agreement = AR samples graded twice "
                          f"({grader.self_check_how}).")
 
 
