@@ -1,4 +1,4 @@
-"""``llm-grader``: MT-Bench single-answer grading by an LLM grader, as FastChat does it.
+r"""``llm-grader``: MT-Bench single-answer grading by an LLM grader, as FastChat does it.
 
 Follows lm-sys/FastChat v0.2.36 (commit 0e6d3e4), ``fastchat/llm_judge``: ``gen_judgment.py`` (``make_judge_single``
 and the match list: the prompt per category and turn), ``common.py`` (``NEED_REF_CATS``, ``run_judge_single``: the
