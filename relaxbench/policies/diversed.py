@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
+from relaxbench.ops.reductions import argmax
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
 from relaxbench.policies.rejection import draw_after
@@ -61,9 +62,9 @@ class Diversed(VerificationPolicy):
 
     def greedy(self, batch: Batch) -> Judgement:
         w = self.knobs.assistant_ensemble_weight
-        p = torch.softmax(batch.target.source[batch.target_rows_of_pairs()].float(), dim=-1)  # [T, V]
-        q = torch.softmax(batch.draft_logit_rows[batch.q_rows_of_pairs()], dim=-1)
-        picked = batch.per_position((w * p + (1.0 - w) * q).argmax(dim=-1))  # [B, K] the mixture's argmax
+        p = torch.softmax(batch.target_draft_rows.float(), dim=-1)  # [T, V]
+        q = torch.softmax(batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs()), dim=-1)
+        picked = batch.per_position(argmax(w * p + (1.0 - w) * q))  # [B, K] the mixture's argmax
         accept = batch.drafts == picked
         bonus = batch.target_argmax.gather(1, batch.num_drafts.unsqueeze(-1)).squeeze(-1)
 

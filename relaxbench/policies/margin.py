@@ -118,7 +118,7 @@ class Margin(VerificationPolicy):
 def top2_ratio_accepts(batch: Batch, theta: float) -> torch.Tensor:
     """[B, K] the greedy variant's relaxation: the draft holds the second-largest logit (or ties it), ``z_(1) > 0``
     and ``z_(2)/z_(1) > θ``."""
-    z1, z2 = batch.target.of(top_values(batch.target.source, 2).double())[:, :-1].unbind(-1)
+    z1, z2 = batch.per_position(top_values(batch.target_draft_rows, 2).double()).unbind(-1)
     is_top2 = batch.target_logit_of_drafts.double() >= z2
     return is_top2 & (z1 > 0) & (z2 / z1 > theta)
 

@@ -125,10 +125,11 @@ def plain_verdict(batch: Batch) -> Verdict:
     """Every request as a plain decoding step at its first position (nothing accepted): the target's argmax under
     greedy decoding, else one token drawn from its processed distribution."""
     zero = torch.zeros(batch.size, dtype=torch.long, device=batch.device)
-    if batch.sampling.all_greedy and "target_argmax" in batch.__dict__:  # already reduced for the rule: reuse it
+    if batch.sampling.all_greedy and "target_max" in batch.__dict__:  # already reduced for the rule: reuse it
         return Verdict(zero, batch.target_argmax[:, 0], zero)
     first = batch.target.index[:, 0]
-    tokens = next_tokens(batch.target.source, first, batch.sampling, batch.draw_u)
+    processed = batch.__dict__.get("p")  # every row already processed for the rule: draw from its rows
+    tokens = next_tokens(batch.target.source, first, batch.sampling, batch.draw_u, processed)
     return Verdict(zero, tokens, zero)
 
 
