@@ -88,4 +88,4 @@ class Diversed(VerificationPolicy):
             total = weights.sum(dim=-1, keepdim=True)
             return torch.where(total > TINY, weights / total, p)
 
-        return Judgement(accept, relaxed, draw_after(batch, residual, batch.p_at))
+        return Judgement(accept, relaxed, draw_after(batch, residual, batch.p_at), plain_when_empty=True)
