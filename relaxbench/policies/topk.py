@@ -14,8 +14,6 @@ Deviations (why, in docs/conformance.md):
 
 from __future__ import annotations
 
-import math
-
 from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
@@ -38,5 +36,5 @@ class LenientTopK(VerificationPolicy):
         top = self.knobs.top
         if top == 1:
             return greedy_judgement(batch)
-        kth = batch.per_position(top_values(batch.target_draft_rows, top)[:, -1], math.inf)  # [B, K] the K-th largest
+        kth = batch.target.of(top_values(batch.target.source, top)[:, -1])[:, :-1]  # [B, K] the K-th largest
         return greedy_judgement(batch, batch.target_logit_of_drafts >= kth.float())
