@@ -64,7 +64,7 @@ class Diversed(VerificationPolicy):
         w = self.knobs.assistant_ensemble_weight
         p = torch.softmax(batch.target_draft_rows.float(), dim=-1)  # [T, V]
         q = torch.softmax(batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs()), dim=-1)
-        picked = batch.per_position(argmax(w * p + (1.0 - w) * q))  # [B, K] the mixture's argmax
+        picked = batch.per_position(argmax(p.mul_(w).add_(q.mul_(1.0 - w))))  # [B, K] the mixture's argmax (in place)
         accept = batch.drafts == picked
         bonus = batch.target_argmax.gather(1, batch.num_drafts.unsqueeze(-1)).squeeze(-1)
 
@@ -72,7 +72,7 @@ class Diversed(VerificationPolicy):
             at = picked.gather(1, n.clamp_max(batch.width - 1).unsqueeze(-1)).squeeze(-1)
             return torch.where(n >= batch.num_drafts, bonus, at)
 
-        return Judgement(accept, accept & ~batch.matches, next_token)
+        return Judgement(accept, accept & ~batch.matches, next_token, plain_when_empty=True)  # n = 0 = k: the argmax
 
     def sampled(self, batch: Batch) -> Judgement:
         w = self.knobs.assistant_ensemble_weight
