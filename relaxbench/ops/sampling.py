@@ -159,11 +159,12 @@ def sample_rows(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     chunk = torch.searchsorted(ends, target.unsqueeze(-1), right=True).squeeze(-1).clamp_max(n_chunks - 1)
     before = ends.gather(1, (chunk - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
     rest = target - torch.where(chunk > 0, before, torch.zeros_like(before))
-    picked = chunks[torch.arange(rows, device=weights.device), chunk]  # [B, SAMPLE_CHUNK]
+    flat = torch.arange(rows, device=weights.device) * n_chunks + chunk
+    picked = chunks.reshape(rows * n_chunks, SAMPLE_CHUNK).index_select(0, flat)  # [B, SAMPLE_CHUNK]
     inside = picked.double().cumsum(-1)
     index = torch.searchsorted(inside, rest.unsqueeze(-1), right=True).squeeze(-1).clamp_max(SAMPLE_CHUNK - 1)
     positions = torch.arange(SAMPLE_CHUNK, device=weights.device)
-    last_with_mass = torch.where(picked > 0, positions, torch.zeros_like(positions)).amax(-1)
+    last_with_mass = ((picked > 0) * positions).amax(-1)  # a product, not a where: a full-row where is slow on CPU
     index = torch.where(picked.gather(1, index.unsqueeze(-1)).squeeze(-1) <= 0, last_with_mass, index)
     return chunk * SAMPLE_CHUNK + index
 
@@ -185,12 +186,15 @@ def next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
 
 
 def next_tokens(logits: torch.Tensor, rows: torch.Tensor, settings: BatchSampling,
-                draw_u: torch.Tensor) -> torch.Tensor:
+                draw_u: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
     """[B] the token a plain (non-speculative) step emits for each request from its row ``rows[b]`` of ``logits``
-    [N, V]: the argmax under greedy decoding, else one draw (``draw_u[b]``) from the row's processed distribution."""
-    picked = logits[rows]
-    greedy = picked.argmax(dim=-1)
+    [N, V]: the argmax under greedy decoding, else one draw (``draw_u[b]``) from the row's processed distribution
+    (``probs`` [N, V]: the rows' distributions when the caller already has them, each row's processing being its
+    own)."""
     if settings.all_greedy:
-        return greedy
-    drawn = sample_rows(probs_rows(picked, settings), draw_u)
-    return torch.where(settings.greedy, greedy, drawn) if settings.any_greedy else drawn
+        return argmax(logits.index_select(0, rows))
+    weights = probs_rows(logits.index_select(0, rows), settings) if probs is None else probs.index_select(0, rows)
+    drawn = sample_rows(weights, draw_u)
+    if not settings.any_greedy:
+        return drawn
+    return torch.where(settings.greedy, argmax(logits.index_select(0, rows)), drawn)

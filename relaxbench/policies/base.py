@@ -236,8 +236,9 @@ class VerificationPolicy(abc.ABC):
         """The verdict of every request of ``batch``: a plain decoding step where a request drafted nothing."""
         if batch.width == 0:
             return plain_verdict(batch)
-        verdict = finish(batch, self.judge(batch))
-        if batch.any_empty:
+        judgement = self.judge(batch)
+        verdict = finish(batch, judgement)
+        if batch.any_empty and not judgement.plain_when_empty:
             verdict = plain_verdict(batch).where(batch.num_drafts == 0, verdict)
         return verdict
 

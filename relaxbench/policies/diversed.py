@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
+from relaxbench.ops.reductions import argmax
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
 from relaxbench.policies.rejection import draw_after
@@ -61,9 +62,9 @@ class Diversed(VerificationPolicy):
 
     def greedy(self, batch: Batch) -> Judgement:
         w = self.knobs.assistant_ensemble_weight
-        p = torch.softmax(batch.target.source[batch.target_rows_of_pairs()].float(), dim=-1)  # [T, V]
-        q = torch.softmax(batch.draft_logit_rows[batch.q_rows_of_pairs()], dim=-1)
-        picked = batch.per_position((w * p + (1.0 - w) * q).argmax(dim=-1))  # [B, K] the mixture's argmax
+        p = torch.softmax(batch.target_draft_rows.float(), dim=-1)  # [T, V]
+        q = torch.softmax(batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs()), dim=-1)
+        picked = batch.per_position(argmax(p.mul_(w).add_(q.mul_(1.0 - w))))  # [B, K] the mixture's argmax (in place)
         accept = batch.drafts == picked
         bonus = batch.target_argmax.gather(1, batch.num_drafts.unsqueeze(-1)).squeeze(-1)
 
@@ -71,7 +72,7 @@ class Diversed(VerificationPolicy):
             at = picked.gather(1, n.clamp_max(batch.width - 1).unsqueeze(-1)).squeeze(-1)
             return torch.where(n >= batch.num_drafts, bonus, at)
 
-        return Judgement(accept, accept & ~batch.matches, next_token)
+        return Judgement(accept, accept & ~batch.matches, next_token, plain_when_empty=True)  # n = 0 = k: the argmax
 
     def sampled(self, batch: Batch) -> Judgement:
         w = self.knobs.assistant_ensemble_weight
@@ -87,4 +88,4 @@ class Diversed(VerificationPolicy):
             total = weights.sum(dim=-1, keepdim=True)
             return torch.where(total > TINY, weights / total, p)
 
-        return Judgement(accept, relaxed, draw_after(batch, residual, batch.p_at))
+        return Judgement(accept, relaxed, draw_after(batch, residual, batch.p_at), plain_when_empty=True)

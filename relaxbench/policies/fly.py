@@ -67,7 +67,7 @@ def fly_relax(matches: torch.Tensor, batch: Batch, theta: float, window: int) ->
     candidates = window_candidates(matches, window, batch.ends)
     if theta <= GATE_MIN_THETA:
         return candidates
-    low = batch.target.of(top3_entropy(batch.target.source) < theta)[:, :-1]
+    low = batch.per_position(top3_entropy(batch.target_draft_rows) < theta, False)
     return candidates & ~low
 
 

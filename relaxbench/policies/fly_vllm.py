@@ -132,8 +132,8 @@ class FLyVLLM(VerificationPolicy):
         return math.isinf(self.knobs.fly_entropy_threshold) and self.knobs.fly_entropy_threshold > 0
 
     def gate(self, entropy: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """[B, K] the entropy gate per draft position from per-target-row ``entropy`` [N]."""
-        return batch.target.of(entropy >= self.knobs.fly_entropy_threshold)[:, :-1]
+        """[B, K] the entropy gate per draft position from the ``entropy`` [T] of each real draft position's row."""
+        return batch.per_position(entropy >= self.knobs.fly_entropy_threshold, False)
 
     def judge(self, batch: Batch) -> Judgement:
         return by_mode(batch, lambda: self.greedy(batch), lambda: self.sampled(batch))
@@ -141,7 +141,7 @@ class FLyVLLM(VerificationPolicy):
     def greedy(self, batch: Batch) -> Judgement:
         if self.strict:
             return greedy_judgement(batch)
-        entropy = topk_entropy(batch.target.source, self.knobs.fly_entropy_top_k, from_logits=True)
+        entropy = topk_entropy(batch.target_draft_rows, self.knobs.fly_entropy_top_k, from_logits=True)
         possible = batch.target_logit_of_drafts > -math.inf
         defer = deferred(batch.matches, possible, self.gate(entropy, batch), self.window(batch.width), batch.ends)
         return greedy_judgement(batch, defer)
@@ -153,7 +153,8 @@ class FLyVLLM(VerificationPolicy):
         native = (q_d > 0) & (p_d / q_d >= batch.accept_u)
 
         def relax(accepted: torch.Tensor) -> torch.Tensor:
-            entropy = topk_entropy(batch.p, self.knobs.fly_entropy_top_k, from_logits=False)
+            rows = batch.p.index_select(0, batch.target_rows_of_pairs())
+            entropy = topk_entropy(rows, self.knobs.fly_entropy_top_k, from_logits=False)
             possible = (p_d > 0) & (q_d > 0)
             return accepted | deferred(accepted, possible, self.gate(entropy, batch), self.window(batch.width),
                                        batch.ends)

@@ -27,6 +27,6 @@ def greedy_judgement(batch: Batch, relax: torch.Tensor | None = None) -> Judgeme
     accepted mismatch; the next token is the target's argmax."""
     matches = batch.matches
     if relax is None:
-        return Judgement(matches, torch.zeros_like(matches), argmax_next(batch))
+        return Judgement(matches, torch.zeros_like(matches), argmax_next(batch), plain_when_empty=True)
     relaxed = relax & ~matches
-    return Judgement(matches | relaxed, relaxed, argmax_next(batch))
+    return Judgement(matches | relaxed, relaxed, argmax_next(batch), plain_when_empty=True)

@@ -76,9 +76,19 @@ class JudgeHead:
         return replace(self, mean=self.mean.to(device), scale=self.scale.to(device), weights=self.weights.to(device))
 
     def p_important(self, blocks: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """[m] P(important) for m mismatches; ``blocks`` maps each input name to its [m, dim] hidden states."""
-        x = torch.cat([blocks[name].to(torch.float64) for name in self.inputs], dim=-1)
-        return torch.sigmoid(((x - self.mean) / self.scale) @ self.weights + self.bias)
+        """[m] P(important) for m mismatches; ``blocks`` maps each input name to its [m, dim] hidden states.
+
+        In float64 with the scaler folded into the weights, ``x · (w / scale) − mean · (w / scale) + b``, block by
+        block: the value of ``(x − mean) / scale · w + b`` up to float64 rounding, without standardising (and
+        concatenating) every feature of every row."""
+        coef = self.weights / self.scale
+        logit = (self.mean * coef).sum().neg().add(self.bias)
+        start = 0
+        for name in self.inputs:
+            width = int(self.dims[name])
+            logit = logit + blocks[name].to(torch.float64) @ coef[start: start + width]
+            start += width
+        return torch.sigmoid(logit)
 
     # -- checks --------------------------------------------------------------------------------------------------
     def check_pair(self, where: str, target_name: str | None, draft_name: str | None) -> None:

@@ -89,9 +89,11 @@ class Margin(VerificationPolicy):
         from the full p; at a ratio rejection from p with the draft's mass reduced to max(0, p − q)."""
         processed = process_rows(batch.target.source, batch.row_sampling, top_p_first=True)
         p = torch.softmax(processed, dim=-1)
-        values, indices = torch.topk(processed, min(2, int(processed.shape[-1])), dim=-1)
-        gate = batch.target.of(mars_gate(values, self.knobs.theta, self.knobs.positive_top_only))[:, :-1]
-        top2 = batch.target.of(indices)[:, :-1]  # [B, K, 2]
+        # the gate and the top two at the draft positions only (the bonus rows are never tested)
+        drafts_processed = processed.index_select(0, batch.target_rows_of_pairs())
+        values, indices = torch.topk(drafts_processed, min(2, int(processed.shape[-1])), dim=-1)
+        gate = batch.per_position(mars_gate(values, self.knobs.theta, self.knobs.positive_top_only), False)
+        top2 = batch.per_position(indices, -1)  # [B, K, 2]
         in_top2 = (top2 == batch.drafts.unsqueeze(-1)).any(dim=-1)
         rows = batch.target.index
         p_d = p[rows[:, :-1], batch.drafts].double()
@@ -104,15 +106,18 @@ class Margin(VerificationPolicy):
         accept = torch.where(gate, in_top2, passes)
         full_row = gate | ~batch.valid  # a gated rejection (or the bonus) draws from the full p
 
+        def row_at(n: torch.Tensor) -> torch.Tensor:
+            return p.index_select(0, rows.gather(1, n.unsqueeze(-1)).squeeze(-1))
+
         def residual(n: torch.Tensor) -> torch.Tensor:
-            row = p[rows.gather(1, n.unsqueeze(-1)).squeeze(-1)]
+            row = row_at(n)
             at = n.clamp_max(batch.width - 1).unsqueeze(-1)
             reduced = (p_d.gather(1, at) - q_d.gather(1, at)).clamp_min(0).float()
             trimmed = row.scatter(-1, batch.drafts.gather(1, at), reduced)
             return torch.where(full_row.gather(1, at), row, trimmed)
 
         return Judgement(accept, gate & in_top2 & ~passes,
-                         draw_after(batch, residual, lambda n: p[rows.gather(1, n.unsqueeze(-1)).squeeze(-1)]))
+                         draw_after(batch, residual, row_at))
 
 
 def top2_ratio_accepts(batch: Batch, theta: float) -> torch.Tensor:

@@ -77,4 +77,5 @@ def rejection_judgement(
         q = None if point_mass else batch.q_at(position)
         return residual_weights(pi_residual(n), q, drafts.gather(1, position.unsqueeze(-1)).squeeze(-1))
 
-    return Judgement(accept, relaxed, draw_after(batch, residual, bonus))
+    # a bonus from the batch's processed p is the plain step's draw for a request with no drafts
+    return Judgement(accept, relaxed, draw_after(batch, residual, bonus), plain_when_empty=bonus == batch.p_at)

@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from relaxbench.ops.reductions import row_max
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
 from relaxbench.policies.greedy import greedy_judgement
@@ -64,7 +65,7 @@ class RelaxedTarget(VerificationPolicy):
 
 def pair_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(p [T, V], q [T, V]) at the T real draft positions: the rows a per-draft reduction reads."""
-    return batch.p[batch.target_rows_of_pairs()], batch.q[batch.q_rows_of_pairs()]
+    return batch.p.index_select(0, batch.target_rows_of_pairs()), batch.q.index_select(0, batch.q_rows_of_pairs())
 
 
 def at_positions(values: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -170,27 +171,29 @@ class SpecCascadeToken(RelaxedTarget):
         alpha: Number = Field(0.0, le=1)  # alpha < 0 empties the top set: strict
 
     def top_set(self, logits: torch.Tensor) -> torch.Tensor:
-        """[N, V] bool T_α of rows of raw logits (α ≥ 0), finite logits only."""
+        """[N, V] T_α of rows of raw logits (α ≥ 0), finite logits only, as a float32 indicator (1 inside, 0
+        outside): the rule reads it through products, exact on the probabilities it multiplies, where a bool mask
+        would cost a slow mixed-type kernel on a CPU."""
         logits = logits.float()
         if self.knobs.alpha in (0, 1):
-            logits = logits.masked_fill(~torch.isfinite(logits), -math.inf)  # NaN and +inf outside every top set
+            finite = logits.nan_to_num(-math.inf, -math.inf, -math.inf)  # NaN and +inf outside every top set
             if self.knobs.alpha == 1:
-                return logits > -math.inf
+                return (finite > -math.inf).float()
             # the single argmax of the finite logits (first index on ties), as the reference
-            top = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
-            return top.scatter(-1, logits.argmax(dim=-1, keepdim=True),
-                               torch.isfinite(logits.amax(dim=-1, keepdim=True)))
+            top_value, top_index = row_max(finite)
+            return torch.zeros_like(finite).scatter(-1, top_index.unsqueeze(-1),
+                                                    torch.isfinite(top_value).unsqueeze(-1).float())
         # z >= max z + ln(1 − α) on the raw row: a NaN or +inf maximum makes T empty (as the reference's
         # finite & (z >= bound)); with a finite maximum, -inf logits fail the bound
         top_value = logits.amax(dim=-1, keepdim=True)
-        return torch.isfinite(top_value) & (logits >= top_value + math.log1p(-self.knobs.alpha))
+        return (torch.isfinite(top_value) & (logits >= top_value + math.log1p(-self.knobs.alpha))).float()
 
     def parts(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T_α [N, V] of every target row, η [B, K] = q's mass outside T at each draft position)."""
+        """(T_α [N, V] of every target row as an indicator, η [B, K] = q's mass outside T at each draft position)."""
         top = self.top_set(batch.target.source)
-        pair_top = top[batch.target_rows_of_pairs()]
-        q = batch.q[batch.q_rows_of_pairs()]
-        eta = torch.where(pair_top, torch.zeros_like(q), q).sum(dim=-1)
+        pair_top = top.index_select(0, batch.target_rows_of_pairs())
+        q = batch.q.index_select(0, batch.q_rows_of_pairs())
+        eta = (q * (1 - pair_top)).sum(dim=-1)  # q where outside T, exactly 0 inside (q is finite)
         return top, batch.per_position(eta)
 
     def relaxed_target(self, batch):
@@ -198,14 +201,12 @@ class SpecCascadeToken(RelaxedTarget):
             return batch.p_of_drafts, batch.p_at
         top, eta = self.parts(batch)
         in_top = top[batch.target.index[:, :-1], batch.drafts]
-        q_d = batch.q_of_drafts
 
         def residual(n: torch.Tensor) -> torch.Tensor:
-            row_top = top[batch.target.index.gather(1, n.unsqueeze(-1)).squeeze(-1)]
-            q = batch.q_at(n)
-            return torch.where(row_top, q, torch.zeros_like(q)) + at_positions(eta, n).unsqueeze(-1) * batch.p_at(n)
+            row_top = top.index_select(0, batch.target.index.gather(1, n.unsqueeze(-1)).squeeze(-1))
+            return batch.q_at(n) * row_top + at_positions(eta, n).unsqueeze(-1) * batch.p_at(n)
 
-        return torch.where(in_top, q_d, torch.zeros_like(q_d)) + eta * batch.p_of_drafts, residual
+        return batch.q_of_drafts * in_top + eta * batch.p_of_drafts, residual
 
 
 def safe_log(probs: torch.Tensor) -> torch.Tensor:
@@ -285,19 +286,24 @@ class SpeculativeContrastive(RelaxedTarget):
         alpha: Number = Field(0.0, ge=0, le=1)  # plausibility cut z_p >= max z_p + T ln(alpha); 0 = off
 
     def relaxed_target(self, batch):
-        z_p = batch.target.source[batch.target_rows_of_pairs()].float()  # [T, V]
-        z_q = batch.draft_logit_rows[batch.q_rows_of_pairs()]
-        finite = torch.isfinite(z_q)  # a draft vocabulary padded to the target's width has -inf columns
-        z_q = torch.where(finite, z_q, z_q.masked_fill(~finite, math.inf).amin(dim=-1, keepdim=True))
-        support = batch.p[batch.target_rows_of_pairs()] > 0
+        rows = batch.target_rows_of_pairs()
+        z_p = batch.target.source.index_select(0, rows).float()  # [T, V]
+        z_q = batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs())
+        # a draft vocabulary padded to the target's width has -inf columns: a non-finite z_q takes the row's
+        # smallest finite one (raised to it by a maximum: float operations only, no mask)
+        lowest = z_q.nan_to_num(math.inf, math.inf, math.inf).amin(dim=-1, keepdim=True)
+        z_q = torch.maximum(z_q.nan_to_num(-math.inf, -math.inf, -math.inf), lowest)
+        # log of the support p > 0: 0 on it, -inf off it (p >= 0), added to the scores instead of a masked fill
+        log_support = batch.p.index_select(0, rows).sign().log()
         shared = batch.sampling.uniform
         if shared is not None:
             temperature = shared.temperature
         else:
             temperature = batch.sampling.temperature[batch.pairs[0]].unsqueeze(-1)
         if self.knobs.alpha > 0:
-            support &= z_p >= z_p.amax(dim=-1, keepdim=True) + temperature * math.log(self.knobs.alpha)
+            implausible = ~(z_p >= z_p.amax(dim=-1, keepdim=True) + temperature * math.log(self.knobs.alpha))
+            log_support = log_support.masked_fill(implausible, -math.inf)
         scores = ((1 + self.knobs.beta) * z_p - self.knobs.beta * z_q) / temperature
-        pi = torch.softmax(scores.masked_fill(~support, -math.inf), dim=-1)  # [T, V]
+        pi = torch.softmax(scores + log_support, dim=-1)  # [T, V]
         pi_d = batch.per_position(pi.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1))
-        return pi_d, lambda n: pi[at_positions(batch.pair_of, n)]
+        return pi_d, lambda n: pi.index_select(0, at_positions(batch.pair_of, n))

@@ -63,10 +63,10 @@ class RelaxedTopKDelta(VerificationPolicy):
         topk, delta = self.knobs.topk, self.knobs.delta
         if topk == 1:
             return greedy_judgement(batch)
-        probs = torch.softmax(batch.target.source.float(), dim=-1)  # the kernel's input: temperature 1
-        top = batch.target.of(top_values(probs, min(topk, int(probs.shape[-1]))))[:, :-1]  # [B, K, topk]
-        p_draft = probs[batch.target.index[:, :-1], batch.drafts]
-        return greedy_judgement(batch, within_top_k_and_delta(p_draft, top, delta))
+        probs = torch.softmax(batch.target_draft_rows.float(), dim=-1)  # [T, V] the kernel's input: temperature 1
+        top = top_values(probs, min(topk, int(probs.shape[-1])))  # [T, topk]
+        p_draft = probs.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1)
+        return greedy_judgement(batch, batch.per_position(within_top_k_and_delta(p_draft, top, delta), False))
 
 
 def within_top_k_and_delta(p_draft: torch.Tensor, top: torch.Tensor, delta: float) -> torch.Tensor:

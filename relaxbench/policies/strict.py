@@ -31,8 +31,11 @@ def lossless_verdict(batch: Batch) -> Verdict:
     """The lossless verdict of every request of ``batch`` (a plain step where a request drafted nothing)."""
     if batch.width == 0:
         return plain_verdict(batch)
-    verdict = finish(batch, lossless_judgement(batch))
-    return plain_verdict(batch).where(batch.num_drafts == 0, verdict) if batch.any_empty else verdict
+    judgement = lossless_judgement(batch)
+    verdict = finish(batch, judgement)
+    if batch.any_empty and not judgement.plain_when_empty:
+        verdict = plain_verdict(batch).where(batch.num_drafts == 0, verdict)
+    return verdict
 
 
 def strict_policy(policy: VerificationPolicy | type[VerificationPolicy], mode: str) -> VerificationPolicy | None:

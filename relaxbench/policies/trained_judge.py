@@ -98,7 +98,7 @@ class TrainedJudge(VerificationPolicy):
                                    "hidden states)")
             if not self._widths_checked:
                 self.head.check_width(self.where, name, int(states.source.shape[-1]))
-            out[name] = states.source[states.index[requests, positions + offset]]
+            out[name] = states.source.index_select(0, states.index[requests, positions + offset])
         self._widths_checked = True
         return out
 

@@ -41,12 +41,12 @@ def medusa_entropy(probs: torch.Tensor) -> torch.Tensor:
 
 
 def medusa_accepts(batch: Batch, probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
-    """[B, K] ``p(d) > min(ε, δ·exp(−H))`` at every draft position, with ``probs`` [N, V] the target rows'
-    distributions, in float32 as Medusa's tensors compute it."""
-    p_d = probs[batch.target.index[:, :-1], batch.drafts]
+    """[B, K] ``p(d) > min(ε, δ·exp(−H))`` at every draft position, with ``probs`` [T, V] the distributions of the
+    target rows of the real draft positions, in float32 as Medusa's tensors compute it."""
+    p_d = probs.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1)
     cap = torch.full((), epsilon, dtype=probs.dtype, device=probs.device)  # Medusa's ones_like(H) * ε (no upload)
-    floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)  # [N]
-    return p_d > batch.target.of(floor)[:, :-1]
+    floor = torch.minimum(cap, torch.exp(-medusa_entropy(probs)) * delta)  # [T]
+    return batch.per_position(p_d > floor, False)
 
 
 class TypicalKnobs(Spec):
@@ -72,7 +72,8 @@ class TypicalAcceptance(VerificationPolicy):
 
     def sampled(self, batch: Batch) -> Judgement:
         """softmax(z / T) (the temperature only), the floor test at every position, the argmax next."""
-        accept = medusa_accepts(batch, batch.tempered, self.knobs.epsilon, self.knobs.delta)
+        tempered = batch.tempered.index_select(0, batch.target_rows_of_pairs())
+        accept = medusa_accepts(batch, tempered, self.knobs.epsilon, self.knobs.delta)
         return Judgement(accept, accept & ~batch.matches, argmax_next(batch))
 
 
@@ -89,5 +90,5 @@ class TypicalGreedy(VerificationPolicy):
         eps, delta = self.knobs.epsilon, self.knobs.delta
         if math.isinf(eps) and math.isinf(delta):
             return greedy_judgement(batch)
-        probs = torch.softmax(batch.target.source.float(), dim=-1)
+        probs = torch.softmax(batch.target_draft_rows.float(), dim=-1)
         return greedy_judgement(batch, medusa_accepts(batch, probs, eps, delta))

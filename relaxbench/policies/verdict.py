@@ -29,12 +29,16 @@ NextToken = Callable[[torch.Tensor], torch.Tensor]  # accepted length n [B] -> t
 class Judgement:
     """Per position of a batch: ``accept`` [B, K] and ``relaxed`` [B, K] (bool; positions past a request's drafts are
     ignored), ``next_token`` (n → the correction at n < k, the bonus at n = k) and, for a span-gated rule,
-    ``span`` [B, K + 1] (position inside the relaxed span, for the in-span counts)."""
+    ``span`` [B, K + 1] (position inside the relaxed span, for the in-span counts). ``plain_when_empty``: the
+    next token of a request with no drafts (n = 0 = k) is already the plain step's — the target's argmax under
+    greedy decoding, a draw from the processed ``p`` with the request's draw uniform under sampling — so the
+    decision need not compute a plain step beside it."""
 
     accept: torch.Tensor
     relaxed: torch.Tensor
     next_token: NextToken
     span: torch.Tensor | None = None
+    plain_when_empty: bool = False
 
     def where(self, mask: torch.Tensor, other: Judgement) -> Judgement:
         """This judgement for the requests in ``mask`` [B], ``other`` for the rest (a batch mixing greedy and
@@ -42,7 +46,8 @@ class Judgement:
         rows = mask.unsqueeze(-1)
         first, second = self.next_token, other.next_token
         return Judgement(torch.where(rows, self.accept, other.accept), torch.where(rows, self.relaxed, other.relaxed),
-                         lambda n: torch.where(mask, first(n), second(n)))
+                         lambda n: torch.where(mask, first(n), second(n)),
+                         plain_when_empty=self.plain_when_empty and other.plain_when_empty)
 
 
 @dataclass(frozen=True)
@@ -125,10 +130,11 @@ def plain_verdict(batch: Batch) -> Verdict:
     """Every request as a plain decoding step at its first position (nothing accepted): the target's argmax under
     greedy decoding, else one token drawn from its processed distribution."""
     zero = torch.zeros(batch.size, dtype=torch.long, device=batch.device)
-    if batch.sampling.all_greedy and "target_argmax" in batch.__dict__:  # already reduced for the rule: reuse it
+    if batch.sampling.all_greedy and "target_max" in batch.__dict__:  # already reduced for the rule: reuse it
         return Verdict(zero, batch.target_argmax[:, 0], zero)
     first = batch.target.index[:, 0]
-    tokens = next_tokens(batch.target.source, first, batch.sampling, batch.draw_u)
+    processed = batch.__dict__.get("p")  # every row already processed for the rule: draw from its rows
+    tokens = next_tokens(batch.target.source, first, batch.sampling, batch.draw_u, processed)
     return Verdict(zero, tokens, zero)
 
 
