@@ -34,7 +34,8 @@ def test_a_sample_thinking_at_the_budget_is_forced_and_answers_after_it(tiny_tar
     assert result.n_rounds == first.n_rounds + second.n_rounds and result.stop_reason == second.stop_reason
     assert result.counters.emitted == len(result.output_ids) - len(forced)  # no round emitted the forced text
     assert result.counters.rounds == result.counters.emitted  # AR: one token per round
-    assert result.time_total == pytest.approx(first.time_total + second.time_total, rel=0.5)
+    # both phases' time is in the total (not compared with the separate runs' times: wall time varies between runs)
+    assert result.time_total >= sum(result.rounds.t_verify) + sum(result.rounds.t_policy) > 0
 
 
 def test_a_sample_that_closed_its_thinking_continues_unforced(tiny_target):
