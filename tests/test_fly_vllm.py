@@ -149,6 +149,16 @@ def bound(knobs: dict, k: int):
     return policy
 
 
+def test_knobs_are_checked_as_vllm_checks_them():
+    """vLLM 0.33's ``SpeculativeConfig``: ``fly_entropy_threshold`` ≥ 0, ``fly_window_size`` ≥ 1,
+    ``fly_entropy_top_k`` ≥ 1; θ = inf (the strict end) passes its check."""
+    for knobs in ({"fly_entropy_threshold": -0.1}, {"fly_window_size": 0}, {"fly_entropy_top_k": 0}):
+        with pytest.raises(ConfigError) as refused:
+            make_policy("fly-vllm", knobs)
+        assert "\n" not in str(refused.value) and next(iter(knobs)) in str(refused.value)
+    assert make_policy("fly-vllm", {"fly_entropy_threshold": math.inf}).strict
+
+
 def test_draft_length_checks_and_default_window():
     with pytest.raises(ConfigError, match="at least 2") as refused:
         bound({}, 1)

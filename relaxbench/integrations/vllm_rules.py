@@ -18,7 +18,7 @@ EXTRA_KEY = "relaxbench"  # the key of ``SamplingParams.extra_args`` that carrie
 NATIVE = "native"  # the rule name that asks for vLLM's own rejection sampler
 VLLM_VERSION = "0.32.0"  # the vLLM release relaxbench's adapter is pinned to (the plug-in refuses any other)
 FLY_NATIVE = "fly-native"  # the rule name that asks for vLLM's own FLy (rejection_sample_method="fly")
-FLY_SINCE = (0, 33, 0)  # the first vLLM release taken to ship FLy (not checked against a tag: docs/conformance.md)
+FLY_SINCE = (0, 33, 0)  # the first vLLM release that ships FLy (on a GPU only: docs/conformance.md)
 ENGINE = "vllm"
 
 # what vLLM's verification step cannot give a policy: it runs the verify forward itself, without extra tokens,
@@ -53,8 +53,8 @@ def check_rule(policy: VerificationPolicy) -> None:
     ``fly-native`` where the vLLM relaxbench's engine is pinned to does not ship FLy."""
     if policy.name == FLY_NATIVE and not ships_fly(VLLM_VERSION):
         raise ConfigError(f"policy {FLY_NATIVE!r} runs vLLM's own FLy, which vLLM {VLLM_VERSION} (the version the "
-                          f"{ENGINE} engine is pinned to) does not ship; run 'fly-vllm', relaxbench's "
-                          "implementation of vLLM's FLy")
+                          f"{ENGINE} engine is pinned to) does not ship (vLLM >= 0.33 runs it, on a GPU only); run "
+                          "'fly-vllm', relaxbench's implementation of vLLM's FLy")
     missing = [need.value for need in UNSUPPORTED_NEEDS if need in policy.needs]
     if missing:
         raise ConfigError(f"policy {policy.name!r} needs {', '.join(missing)}, which the {ENGINE} engine's "

@@ -1,12 +1,15 @@
-"""vLLM's port of FLy: entropy-gated deferral of a native rejection, as vLLM's V1 rejection sampler runs it.
+"""vLLM's port of FLy: entropy-gated deferral of a native rejection, as vLLM runs it.
 
-Reference: vllm-project/vllm @ 1719fb1 (vLLM's FLy pull request; no release tag checked),
+Reference: vllm-project/vllm @ v0.33.0 (the first release that ships FLy; read from the PyPI wheel),
 ``vllm/v1/spec_decode/fly.py``: ``compute_fly_entropy``, ``apply_fly_greedy_acceptance_kernel`` and
-``apply_fly_random_acceptance_kernel`` (the pre-pass that rewrites the native kernels' inputs: the target argmax at a
-deferred position becomes the draft, or its uniform becomes 0), with the knobs and their checks from
-``docs/features/speculative_decoding/fly.md`` (``fly_window_size`` default min(6, k − 1) and < k,
-``fly_entropy_threshold`` 0.3, ``fly_entropy_top_k`` 3; FLy needs k ≥ 2). The line-by-line
-mapping and how it parts from the authors' rule (``fly``, AMD-AGI/FLy) is in docs/conformance.md.
+``apply_fly_random_acceptance_kernel``, called from ``vllm/v1/sample/rejection_sampler.py`` ``rejection_sample`` (the V1
+model runner's pre-pass that rewrites the native kernels' inputs: the target argmax at a deferred position becomes the
+draft, or its uniform becomes 0), with the knobs and their checks from ``vllm/config/speculative.py``
+(``fly_window_size`` ≥ 1, default min(6, k − 1) and < k; ``fly_entropy_threshold`` ≥ 0, default 0.3;
+``fly_entropy_top_k`` ≥ 1, default 3; FLy needs k ≥ 2). The V2 model runner (the default on GPUs with Triton) decides
+the same rule inside its rejection kernel (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``): a pending
+rejection confirmed by the next W native acceptances. The line-by-line mapping, what the two runners compute
+differently, and how it parts from the authors' rule (``fly``, AMD-AGI/FLy) are in docs/conformance.md.
 
 A native rejection at draft position i (of a request with n drafts) is deferred — the draft accepted — when the
 next W positions are all accepted natively (on the native decisions, so a rejection inside a window ends it: pending
@@ -15,23 +18,29 @@ target's distribution at i is at least θ (−Σ p log p over its largest probab
 stays on for every θ), and the draft is possible under the target (a finite target logit; under sampling
 p(d) > 0 and q(d) > 0). The accepted length is the leading run of native or deferred acceptances.
 
-* Greedy: native = the draft is the target's argmax; the entropy from the raw logits; the next token is the
-  target's argmax at the first rejection, or the bonus.
+* Greedy: native = the draft is the target's argmax; the entropy from the raw logits (``logsumexp``, as the V2
+  runner computes it; the V1 runner takes the top values of their float32 softmax: the same quantity, rounded
+  differently); the next token is the target's argmax at the first rejection, or the bonus.
 * Sampling: native = ``p(d)/q(d) ≥ u`` (``u`` float64, as vLLM draws it) with the processed target p
   (temperature, top-k, top-p) and the draft's q when the drafter has one (vLLM's
   ``draft_sample_method="probabilistic"``), else point-mass drafts, ``p(d) ≥ u``
-  (vLLM's greedy draft sampling and n-gram drafts: the one-sample test); the entropy from p; after a rejection
-  ``norm((p − q)+)`` (p without the draft for point masses), the bonus from p. ``n_relaxed`` counts the deferrals.
+  (vLLM's greedy draft sampling and n-gram drafts: the one-sample test; the V2 runner tests
+  ``log p(d) > log u + log q(d)`` with its own uniforms); the entropy from p (V1; V2: from the processed logits,
+  the same quantity); after a rejection ``norm((p − q)+)`` (p without the draft for point masses), the bonus from
+  p. ``n_relaxed`` counts the deferrals.
+
+θ = inf is the strict end (vLLM's check admits it: the gate never passes, so the rule is the native sampler).
 
 Deviations (why, in docs/conformance.md):
 
-* θ = inf as the strict end (vLLM takes any float; inf never passes the gate, so the rule is the native sampler);
 * k is the engine's draft length for the run (``PolicyEnv.draft_length``), or the step's longest draft when a rule
   is used unbound (tests, benchmarks); the window test reads each request's own draft count, as vLLM's kernels;
 * the deferral decided with tensor operations over the whole batch (vLLM: a sequential loop per request; the
   decisions are the same, as each reads only native decisions);
 * the token after a rejection drawn by inverse CDF (vLLM: exponential-noise argmax; the same distribution);
-* the V2 model runner's in-kernel version (``rejection_sampler_utils.py``) was not read: this follows the V1 pre-pass.
+* sampling follows the V1 runner's test (``p(d)/q(d) ≥ u``, float64 uniforms), not the V2 runner's strict log-space
+  test with its counter-based uniforms (the same acceptance probability);
+* vLLM runs FLy on a GPU only (V1 raises ``NotImplementedError`` on a CPU; V2 needs Triton); this runs anywhere.
 """
 
 from __future__ import annotations
@@ -102,14 +111,14 @@ class FLyVLLM(VerificationPolicy):
                              "fly_window_size": (8, 6, 4, 3, 2, 1),
                              "fly_entropy_top_k": (1, 2, 3, 5, 10)})
     origin = Origin(Fidelity.REFERENCE,
-                    "vllm-project/vllm@1719fb1 vllm/v1/spec_decode/fly.py apply_fly_greedy_acceptance_kernel, "
+                    "vllm-project/vllm@v0.33.0 vllm/v1/spec_decode/fly.py apply_fly_greedy_acceptance_kernel, "
                     "apply_fly_random_acceptance_kernel",
                     "vLLM's FLy: defer a native rejection when the next W positions are accepted natively and the "
                     "target's top-k entropy >= theta")
 
     class Knobs(Spec):
         fly_window_size: Integer | None = Field(None, ge=1)  # W; None: min(6, k - 1)
-        fly_entropy_threshold: Number = 0.3  # θ (nats); inf = the native sampler
+        fly_entropy_threshold: Number = Field(0.3, ge=0)  # θ (nats), ≥ 0 as vLLM checks; inf = the native sampler
         fly_entropy_top_k: Integer = Field(3, ge=1)  # probabilities the entropy sums over (capped at V)
 
     def __init__(self, knobs=None) -> None:
