@@ -67,6 +67,13 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} alias {alias!r} is already a name")
         self._aliases[alias] = name
 
+    def remove(self, name: str) -> None:
+        """Forget the entry ``name`` and its aliases (one registered for a while only: the vLLM engine's own arms
+        while a command reads a stored run)."""
+        self._items.pop(name, None)
+        for alias in [a for a, target in self._aliases.items() if target == name]:
+            del self._aliases[alias]
+
     def _entry_points(self, name: str | None = None) -> list[EntryPoint]:
         out: list[EntryPoint] = []
         for group in self.entry_point_groups:

@@ -141,6 +141,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("forced", ("samples whose thinking reached the thinking budget unclosed, so the forced closing text and "
                       "</think> were appended and the answer generated after it"),
            "failures.forced", "forced", "failures", 90, format="count", unit="samples", narrow=True),
+    # the agreement table's figures: two arms of a run on the same samples (relaxbench.analysis.agreement)
+    Metric("identical outputs", ("samples whose output token ids equal the other arm's for the same (item, turn, "
+                                 "repeat) / the samples both arms finished (the agreement table)"), unit="share"),
+    Metric("token agreement", ("mean over the samples both arms finished of (tokens the two outputs share before "
+                               "they first differ) / (tokens of the longer output); 1 for two empty outputs"),
+           unit="share"),
+    Metric("first divergence", ("the number of tokens two outputs of the same sample share before they first "
+                                "differ; the agreement table gives its median over the samples that differ"),
+           unit="tokens"),
+    Metric("rounds alike", ("Σ rounds of arm A whose (drafted, accepted) equal arm B's, from the first round until "
+                            "the first that does not / Σ arm A's rounds; decisions compared only when both arms have "
+                            "the same drafter and k"), unit="share"),
     # the benchmarks' own quantities (relaxbench bench ...): named apart, since none of them is the speed-up above
     Metric("decode-rate ratio", ("relaxbench bench efficiency: an arm's decode tokens/s / that of the AR run just "
                                  "before it on the same prompt, decode time = total time − prefill; median over "

@@ -19,7 +19,15 @@ from relaxbench.commands.grading import (
     grader_from_args,
     ungraded_notes,
 )
-from relaxbench.commands.report import add_profile_arg, add_report_args, check_has_samples, check_profile_args
+from relaxbench.commands.report import (
+    add_agree_arg,
+    add_profile_arg,
+    add_report_args,
+    check_agree,
+    check_has_samples,
+    check_profile_args,
+    engine_arms_known,
+)
 from relaxbench.errors import ConfigError
 from relaxbench.validation import parse_assignments
 
@@ -105,6 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("out", help="the run's output folder (or its results.sqlite)")
     s.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     add_profile_arg(s)
+    add_agree_arg(s)
     add_wide_arg(s)
     s.set_defaults(handler=run_summary)
 
@@ -393,17 +402,19 @@ def report_formats_of(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def print_tables(out: Path | str, run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
-                 wide: bool = False) -> None:
+                 wide: bool = False, agree: tuple[tuple[str, str], ...] = ()) -> None:
     """Every task's tables, as the report shows them (a proxy column per cost profile; the essential columns unless
-    ``wide``)."""
+    ``wide``; the agreement of the pairs of arms in ``agree`` and of those a rule declares)."""
     from relaxbench.report.terminal import print_run
     from relaxbench.ui import console
 
-    print_run(out, console(), run_id, profiles, wide)
+    print_run(out, console(), run_id, profiles, wide, agree)
 
 
 def run_summary(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, None)
     check_has_samples(args.out, args.run_id)
-    print_tables(args.out, args.run_id, args.profiles, args.wide)
+    agree = check_agree(args.out, args.run_id, args.agree)
+    with engine_arms_known():
+        print_tables(args.out, args.run_id, args.profiles, args.wide, agree)
     return 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 
 
 def add_report_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -26,6 +28,49 @@ def add_profile_arg(p: argparse.ArgumentParser, recorded: bool = False) -> None:
                         "file (relaxbench profile ... --out FILE) or this-machine; repeatable"
                         + ("; recorded with the run, so summary and report use it too" if recorded else
                            " (default: those recorded with the run; this-machine is always shown when stored)"))
+
+
+def add_agree_arg(p: argparse.ArgumentParser) -> None:
+    """``--agree A:B`` (repeatable), shared by ``report`` and ``summary``."""
+    p.add_argument("--agree", action="append", default=[], metavar="A:B",
+                   help="also show how closely arm A agrees with arm B on the same samples (identical outputs, "
+                        "tokens to the first divergence, rounds alike, MAL of each); repeatable. Pairs whose rule "
+                        "declares a counterpart (fly-native and fly-vllm) are shown without it")
+
+
+@contextlib.contextmanager
+def engine_arms_known() -> Iterator[None]:
+    """The vLLM engine's own arms (``native``, ``fly-native``) registered while a command reads a stored run, so a
+    vLLM run's ``fly-native`` is known by its rule, whose counterpart the agreement table pairs it with; afterwards
+    the registry is as it was (they are no rules of the transformers engine: an in-process caller must not see
+    them)."""
+    from relaxbench.integrations.vllm_rules import FLY_NATIVE, NATIVE
+    from relaxbench.policies import POLICIES
+
+    missing = [name for name in (NATIVE, FLY_NATIVE) if name not in POLICIES]
+    from relaxbench.integrations.vllm_native import register_native  # after the check: a first import registers
+
+    register_native()
+    try:
+        yield
+    finally:
+        for name in missing:
+            POLICIES.remove(name)
+
+
+def check_agree(run_dir: str, run_id: int | None, values: list[str]) -> tuple[tuple[str, str], ...]:
+    """Every ``--agree A:B`` as a pair of the stored run's arms: a malformed value, an unknown arm or one arm twice
+    is one line naming the run's arms, before the run is read."""
+    if not values:
+        return ()
+    from relaxbench.analysis.agreement import parse_pairs
+    from relaxbench.analysis.records import open_read_only
+
+    with open_read_only(run_dir) as store:
+        where = "(SELECT run_id FROM runs ORDER BY updated_at DESC, run_id DESC LIMIT 1)" if run_id is None else "?"
+        arms = [r["arm"] for r in store.rows(f"SELECT arm, MIN(position) AS at FROM cells WHERE run_id={where} "
+                                             "GROUP BY arm ORDER BY at, arm", () if run_id is None else (run_id,))]
+    return parse_pairs(values, arms)
 
 
 def check_profile_args(profiles: list[str], x_axis: str | None) -> None:
@@ -63,17 +108,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (or its results.sqlite)")
     add_report_args(r)
     add_profile_arg(r)
+    add_agree_arg(r)
     r.add_argument("--run-id", type=int, default=None, help="which run in the store (default: the latest)")
     r.set_defaults(handler=run)
 
 
 def write_and_announce(run_dir, formats: str, out: str | None, budget: float | None,  # noqa: ANN001
                        run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
-                       x_axis: str | None = None) -> dict:
+                       x_axis: str | None = None, agree: tuple[tuple[str, str], ...] = ()) -> dict:
     from relaxbench.report import parse_formats, write_report
     from relaxbench.ui import console
 
-    written = write_report(run_dir, parse_formats(formats), out, budget, run_id, profiles, x_axis)
+    written = write_report(run_dir, parse_formats(formats), out, budget, run_id, profiles, x_axis, agree)
     for fmt, path in written.items():
         console().print(f"report ({fmt}): {path}", highlight=False, soft_wrap=True)
     return written
@@ -82,6 +128,8 @@ def write_and_announce(run_dir, formats: str, out: str | None, budget: float | N
 def run(args: argparse.Namespace) -> int:
     check_profile_args(args.profiles, args.x_axis)
     check_has_samples(args.run_dir, args.run_id)
-    write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id, args.profiles,
-                       args.x_axis)
+    agree = check_agree(args.run_dir, args.run_id, args.agree)
+    with engine_arms_known():
+        write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id,
+                           args.profiles, args.x_axis, agree)
     return 0

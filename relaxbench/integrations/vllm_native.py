@@ -36,10 +36,12 @@ class NativePolicy(VerificationPolicy):
 
 class FlyNativePolicy(FLyVLLM):
     """vLLM's own FLy on the vllm engine, where the installed vLLM ships it (``vllm_rules.check_rule`` refuses it
-    elsewhere); through the adapter, and on any other engine, relaxbench's ``fly-vllm`` with the same knobs, so a
-    run states how the two agree."""
+    elsewhere); through the adapter, and on any other engine, relaxbench's ``fly-vllm`` with the same knobs. Its
+    ``counterpart`` is ``fly-vllm``: a run with both arms shows how closely the two agree (the report's agreement
+    table)."""
 
     name = FLY_NATIVE
+    counterpart = FLyVLLM.name  # the report's agreement table sets the two side by side
     origin = Origin(Fidelity.REFERENCE, FLyVLLM.origin.reference,
                     "vLLM's own FLy (rejection_sample_method='fly') on the vllm engine; elsewhere fly-vllm")
 

@@ -174,6 +174,11 @@ class VerificationPolicy(abc.ABC):
     its authors draw float64); ``draws = False`` for a rule that decides a round without random numbers (its
     authors draw none, so the run's stream, which the drafter shares, stays theirs).
 
+    ``counterpart``: the name of another registered rule that makes the same decision in another implementation
+    (an engine's own version of a rule relaxbench ports, or the reverse); a run with an arm of each, with the same
+    drafter, k, decoding mode and knobs, shows how closely the two agree (``relaxbench.analysis.agreement``, the
+    report's agreement table). None for a rule with no such twin.
+
     Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``observe`` (the sequence's committed tokens
     as they grow), ``extra_verify_tokens`` (with ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to).
     A rule that wraps another may set ``needs`` and ``modes`` on the instance; ``policies.arm`` reads them from the
@@ -184,6 +189,7 @@ class VerificationPolicy(abc.ABC):
     origin: ClassVar[Origin | None] = None
     modes: ClassVar[Modes] = Modes()
     needs: ClassVar[frozenset[Need]] = frozenset()
+    counterpart: ClassVar[str | None] = None
 
     class Knobs(Spec):
         """No knobs."""

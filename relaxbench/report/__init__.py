@@ -63,16 +63,17 @@ def output_paths(run_dir: str | Path, formats: Sequence[str], out: str | Path | 
 
 def write_report(run_dir: str | Path, formats: Sequence[str] = FORMATS, out: str | Path | None = None,
                  budget: float | None = None, run_id: int | None = None, profiles: Sequence[str] = (),
-                 x_axis: str | None = None) -> dict[str, Path]:
+                 x_axis: str | None = None, agree: Sequence[tuple[str, str]] = ()) -> dict[str, Path]:
     """Read the run in ``run_dir``, write each format, return {format: path}. ``profiles``: cost profiles to price
     proxy speed-ups with (default: those recorded with the run); ``x_axis``: the trade-off plot's speed-up
-    (``measured`` or a profile)."""
+    (``measured`` or a profile); ``agree``: pairs of arms whose agreement the report shows, beside those a rule
+    declares."""
     from relaxbench.analysis.selection import DEFAULT_BUDGET
     from relaxbench.report.content import load_report
 
     check_budget(budget)
     paths = output_paths(run_dir, formats, out)
-    report = load_report(run_dir, DEFAULT_BUDGET if budget is None else budget, run_id, profiles, x_axis)
+    report = load_report(run_dir, DEFAULT_BUDGET if budget is None else budget, run_id, profiles, x_axis, agree)
     written = {}
     for fmt, path in paths.items():
         if fmt == "html":

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
+from relaxbench.analysis.agreement import Agreement, ArmPair, run_agreements
 from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs, run_concurrency
 from relaxbench.analysis.metrics import CellSummary, report_definitions
 from relaxbench.analysis.notices import run_findings, task_findings
@@ -467,27 +468,31 @@ def concurrency_section(run: RunRecord, runs: Sequence[RunRecord]) -> Concurrenc
 
 
 def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float,
-                 ranking: Ranking = MEASURED, x_axis: Ranking = MEASURED) -> TaskSection:
+                 ranking: Ranking = MEASURED, x_axis: Ranking = MEASURED,
+                 agreements: Sequence[Agreement] = ()) -> TaskSection:
     cells = run.cells_of(summary.task)
     baseline = next(c for c in cells if c.is_baseline)
     return TaskSection(task=summary.task, description=str(baseline.task_spec.get("description") or ""),
                        scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget, ranking),
-                       tables=task_tables(summary),
+                       tables=task_tables(summary, agreements),
                        figures=() if summary.target_alone else tuple(task_figures(summary, palette, x_axis)),
                        notices=tuple(task_notices(summary, cells)))
 
 
 def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, profiles: Sequence[str] = (),
-                 x_axis: str | None = None, siblings: Sequence[RunRecord] = ()) -> Report:
+                 x_axis: str | None = None, siblings: Sequence[RunRecord] = (),
+                 agree: Sequence[ArmPair] = ()) -> Report:
     """The report of ``run``: proxy speed-ups on ``profiles`` (references: device names, files, this-machine;
-    default: those recorded with the run), the trade-off plot's x-axis (``measured`` or a profile) and, when
-    ``siblings`` holds ``run`` and the runs that differ from it only in concurrency, speed against concurrency."""
+    default: those recorded with the run), the trade-off plot's x-axis (``measured`` or a profile), the agreement of
+    the pairs of arms in ``agree`` and of those a rule declares and, when ``siblings`` holds ``run`` and the runs
+    that differ from it only in concurrency, speed against concurrency."""
     choice = choose_profiles(run, profiles, x_axis)
     summaries = summarize_run(run, choice.profiles)
     ranking = deployment_ranking(choice.profiles, choice.x_axis)
     axis = Ranking(choice.x_axis) if choice.x_axis is not None else MEASURED
     palette = method_palette(["ar", *(c.method for c in sorted(run.cells, key=lambda c: c.position))])
-    tasks = tuple(task_section(run, s, palette, budget, ranking, axis) for s in summaries)
+    agreements = run_agreements(run, agree)
+    tasks = tuple(task_section(run, s, palette, budget, ranking, axis, agreements.get(s.task, ())) for s in summaries)
     setup, tasks_table = setup_tables(run, summaries)
     environment, sessions = environment_tables(run)
     title = f"relaxbench: {run.target} with draft {run.draft or '-'}"
@@ -519,6 +524,6 @@ def _sections(with_concurrency: bool) -> tuple[tuple[str, str], ...]:
 
 
 def load_report(run_dir: str | Path, budget: float = DEFAULT_BUDGET, run_id: int | None = None,
-                profiles: Sequence[str] = (), x_axis: str | None = None) -> Report:
+                profiles: Sequence[str] = (), x_axis: str | None = None, agree: Sequence[ArmPair] = ()) -> Report:
     run = load_run(run_dir, run_id)
-    return build_report(run, str(run_dir), budget, profiles, x_axis, concurrency_runs(run_dir, run))
+    return build_report(run, str(run_dir), budget, profiles, x_axis, concurrency_runs(run_dir, run), agree)

@@ -10,10 +10,11 @@ No figure is computed here: everything comes from ``relaxbench.analysis``' summa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relaxbench.analysis.agreement import Agreement
 from relaxbench.analysis.categories import RelaxationGain, categories_of, relaxation_gains
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
 from relaxbench.analysis.notices import self_agreement_words
@@ -61,6 +62,8 @@ class Table:
     note: str = ""
     # the columns a narrow display keeps (the terminal by default, so a table fits 120 columns); () keeps them all
     essential: tuple[str, ...] = ()
+    # columns beside the first whose text a terminal never wraps or cuts (a second arm's name)
+    unbroken: tuple[str, ...] = ()
 
     def hidden(self) -> tuple[str, ...]:
         """The columns a narrow display leaves out, in table order."""
@@ -76,7 +79,8 @@ class Table:
             raise ValueError(f"table {self.key}: essential columns {sorted(unknown)} are not among its columns")
         keep = [i for i, c in enumerate(self.columns) if c in set(self.essential)]
         rows = tuple(Row(r.key, tuple(r.cells[i] for i in keep if i < len(r.cells)), r.emphasis) for r in self.rows)
-        return Table(self.key, self.title, tuple(self.columns[i] for i in keep), rows, self.note)
+        return Table(self.key, self.title, tuple(self.columns[i] for i in keep), rows, self.note,
+                     unbroken=tuple(c for c in self.unbroken if c in set(self.essential)))
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -636,8 +640,60 @@ def category_positions_table(summary: TaskSummary) -> Table | None:
                  essential=columns[:2 + POSITIONS_SHOWN] if width > POSITIONS_SHOWN else ())
 
 
-def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
-    """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task."""
+# ------------------------------------------------------------------------------------------------ agreement of two arms
+
+AGREEMENT_COLUMNS = ("arm A", "arm B", "n", "identical outputs", "token agreement", "median first divergence",
+                     "rounds alike", "MAL A", "MAL B")
+
+
+def divergence_text(position: float | None) -> str:
+    """A median token position: whole when it is one, else to one decimal (the mean of two middle samples)."""
+    if position is None:
+        return "-"
+    return f"{position:.0f}" if float(position).is_integer() else f"{position:.1f}"
+
+
+def agreement_row(pair: Agreement) -> Row:
+    share = pair.identical_share
+    return Row(f"{pair.arm_a}:{pair.arm_b}", (
+        Cell(pair.arm_a, "arm_a"), Cell(pair.arm_b, "arm_b"),
+        num(str(pair.n), "agreement.n", pair.n),
+        num("-" if share is None else f"{pair.identical}/{pair.n} ({share:.0%})", "agreement.identical", share),
+        num(fmt(pair.token_agreement, ".1%"), "agreement.token_agreement", pair.token_agreement),
+        num(divergence_text(pair.median_first_divergence), "agreement.median_first_divergence",
+            pair.median_first_divergence),
+        num(fmt(pair.rounds_alike, ".1%"), "agreement.rounds_alike", pair.rounds_alike),
+        num(fmt(pair.mal_a), "agreement.mal_a", pair.mal_a),
+        num(fmt(pair.mal_b), "agreement.mal_b", pair.mal_b),
+    ))
+
+
+def agreement_table(task: str, pairs: Sequence[Agreement]) -> Table | None:
+    """How closely pairs of arms agree on the same samples (None when the task has no pair): the rules' declared
+    counterparts (fly-native and fly-vllm) and the pairs named with --agree."""
+    if not pairs:
+        return None
+    declared = [f"{p.arm_a} / {p.arm_b}" for p in pairs if p.declared]
+    unlike = [f"{p.arm_a} / {p.arm_b}" for p in pairs if not p.same_drafts]
+    note = ("Over the samples both arms finished (the same item, turn and repeat); n = those samples. Identical "
+            "outputs = equal output token ids; token agreement = mean of (tokens shared before the first difference) "
+            "/ (tokens of the longer output); median first divergence = the tokens shared before the first "
+            "difference, median over the samples that differ; rounds alike = A's rounds whose (drafted, accepted) "
+            "equal B's from the first round until the first that does not / A's rounds, which compares decisions "
+            "only when both arms have the same drafter and k; MAL A / MAL B = each arm's emitted tokens / rounds "
+            "over the same samples.")
+    if declared:
+        note += (f" Paired because one rule is the other's counterpart (another implementation of the same rule): "
+                 f"{', '.join(declared)}.")
+    if unlike:
+        note += f" Different drafter or k, so rounds alike does not compare decisions: {', '.join(unlike)}."
+    return Table(f"{task}-agreement", f"{task}: agreement between arms", AGREEMENT_COLUMNS,
+                 tuple(agreement_row(p) for p in pairs), note, unbroken=AGREEMENT_COLUMNS[1:2])
+
+
+def task_tables(summary: TaskSummary, agreements: Sequence[Agreement] = ()) -> tuple[Table, ...]:
+    """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task
+    (``agreements``: the task's pairs of arms, ``relaxbench.analysis.agreement``; their table comes last)."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
                                                                           failure_table(summary),
                                                                           diagnostics_table(summary)]
@@ -647,5 +703,6 @@ def task_tables(summary: TaskSummary) -> tuple[Table, ...]:
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)
-    tables += [t for t in (category_acceptance_table(summary), category_positions_table(summary)) if t is not None]
+    tables += [t for t in (category_acceptance_table(summary), category_positions_table(summary),
+                           agreement_table(summary.task, agreements)) if t is not None]
     return tuple(tables)

@@ -30,14 +30,15 @@ def header(name: str) -> str:
 
 
 def rich_table(table: Table) -> RichTable:
-    """``table`` as a rich table: the title above, the note as its caption, the first column (the arm) never
-    wrapped, numeric columns right-aligned, the AR row bold, an alert cell red. Text is never read as markup (arm
-    names carry ``[knob=value]``)."""
+    """``table`` as a rich table: the title above, the note as its caption, the first column (the arm) and the
+    table's ``unbroken`` ones never wrapped, numeric columns right-aligned, the AR row bold, an alert cell red.
+    Text is never read as markup (arm names carry ``[knob=value]``)."""
     out = RichTable(title=escape(table.title), title_justify="left", caption=escape(table.note) or None,
                     caption_justify="left")
     for i, name in enumerate(table.columns):
         numeric = any(row.cells[i].numeric for row in table.rows if i < len(row.cells))
-        out.add_column(escape(header(name)), justify="right" if numeric else "left", no_wrap=i == 0)
+        out.add_column(escape(header(name)), justify="right" if numeric else "left",
+                       no_wrap=i == 0 or name in table.unbroken)
     for row in table.rows:
         out.add_row(*(Text(cell.text, style="red" if cell.alert else "") for cell in row.cells),
                     style="bold" if row.emphasis else None)
@@ -75,19 +76,21 @@ def print_table(table: Table, console: Console, wide: bool = False) -> None:
 
 
 def print_run(path: str | Path, console: Console, run_id: int | None = None, profiles: Sequence[str] = (),
-              wide: bool = False) -> None:
+              wide: bool = False, agree: Sequence[tuple[str, str]] = ()) -> None:
     """Every task's tables of the stored run at ``path`` (a run folder or its results.sqlite), with a proxy column
-    per cost profile (``profiles``; default: this-machine and those recorded with the run), then, when the store
-    holds runs that differ from it only in concurrency, the speed-against-concurrency tables; ``wide``: every
-    column."""
+    per cost profile (``profiles``; default: this-machine and those recorded with the run) and the agreement of the
+    pairs of arms in ``agree`` and of those a rule declares, then, when the store holds runs that differ from it only
+    in concurrency, the speed-against-concurrency tables; ``wide``: every column."""
     from relaxbench.analysis import load_run, summarize_run
+    from relaxbench.analysis.agreement import run_agreements
     from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs
     from relaxbench.analysis.proxy import choose_profiles
     from relaxbench.report.concurrency import concurrency_tables
 
     run = load_run(path, run_id)
+    agreements = run_agreements(run, agree)
     for summary in summarize_run(run, choose_profiles(run, profiles).profiles):
-        for table in task_tables(summary):
+        for table in task_tables(summary, agreements.get(summary.task, ())):
             print_table(table, console, wide)
     for table in concurrency_tables(concurrency_points(concurrency_runs(path, run))):
         print_table(table, console, wide)
