@@ -147,3 +147,51 @@ def test_the_probe_sees_a_heavy_import():
     code, heavy = _probe("generate", *TARGET, "--policy", "fly", "--prompt", "hi", "--device", "no-such-device")
     assert code == 2
     assert "torch" in heavy
+
+
+def _cut_gguf(path: Path) -> Path:
+    """A file with GGUF's magic and version, cut short inside its header."""
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2).to_bytes(8, "little"))
+    return path
+
+
+def _file_refusals(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    pipe = tmp / "rows.jsonl"
+    os.mkfifo(pipe)
+    cut = _cut_gguf(tmp / "cut.gguf")
+    run = ["compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods", "exact", "--tasks", "jsonl",
+           "--out", str(tmp / "run")]
+    return {
+        "a cut GGUF target in generate": (["generate", "--target", str(cut), "--policy", "none", "--prompt", "hi"],
+                                          "a GGUF file cut short"),
+        "a cut GGUF draft in generate": (["generate", "--target", "tiny-random-target", "--draft", str(cut),
+                                          "--policy", "exact", "--prompt", "hi"], "a GGUF file cut short"),
+        "a cut GGUF target in compare": ([*run[:2], str(cut), *run[3:], "--data-file", f"jsonl={pipe}"],
+                                         "a GGUF file cut short"),
+        "a named pipe as a data file": ([*run, "--data-file", f"jsonl={pipe}"], "is a named pipe, not a data file"),
+        "a device as a data file": ([*run, "--data-file", "jsonl=/dev/zero"], "is a device, not a data file"),
+        "a folder as a data file": ([*run, "--data-file", f"jsonl={tmp}"], "is a folder, not a data file"),
+        "a missing data file of a task of the run": ([*run, "--data-file", f"jsonl={tmp / 'none.jsonl'}"],
+                                                     "no such data file"),
+    }
+
+
+@pytest.mark.parametrize("case", ["a cut GGUF target in generate", "a cut GGUF draft in generate",
+                                  "a cut GGUF target in compare", "a named pipe as a data file",
+                                  "a device as a data file", "a folder as a data file",
+                                  "a missing data file of a task of the run"])
+def test_a_bad_model_or_data_file_is_refused_before_torch(case, tmp_path: Path):
+    argv, fragment = _file_refusals(tmp_path)[case]
+    code, heavy, _, message = _run_probe(*argv)
+    assert code == 2
+    assert heavy == [], f"{case}: imported {heavy}"
+    assert message.startswith("relaxbench: error: ") and "\n" not in message and fragment in message, message
+
+
+def test_the_data_file_of_a_task_not_in_the_run_is_named_by_the_plan(tmp_path: Path):
+    """A missing file for a task the run does not have: the plan's message (which task), not the file's."""
+    code, _, _, message = _run_probe("compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods",
+                                     "exact", "--tasks", "jsonl", "--data-file", f"jsnl={tmp_path / 'x.jsonl'}",
+                                     "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert "--data-file names task 'jsnl', which is not in --tasks (jsonl); did you mean 'jsonl'?" in message

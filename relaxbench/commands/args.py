@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -93,3 +96,22 @@ def runtime_from_args(args: argparse.Namespace) -> str:
     from relaxbench.models.device import configure_runtime
 
     return configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))
+
+
+def check_files_early(target: str | None, draft: str | None, data_files: Mapping[str, str] | None = None,
+                      tasks: Collection[str] = ()) -> None:
+    """What the files on disk settle, before torch is imported: a target (or a draft given as a path) that is a cut
+    or foreign GGUF file, or a path that is not there; a data file that is a folder, a pipe or a device, or that is
+    missing for a task of the run named as in ``tasks`` (the data file of a task not in the run is left to the
+    plan, which says so)."""
+    from relaxbench.data.load import check_data_file
+    from relaxbench.models.resolve import resolve_model
+
+    if target:
+        resolve_model(target)
+    if draft and (draft.endswith(".gguf") or os.path.sep in draft):  # a drafter's name is no path
+        resolve_model(draft)
+    for task, name in (data_files or {}).items():
+        path = Path(name).expanduser()
+        if os.path.lexists(path) or (task in tasks and ":" not in task):
+            check_data_file(path)

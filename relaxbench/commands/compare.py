@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args, add_wide_arg
+from relaxbench.commands.args import add_runtime_args, add_wide_arg, check_files_early
 from relaxbench.commands.grading import (
     add_grader_args,
     check_grading,
@@ -259,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
     if suite.engine_args and suite.engine != "vllm":
         raise ConfigError(f"--engine-arg {next(iter(suite.engine_args))}=... applies to --engine vllm (vLLM's engine "
                           "arguments); the transformers engine takes --device, --dtype and --device-map")
+    check_files_early(suite.target, suite.draft, suite.data_files, suite.tasks)  # before torch, as the names below
     if suite.engine == "transformers":  # (the vLLM engine registers its own arm, native, when it is imported)
         from relaxbench.methods import check_methods
 

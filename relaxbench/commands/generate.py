@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.commands.args import add_decoding_args, add_runtime_args, runtime_from_args
+from relaxbench.commands.args import add_decoding_args, add_runtime_args, check_files_early, runtime_from_args
 from relaxbench.validation import parse_assignments
 
 
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     draft_name = None if method.policy == "none" else args.draft
     check_method_spec(method.name, method, draft_name)  # names and knobs, before torch or any model loads
+    check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
 
     from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, preview_pair, resolve_k
     from relaxbench.decoding.loop import DecodeConfig

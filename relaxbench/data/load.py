@@ -25,7 +25,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSONL (optionally gzipped) file or a JSON list; errors name the file and the line. A JSONL line or
     a JSON list's element is read up to ``MAX_LINE_CHARS``: a longer one is refused before it is held in memory or
     tokenized (a JSON list is read element by element, never whole)."""
-    _check_regular(path)
+    check_data_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -34,7 +34,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"{path}: cannot read ({exc})") from None
 
 
-def _check_regular(path: Path) -> None:
+def check_data_file(path: Path) -> None:
     """A data file is a regular file: a folder, a named pipe or a device is refused by what it is (a pipe would
     block, and could be read once only; a device never ends)."""
     try:
