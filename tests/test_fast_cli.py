@@ -155,33 +155,28 @@ def _cut_gguf(path: Path) -> Path:
     return path
 
 
-def _file_refusals(tmp: Path) -> dict[str, tuple[list[str], str]]:
-    pipe = tmp / "rows.jsonl"
-    os.mkfifo(pipe)
-    cut = _cut_gguf(tmp / "cut.gguf")
-    run = ["compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods", "exact", "--tasks", "jsonl",
-           "--out", str(tmp / "run")]
-    return {
-        "a cut GGUF target in generate": (["generate", "--target", str(cut), "--policy", "none", "--prompt", "hi"],
-                                          "a GGUF file cut short"),
-        "a cut GGUF draft in generate": (["generate", "--target", "tiny-random-target", "--draft", str(cut),
-                                          "--policy", "exact", "--prompt", "hi"], "a GGUF file cut short"),
-        "a cut GGUF target in compare": ([*run[:2], str(cut), *run[3:], "--data-file", f"jsonl={pipe}"],
-                                         "a GGUF file cut short"),
-        "a named pipe as a data file": ([*run, "--data-file", f"jsonl={pipe}"], "is a named pipe, not a data file"),
-        "a device as a data file": ([*run, "--data-file", "jsonl=/dev/zero"], "is a device, not a data file"),
-        "a folder as a data file": ([*run, "--data-file", f"jsonl={tmp}"], "is a folder, not a data file"),
-        "a missing data file of a task of the run": ([*run, "--data-file", f"jsonl={tmp / 'none.jsonl'}"],
-                                                     "no such data file"),
-    }
+_RUN = ["compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods", "exact", "--tasks", "jsonl",
+        "--out", "{tmp}/run", "--data-file"]
+FILE_REFUSALS = {  # argv ({tmp}: the test's folder, {cut}: a cut GGUF file, {pipe}: a named pipe), the message's part
+    "a cut GGUF target in generate": (["generate", "--target", "{cut}", "--policy", "none", "--prompt", "hi"],
+                                      "a GGUF file cut short"),
+    "a cut GGUF draft in generate": (["generate", "--target", "tiny-random-target", "--draft", "{cut}", "--policy",
+                                      "exact", "--prompt", "hi"], "a GGUF file cut short"),
+    "a cut GGUF target in compare": (["compare", "--target", "{cut}", *_RUN[3:], "jsonl={pipe}"],
+                                     "a GGUF file cut short"),
+    "a named pipe as a data file": ([*_RUN, "jsonl={pipe}"], "is a named pipe, not a data file"),
+    "a device as a data file": ([*_RUN, "jsonl=/dev/zero"], "is a device, not a data file"),
+    "a folder as a data file": ([*_RUN, "jsonl={tmp}"], "is a folder, not a data file"),
+    "a missing data file of a task of the run": ([*_RUN, "jsonl={tmp}/none.jsonl"], "no such data file"),
+}
 
 
-@pytest.mark.parametrize("case", ["a cut GGUF target in generate", "a cut GGUF draft in generate",
-                                  "a cut GGUF target in compare", "a named pipe as a data file",
-                                  "a device as a data file", "a folder as a data file",
-                                  "a missing data file of a task of the run"])
+@pytest.mark.parametrize("case", sorted(FILE_REFUSALS))
 def test_a_bad_model_or_data_file_is_refused_before_torch(case, tmp_path: Path):
-    argv, fragment = _file_refusals(tmp_path)[case]
+    os.mkfifo(tmp_path / "rows.jsonl")
+    cut = _cut_gguf(tmp_path / "cut.gguf")
+    argv, fragment = FILE_REFUSALS[case]
+    argv = [a.format(tmp=tmp_path, cut=cut, pipe=tmp_path / "rows.jsonl") for a in argv]
     code, heavy, _, message = _run_probe(*argv)
     assert code == 2
     assert heavy == [], f"{case}: imported {heavy}"

@@ -71,11 +71,9 @@ def _amx_without_permission() -> bool:
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if not isa or "AMX" in isa or isa == "ALL":
         return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return " amx_tile" in f.read()
-    except OSError:
-        return False
+    from relaxbench.machine import _cpuinfo  # the CPU's own flags: cpu_flags() would answer the override
+
+    return "amx_tile" in _cpuinfo().get("flags", "").split()
 
 
 def _prompt_ids(name: str, texts: list[str], chat: bool = True) -> list[list[int]]:
