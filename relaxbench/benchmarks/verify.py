@@ -45,7 +45,7 @@ BATCHES = (1, 8, 64, 256)
 DRAFT_LENGTHS = (4, 8)
 VOCABS = (1_000, 151_936)  # the overhead, and Qwen's vocabulary
 TARGET_BATCH = 64  # the batch size the time targets are checked at
-OVERHEAD_VOCAB = 1_000  # the vocabulary the bare-reference targets are checked at
+OVERHEAD_VOCAB = 1_000  # the vocabulary the time targets are checked at (a decision's overhead, not memory traffic)
 GREEDY_OVER_BARE = 3.0  # a greedy rule's step at most this many times the bare reference's
 SAMPLING_OVER_BARE = 10.0  # a sampling rule's
 PER_REQUEST_SPEEDUP = 10.0  # the batched decision at least this many times faster than the per-request path
@@ -364,7 +364,7 @@ def misses(bench: VerifyBench) -> list[Miss]:
                 out.append(Miss(rule, mode, f"≤ {limit:g}× the bare reference at B={TARGET_BATCH}",
                                 f"{where}: {ratio:.1f}×"))
             speedup = per_request_speedup(bench, rule, shape)
-            if speedup is not None and speedup < PER_REQUEST_SPEEDUP:
+            if vocab == OVERHEAD_VOCAB and speedup is not None and speedup < PER_REQUEST_SPEEDUP:
                 out.append(Miss(rule, mode, f"≥ {PER_REQUEST_SPEEDUP:g}× faster than the per-request path at "
                                             f"B={TARGET_BATCH}", f"{where}: {speedup:.1f}×"))
     return out

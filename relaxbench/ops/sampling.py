@@ -150,7 +150,9 @@ def sample_rows(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     One uniform picks a ``SAMPLE_CHUNK``-wide slice by the float64 cumulative mass of the slices, then the token
     inside it, so every token is drawn with its probability to float64 precision at any vocabulary size and a token
-    of zero mass never (where rounding lands past the slice's last token of mass, that token is taken)."""
+    of zero mass never. Where rounding lands past the slice's mass, the token at which the slice's cumulative mass
+    reaches its total is taken: its last token of mass, or, when that token's mass is below the total's float64
+    rounding (under 1e-16 of it), the last one before it that moves the total."""
     rows, vocab = int(weights.shape[0]), int(weights.shape[-1])
     n_chunks = -(-vocab // SAMPLE_CHUNK)
     chunks = torch.nn.functional.pad(weights, (0, n_chunks * SAMPLE_CHUNK - vocab)).view(rows, n_chunks, SAMPLE_CHUNK)
@@ -161,10 +163,12 @@ def sample_rows(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     rest = target - torch.where(chunk > 0, before, torch.zeros_like(before))
     flat = torch.arange(rows, device=weights.device) * n_chunks + chunk
     picked = chunks.reshape(rows * n_chunks, SAMPLE_CHUNK).index_select(0, flat)  # [B, SAMPLE_CHUNK]
-    inside = picked.double().cumsum(-1)
+    inside = picked.cumsum(-1, dtype=torch.float64)
     index = torch.searchsorted(inside, rest.unsqueeze(-1), right=True).squeeze(-1).clamp_max(SAMPLE_CHUNK - 1)
-    positions = torch.arange(SAMPLE_CHUNK, device=weights.device)
-    last_with_mass = ((picked > 0) * positions).amax(-1)  # a product, not a where: a full-row where is slow on CPU
+    # the slice's last token of mass: the first at which its cumulative mass reaches the slice's total (tokens of
+    # zero mass after it add nothing); a binary search, not a pass over the slice
+    total = inside[:, -1:].clone(memory_format=torch.contiguous_format)  # a copy at every B: the same ops
+    last_with_mass = torch.searchsorted(inside, total).squeeze(-1)
     index = torch.where(picked.gather(1, index.unsqueeze(-1)).squeeze(-1) <= 0, last_with_mass, index)
     return chunk * SAMPLE_CHUNK + index
 
