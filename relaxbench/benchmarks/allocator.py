@@ -1,10 +1,10 @@
 """The C allocator a CPU benchmark's process runs under: glibc's malloc told to keep the memory it frees.
 
 By default glibc hands a freed block of more than its trim threshold back to the kernel (and serves large requests
-with fresh ``mmap`` pages), so the next allocation of that size faults its pages in again, one fault per 4 KiB. A
-batched decision at B = 64 makes tens of intermediate tensors of about a megabyte each, so it pays over a thousand
-page faults per step, none of which is the rule's arithmetic and none of which a GPU pays (its caching allocator
-keeps freed blocks). vLLM's CPU backend preloads tcmalloc into its workers for the same reason. Telling glibc to keep
+with fresh ``mmap`` pages; every block over 32 MiB is one), so the next allocation of that size faults its pages in
+again, one fault per 4 KiB. A batched decision makes tens of intermediate tensors of a batch's rows; at a real
+vocabulary they are hundreds of megabytes each, and the faults are half of a sampling rule's step, none of it the
+rule's arithmetic and none of it paid on a GPU (its caching allocator keeps freed blocks). vLLM's CPU backend preloads tcmalloc into its workers for the same reason. Telling glibc to keep
 what it frees makes a CPU benchmark time the rule, not the kernel's page-fault path; it changes where blocks come
 from and nothing else: every result is the same.
 
