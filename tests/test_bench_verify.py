@@ -16,10 +16,10 @@ from relaxbench.policies.greedy import greedy_judgement
 
 
 def test_the_quick_run_prints_every_rule_with_its_counts_and_exits_0(capsys, monkeypatch):
+    from relaxbench.benchmarks import allocator
     from relaxbench.cli import main
-    from relaxbench.commands.bench import verify as command
 
-    monkeypatch.setattr(command, "keep_freed_memory", lambda: pytest.fail("the default changed the allocator"))
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda: pytest.fail("the default changed the allocator"))
     code = main(["bench", "verify", "--quick", "--policy", "exact", "--policy", "speculative-sampling",
                  "--policy", "fly", "--policy", "autojudge"])
     captured = capsys.readouterr()
@@ -40,11 +40,11 @@ def test_the_quick_run_prints_every_rule_with_its_counts_and_exits_0(capsys, mon
 
 
 def test_allocator_kept_sets_malloc_and_says_so(capsys, monkeypatch):
+    from relaxbench.benchmarks import allocator
     from relaxbench.cli import main
-    from relaxbench.commands.bench import verify as command
 
     # the setting is process-wide: stood in for here, made for real in a subprocess below
-    monkeypatch.setattr(command, "keep_freed_memory", lambda: "malloc as the test set it")
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda: "malloc as the test set it")
     assert main(["bench", "verify", "--quick", "--policy", "exact", "--allocator", "kept"]) == 0
     assert "malloc as the test set it" in capsys.readouterr().out
 

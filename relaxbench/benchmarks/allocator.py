@@ -21,7 +21,7 @@ import ctypes
 import ctypes.util
 import sys
 
-__all__ = ["ALLOCATORS", "KEPT", "SYSTEM", "keep_freed_memory"]
+__all__ = ["ALLOCATORS", "KEPT", "SYSTEM", "keep_freed_memory", "use"]
 
 KEPT = "kept"  # glibc keeps freed memory
 SYSTEM = "system"  # the C library's own defaults (the benchmarks' default)
@@ -31,6 +31,12 @@ ALLOCATORS = (KEPT, SYSTEM)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1
+
+
+def use(choice: str) -> str:
+    """Put this process under the allocator ``choice`` (one of ``ALLOCATORS``); returns what is in effect, in words,
+    for the benchmark's header."""
+    return keep_freed_memory() if choice == KEPT else "the C library's default malloc"
 
 
 def keep_freed_memory() -> str:

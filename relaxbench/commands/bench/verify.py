@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from relaxbench.benchmarks.allocator import ALLOCATORS, KEPT, SYSTEM, keep_freed_memory
+from relaxbench.benchmarks import allocator as allocators
 from relaxbench.commands.args import add_device_arg, add_threads_arg, runtime_from_args
 from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
@@ -32,7 +32,7 @@ def register(bsub: argparse._SubParsersAction) -> None:
                                           "event timing")
     add_threads_arg(p, help="torch CPU threads (default 1: a decision's host overhead, which extra threads only "
                             "blur on a shared machine)")
-    p.add_argument("--allocator", choices=ALLOCATORS, default=SYSTEM,
+    p.add_argument("--allocator", choices=allocators.ALLOCATORS, default=allocators.SYSTEM,
                    help="system (default): the C library's malloc as it is; kept: glibc's malloc keeps the memory it "
                         "frees (as a GPU's caching allocator and vLLM's preloaded tcmalloc do), so a step at a real "
                         "vocabulary times the rule, not the page faults of fresh 32 MiB+ mappings; it never gives "
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     modes = ("greedy", "sampling") if args.mode == "both" else (args.mode,)
     device = runtime_from_args(args)
     out, err = console(), console(stderr=True)
-    allocator = keep_freed_memory() if args.allocator == KEPT else "the C library's default malloc"
+    allocator = allocators.use(args.allocator)
     with tempfile.TemporaryDirectory() as folder:
         policies = vb.bench_policies(args.policy, Path(folder), max(vocabs), device)
     if not vb.decision_modes(policies, modes):
