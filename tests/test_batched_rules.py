@@ -160,6 +160,59 @@ def test_batched_rule_equals_the_oracle_verdict_for_verdict(name, mode, heads):
         assert not diff, f"{name} {mode} {knobs}: {len(diff)} of {n} verdicts differ, first {diff[:3]}"
 
 
+# knob values whose code paths no default, strict end or ladder step reaches (a plausibility cut, a top set between
+# the single argmax and the whole support, the KL divergence)
+OFF_LADDER = [("contrastive", "sampling", {"alpha": 0.1}), ("casc-tok", "sampling", {"alpha": 0.5}),
+              ("casc-tok", "sampling", {"alpha": 1.0}), ("fuzzy", "sampling", {"divergence": "kl", "threshold": 0.2})]
+
+
+@pytest.mark.parametrize("name,mode,knobs", OFF_LADDER, ids=[f"{n}-{m}-{k}" for n, m, k in OFF_LADDER])
+def test_batched_rule_equals_the_oracle_off_its_ladder(name, mode, knobs):
+    diff = differences(name, knobs, mode, OTHER_SETTINGS, seed=29)
+    assert not diff, f"{name} {mode} {knobs}: {len(diff)} of {OTHER_SETTINGS} verdicts differ, first {diff[:3]}"
+
+
+def tensors_of(batch: Batch) -> dict[str, torch.Tensor]:
+    """Every tensor a decision reads from ``batch`` (its rows, drafts, uniforms and extras), copied."""
+    found = {"drafts": batch.drafts, "num_drafts": batch.num_drafts, "accept_u": batch.accept_u,
+             "draw_u": batch.draw_u, "target": batch.target.source}
+    for key, rows in (("draft_logits", batch.draft_logits), ("draft_probs", batch.draft_probs),
+                      *batch.extras.items()):
+        if rows is not None:
+            found[key] = getattr(rows, "source", rows)
+    return {key: value.clone() for key, value in found.items()}
+
+
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_a_decision_leaves_its_batch_unchanged(name, mode, heads):
+    """Rules work in place on the rows they gather: the engine's logits, the drafter's rows and the uniforms must come
+    out of a decision as they went in, and a second decision of the same batch (its cached reductions reused) must
+    decide the same. Sampling runs with top-k and top-p, whose cuts write into the tempered copy."""
+    from relaxbench.benchmarks.op_count import random_batch
+
+    policy = bound(make_policy(name, {"head": heads[name], "tau": 0.5} if name in heads else None), 200)
+    settings = SamplingParams(0.8, top_k=50, top_p=0.9) if mode == "sampling" else None
+    for engine_q in ((False, True) if mode == "sampling" and policy.needs & {Need.DRAFT_PROBS,
+                                                                             Need.DRAFT_PROBS_IF_ANY} else (False,)):
+        batch = random_batch(policy, 6, 4, 200, sampling=mode == "sampling", settings=settings, engine_q=engine_q,
+                             generator=torch.Generator().manual_seed(3), hidden={"target": HIDDEN, "draft": HIDDEN})
+        before = tensors_of(batch)
+        first = policy.decide(batch).to_host()
+        for key, value in tensors_of(batch).items():
+            assert torch.equal(value, before[key]), f"{name} {mode}: the decision changed the batch's {key!r}"
+        cached = cached_reductions(batch)  # what the first decision computed and the batch keeps
+        assert policy.decide(batch).to_host() == first, f"{name} {mode}: a second decision of the batch differs"
+        for key, value in cached.items():
+            assert torch.equal(getattr(batch, key), value), f"{name} {mode}: a decision changed the cached {key!r}"
+
+
+def cached_reductions(batch: Batch) -> dict[str, torch.Tensor]:
+    """The batch's cached tensor properties (``p``, ``q``, the draft rows, ...), copied."""
+    inputs = tensors_of(batch).keys()
+    return {key: value.clone() for key, value in vars(batch).items()
+            if isinstance(value, torch.Tensor) and key not in inputs}
+
+
 @pytest.mark.parametrize("name,mode", ORACLE_CASES, ids=[f"{n}-{m}" for n, m in ORACLE_CASES])
 def test_batched_rule_equals_the_oracle_at_qwens_vocabulary(name, mode, heads):
     knobs = settings_of(name, mode, heads)[0]

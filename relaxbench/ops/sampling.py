@@ -36,10 +36,11 @@ def process_logits(logits: torch.Tensor, params: SamplingParams, top_p_first: bo
 
 
 def _top_k_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Keep the tokens whose logit is at least the k-th largest (ties with the k-th stay)."""
+    """Keep the tokens whose logit is at least the k-th largest (ties with the k-th stay). The cuts write into
+    ``logits`` (the tempered copy ``process_logits`` made), so a full-vocabulary row is not allocated again."""
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = logits.masked_fill_(logits < kth, float("-inf"))
     return logits
 
 
@@ -49,9 +50,9 @@ def _top_p_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        logits = logits.masked_fill_(drop, float("-inf"))
     return logits
 
 
@@ -124,16 +125,16 @@ def _top_k_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Te
     active = sampled & (settings.top_k > 0) & (settings.top_k < vocab)
     ordered = torch.sort(logits, dim=-1, descending=True).values
     kth = ordered.gather(-1, (settings.top_k - 1).clamp(0, vocab - 1).unsqueeze(-1))
-    return logits.masked_fill(active.unsqueeze(-1) & (logits < kth), float("-inf"))
+    return logits.masked_fill_(active.unsqueeze(-1) & (logits < kth), float("-inf"))
 
 
 def _top_p_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Tensor) -> torch.Tensor:
     active = sampled & (settings.top_p < 1.0)
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     sorted_probs = torch.softmax(sorted_logits, dim=-1)
-    drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= settings.top_p.unsqueeze(-1)
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(active.unsqueeze(-1) & drop, float("-inf"))
+    drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= settings.top_p.unsqueeze(-1)
+    drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+    return logits.masked_fill_(drop.logical_and_(active.unsqueeze(-1)), float("-inf"))
 
 
 def probs_rows(logits: torch.Tensor, settings: BatchSampling, top_p_first: bool = False) -> torch.Tensor:

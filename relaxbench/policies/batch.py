@@ -270,7 +270,7 @@ class Batch:
         temperature = self.sampling.take(rows.row_owner(self.valid)).temperature if self.sampling.uniform is None else \
             torch.full((int(rows.source.shape[0]),), self.sampling.uniform.temperature, device=self.device)
         scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).unsqueeze(-1)
-        return torch.log(rows.source.float()) * scale
+        return torch.log(rows.source.float()).mul_(scale)
 
     # -- building -------------------------------------------------------------------------------------------------
     @classmethod

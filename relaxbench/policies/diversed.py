@@ -84,7 +84,7 @@ class Diversed(VerificationPolicy):
         def residual(n: torch.Tensor) -> torch.Tensor:
             position = n.clamp_max(batch.width - 1)
             p = batch.p_at(position)
-            weights = (p - batch.q_at(position)).clamp_min(0)
+            weights = (p - batch.q_at(position)).clamp_min_(0)
             total = weights.sum(dim=-1, keepdim=True)
             return torch.where(total > TINY, weights / total, p)
 

@@ -46,7 +46,7 @@ def top3_entropy(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     top = top_values(logits, 3)
     row_max = top[:, 0]
-    total = (logits - row_max.unsqueeze(-1)).exp().sum(dim=-1, dtype=torch.float64)
+    total = (logits - row_max.unsqueeze(-1)).exp_().sum(dim=-1, dtype=torch.float64)
     log_p = top.double() - (row_max.double() + total.log()).unsqueeze(-1)  # log-normaliser = max + ln Σ e^(z − max)
     return -(log_p.exp() * log_p).sum(dim=-1)
 

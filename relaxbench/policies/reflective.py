@@ -45,6 +45,7 @@ import torch
 from pydantic import Field
 
 from relaxbench.errors import ConfigError
+from relaxbench.ops.reductions import argmax
 from relaxbench.ops.sampling import probs_rows
 from relaxbench.policies.base import (
     Batch,
@@ -109,9 +110,9 @@ class ReflectiveVerification(VerificationPolicy):
         extra = batch.extras["extra_logits"]
         rows = extra.index[:, -1] - extra.index[:, 0] + 1  # [B] each request's extra rows (its index is clamped)
         prompt = rows - batch.num_drafts
-        reflective = extra.source[extra.index[requests, prompt[requests] - 1 + positions]]
-        original = batch.target.source[batch.target_rows_of_pairs()]
-        return torch.add((1 - alpha) * original.float(), reflective.float(), alpha=alpha)
+        reflective = extra.source.index_select(0, extra.index[requests, prompt[requests] - 1 + positions])
+        original = batch.target_draft_rows  # shared with other readers: scaled into a new tensor, then added in place
+        return original.float().mul(1 - alpha).add_(reflective.float(), alpha=alpha)
 
     def judge(self, batch: Batch) -> Judgement:
         if self.knobs.alpha == 0:
@@ -121,7 +122,7 @@ class ReflectiveVerification(VerificationPolicy):
 
     def greedy(self, batch: Batch, fused: torch.Tensor) -> Judgement:
         """Accept the target's argmax or the fused logits' argmax; the correction is the target's argmax."""
-        return greedy_judgement(batch, batch.per_position(fused.argmax(dim=-1), -1) == batch.drafts)
+        return greedy_judgement(batch, batch.per_position(argmax(fused), -1) == batch.drafts)
 
     def sampled(self, batch: Batch, fused: torch.Tensor | None) -> Judgement:
         """Accept iff ``u·q(d) < max(p, π)(d)``, π the fused distribution after the run's settings; residual

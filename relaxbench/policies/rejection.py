@@ -37,7 +37,7 @@ def residual_weights(pi: torch.Tensor, q: torch.Tensor | None, drafts: torch.Ten
     """[B, V] ``norm((π − q)+)`` of one row per request (``q`` None: point-mass drafts, ``drafts`` [B] removed);
     where the residual has no mass (a rejection of probability 0, reachable only through rounding), ``π`` itself."""
     if q is not None:
-        residual = (pi - q).clamp_min(0)
+        residual = (pi - q).clamp_min_(0)
     else:
         residual = pi.scatter(-1, drafts.unsqueeze(-1), 0.0)
     total = residual.sum(dim=-1, keepdim=True)

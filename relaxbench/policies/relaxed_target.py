@@ -147,7 +147,7 @@ class SpecCascadeOpt(RelaxedTarget):
         if self.knobs.alpha == -math.inf:
             return torch.zeros(batch.total_drafts, dtype=torch.bool, device=batch.device)
         p, q = pair_rows(batch)
-        tv = (p - q).clamp_min(0).sum(dim=-1)
+        tv = (p - q).clamp_min_(0).sum(dim=-1)
         return ~(q.amax(dim=-1) < p.amax(dim=-1) - self.knobs.alpha * tv)
 
     def relaxed_target(self, batch):
@@ -181,8 +181,8 @@ class SpecCascadeToken(RelaxedTarget):
                 return (finite > -math.inf).float()
             # the single argmax of the finite logits (first index on ties), as the reference
             top_value, top_index = row_max(finite)
-            return torch.zeros_like(finite).scatter(-1, top_index.unsqueeze(-1),
-                                                    torch.isfinite(top_value).unsqueeze(-1).float())
+            return finite.zero_().scatter_(-1, top_index.unsqueeze(-1),  # the copy reused for the indicator
+                                           torch.isfinite(top_value).unsqueeze(-1).float())
         # z >= max z + ln(1 − α) on the raw row: a NaN or +inf maximum makes T empty (as the reference's
         # finite & (z >= bound)); with a finite maximum, -inf logits fail the bound
         top_value = logits.amax(dim=-1, keepdim=True)
@@ -193,7 +193,7 @@ class SpecCascadeToken(RelaxedTarget):
         top = self.top_set(batch.target.source)
         pair_top = top.index_select(0, batch.target_rows_of_pairs())
         q = batch.q.index_select(0, batch.q_rows_of_pairs())
-        eta = (q * (1 - pair_top)).sum(dim=-1)  # q where outside T, exactly 0 inside (q is finite)
+        eta = (1 - pair_top).mul_(q).sum(dim=-1)  # q where outside T, exactly 0 inside (q is finite)
         return top, batch.per_position(eta)
 
     def relaxed_target(self, batch):
@@ -218,11 +218,11 @@ def divergence(p: torch.Tensor, q: torch.Tensor, kind: str) -> torch.Tensor:
     """JS(p, q) or KL(p‖q) in nats along the last dimension (0·log 0 = 0; q = 0 under p > 0 counts as the smallest
     float, as the reference does)."""
     def plogr(a: torch.Tensor, log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:  # Σ a·(log a − log b)
-        return (a * log_a.sub_(log_b)).sum(dim=-1)
+        return log_a.sub_(log_b).mul_(a).sum(dim=-1)  # in place on log_a: the same products, no [T, V] allocation
 
     if kind == "kl":
         return plogr(p, safe_log(p), safe_log(q))
-    log_m = safe_log(0.5 * (p + q))
+    log_m = (p + q).mul_(0.5).clamp_min_(torch.finfo(p.dtype).tiny).log_()  # safe_log(0.5·(p + q)), in place
     return 0.5 * (plogr(p, safe_log(p), log_m) + plogr(q, safe_log(q), log_m))
 
 
@@ -292,9 +292,9 @@ class SpeculativeContrastive(RelaxedTarget):
         # a draft vocabulary padded to the target's width has -inf columns: a non-finite z_q takes the row's
         # smallest finite one (raised to it by a maximum: float operations only, no mask)
         lowest = z_q.nan_to_num(math.inf, math.inf, math.inf).amin(dim=-1, keepdim=True)
-        z_q = torch.maximum(z_q.nan_to_num(-math.inf, -math.inf, -math.inf), lowest)
+        z_q = torch.maximum(z_q.nan_to_num_(-math.inf, -math.inf, -math.inf), lowest, out=z_q)
         # log of the support p > 0: 0 on it, -inf off it (p >= 0), added to the scores instead of a masked fill
-        log_support = batch.p.index_select(0, rows).sign().log()
+        log_support = batch.p.index_select(0, rows).sign_().log_()
         shared = batch.sampling.uniform
         if shared is not None:
             temperature = shared.temperature
@@ -302,8 +302,9 @@ class SpeculativeContrastive(RelaxedTarget):
             temperature = batch.sampling.temperature[batch.pairs[0]].unsqueeze(-1)
         if self.knobs.alpha > 0:
             implausible = ~(z_p >= z_p.amax(dim=-1, keepdim=True) + temperature * math.log(self.knobs.alpha))
-            log_support = log_support.masked_fill(implausible, -math.inf)
-        scores = ((1 + self.knobs.beta) * z_p - self.knobs.beta * z_q) / temperature
-        pi = torch.softmax(scores + log_support, dim=-1)  # [T, V]
+            log_support = log_support.masked_fill_(implausible, -math.inf)
+        # ((1 + β)·z_p − β·z_q) / T + log support, in place on the rows gathered above (the same float operations)
+        scores = z_p.mul_(1 + self.knobs.beta).sub_(z_q.mul_(self.knobs.beta)).div_(temperature).add_(log_support)
+        pi = torch.softmax(scores, dim=-1)  # [T, V]
         pi_d = batch.per_position(pi.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1))
         return pi_d, lambda n: pi.index_select(0, at_positions(batch.pair_of, n))

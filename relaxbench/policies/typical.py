@@ -26,6 +26,7 @@ import math
 import torch
 from pydantic import Field
 
+from relaxbench.ops.sampling import probs_rows
 from relaxbench.policies.base import Batch, Fidelity, Judgement, Modes, Origin, VerificationPolicy, register_policy
 from relaxbench.policies.greedy import argmax_next, greedy_judgement
 from relaxbench.policies.verdict import by_mode
@@ -37,7 +38,7 @@ LADDER = {"epsilon": (math.inf, 0.3, 0.09, 0.02, 0.0), "delta": (math.inf, 1.0, 
 
 def medusa_entropy(probs: torch.Tensor) -> torch.Tensor:
     """[N] ``−Σ p·ln(p + 1e-5)`` of each row of ``probs`` [N, V] (Medusa's entropy; float32)."""
-    return -(probs * torch.add(probs, MEDUSA_LOG_EPSILON).log_()).sum(dim=-1)
+    return -torch.add(probs, MEDUSA_LOG_EPSILON).log_().mul_(probs).sum(dim=-1)  # the same products, in place
 
 
 def medusa_accepts(batch: Batch, probs: torch.Tensor, epsilon: float, delta: float) -> torch.Tensor:
@@ -72,7 +73,9 @@ class TypicalAcceptance(VerificationPolicy):
 
     def sampled(self, batch: Batch) -> Judgement:
         """softmax(z / T) (the temperature only), the floor test at every position, the argmax next."""
-        tempered = batch.tempered.index_select(0, batch.target_rows_of_pairs())
+        # the T rows of the draft positions only (a row's softmax is its own: the same values as batch.tempered's)
+        settings = batch.sampling if batch.sampling.uniform is not None else batch.sampling.take(batch.pairs[0])
+        tempered = probs_rows(batch.target_draft_rows, settings.tempered())
         accept = medusa_accepts(batch, tempered, self.knobs.epsilon, self.knobs.delta)
         return Judgement(accept, accept & ~batch.matches, argmax_next(batch))
 
