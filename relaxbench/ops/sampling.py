@@ -49,7 +49,7 @@ def _top_p_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     always stays."""
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1, out=sorted_logits)  # sort's own copy
         drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= params.top_p
         drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
         logits = logits.masked_fill_(drop, float("-inf"))
@@ -59,7 +59,18 @@ def _top_p_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Row-wise distribution for ``logits`` [..., V]: the softmax of ``process_logits`` (greedy → plain softmax,
     temperature 1, no truncation)."""
-    return torch.softmax(process_logits(logits, params), dim=-1)
+    return softmax_of_processed(process_logits(logits, params), logits)
+
+
+def softmax_of_processed(processed: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """The softmax of ``processed`` (``logits`` after processing) along its rows. When processing made a copy (a
+    temperature, a cut, a cast), the softmax is written over that copy: the same values (the kernel reads each
+    value before it writes it), and one full-vocabulary tensor fewer to allocate, which at a real vocabulary is
+    most of the cost. When processing handed ``logits`` back (greedy), a new tensor: the caller's logits are never
+    written."""
+    if processed.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr():
+        return torch.softmax(processed, dim=-1)
+    return torch.softmax(processed, dim=-1, out=processed)
 
 
 @dataclass(frozen=True)
@@ -131,7 +142,7 @@ def _top_k_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Te
 def _top_p_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Tensor) -> torch.Tensor:
     active = sampled & (settings.top_p < 1.0)
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1, out=sorted_logits)  # sort's own copy
     drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= settings.top_p.unsqueeze(-1)
     drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
     return logits.masked_fill_(drop.logical_and_(active.unsqueeze(-1)), float("-inf"))
@@ -139,7 +150,7 @@ def _top_p_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Te
 
 def probs_rows(logits: torch.Tensor, settings: BatchSampling, top_p_first: bool = False) -> torch.Tensor:
     """The softmax of ``process_rows``: each row's distribution under its own settings."""
-    return torch.softmax(process_rows(logits, settings, top_p_first), dim=-1)
+    return softmax_of_processed(process_rows(logits, settings, top_p_first), logits)
 
 
 SAMPLE_CHUNK = 1024  # vocabulary slice of the two-level inverse-CDF draw

@@ -305,6 +305,6 @@ class SpeculativeContrastive(RelaxedTarget):
             log_support = log_support.masked_fill_(implausible, -math.inf)
         # ((1 + β)·z_p − β·z_q) / T + log support, in place on the rows gathered above (the same float operations)
         scores = z_p.mul_(1 + self.knobs.beta).sub_(z_q.mul_(self.knobs.beta)).div_(temperature).add_(log_support)
-        pi = torch.softmax(scores, dim=-1)  # [T, V]
+        pi = torch.softmax(scores, dim=-1, out=scores)  # [T, V], over the scores (this rule's own rows)
         pi_d = batch.per_position(pi.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1))
         return pi_d, lambda n: pi.index_select(0, at_positions(batch.pair_of, n))
