@@ -41,7 +41,8 @@ def residual_weights(pi: torch.Tensor, q: torch.Tensor | None, drafts: torch.Ten
     else:
         residual = pi.scatter(-1, drafts.unsqueeze(-1), 0.0)
     total = residual.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, residual / total, pi / pi.sum(dim=-1, keepdim=True))
+    # normalised in place, and the fallback written over it: the residual is this function's own tensor
+    return torch.where(total > 0, residual.div_(total), pi / pi.sum(dim=-1, keepdim=True), out=residual)
 
 
 def draw_after(batch: Batch, residual: RowsAt, bonus: RowsAt) -> Callable[[torch.Tensor], torch.Tensor]:
