@@ -63,7 +63,8 @@ class Diversed(VerificationPolicy):
     def greedy(self, batch: Batch) -> Judgement:
         w = self.knobs.assistant_ensemble_weight
         p = torch.softmax(batch.target_draft_rows.float(), dim=-1)  # [T, V]
-        q = torch.softmax(batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs()), dim=-1)
+        q_rows = batch.draft_logit_rows.index_select(0, batch.q_rows_of_pairs())
+        q = torch.softmax(q_rows, dim=-1, out=q_rows)  # over the gathered copy
         picked = batch.per_position(argmax(p.mul_(w).add_(q.mul_(1.0 - w))))  # [B, K] the mixture's argmax (in place)
         accept = batch.drafts == picked
         bonus = batch.target_argmax.gather(1, batch.num_drafts.unsqueeze(-1)).squeeze(-1)

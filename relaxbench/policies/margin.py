@@ -34,7 +34,7 @@ import torch
 from pydantic import Field
 
 from relaxbench.ops.reductions import top_values
-from relaxbench.ops.sampling import process_rows
+from relaxbench.ops.sampling import process_rows, softmax_of_processed
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
 from relaxbench.policies.greedy import greedy_judgement
@@ -88,10 +88,10 @@ class Margin(VerificationPolicy):
         accepted and any other rejected; else ``u ≤ min(1, p(d)/q(d))``. At a gated rejection the next token comes
         from the full p; at a ratio rejection from p with the draft's mass reduced to max(0, p − q)."""
         processed = process_rows(batch.target.source, batch.row_sampling, top_p_first=True)
-        p = torch.softmax(processed, dim=-1)
         # the gate and the top two at the draft positions only (the bonus rows are never tested)
         drafts_processed = processed.index_select(0, batch.target_rows_of_pairs())
-        values, indices = torch.topk(drafts_processed, min(2, int(processed.shape[-1])), dim=-1)
+        p = softmax_of_processed(processed, batch.target.source)  # over the processed copy, read above
+        values, indices = torch.topk(drafts_processed, min(2, int(drafts_processed.shape[-1])), dim=-1)
         gate = batch.per_position(mars_gate(values, self.knobs.theta, self.knobs.positive_top_only), False)
         top2 = batch.per_position(indices, -1)  # [B, K, 2]
         in_top2 = (top2 == batch.drafts.unsqueeze(-1)).any(dim=-1)

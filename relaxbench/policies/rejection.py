@@ -47,10 +47,12 @@ def residual_weights(pi: torch.Tensor, q: torch.Tensor | None, drafts: torch.Ten
 
 def draw_after(batch: Batch, residual: RowsAt, bonus: RowsAt) -> Callable[[torch.Tensor], torch.Tensor]:
     """n → one token per request: drawn from ``residual(n)`` (already normalised) where n < k, else from
-    ``bonus(n)``, with the request's draw uniform."""
+    ``bonus(n)``, with the request's draw uniform. ``residual(n)`` returns rows of its own (a new tensor, as every
+    residual here does): the bonus rows are written over them."""
     def next_token(n: torch.Tensor) -> torch.Tensor:
         at_bonus = (n >= batch.num_drafts).unsqueeze(-1)
-        return sample_rows(torch.where(at_bonus, bonus(n), residual(n)), batch.draw_u)
+        rows = residual(n)
+        return sample_rows(torch.where(at_bonus, bonus(n), rows, out=rows), batch.draw_u)
 
     return next_token
 
