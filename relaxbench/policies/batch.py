@@ -200,6 +200,14 @@ class Batch:
         return self.sampling.take(self.target.row_owner(own))
 
     @cached_property
+    def pair_sampling(self) -> BatchSampling:
+        """The settings of each real draft position's request (T entries; the batch's own when every request shares
+        one): what a rule that processes the T draft rows alone reads."""
+        if self.sampling.uniform is not None:
+            return self.sampling
+        return self.sampling.take(self.pairs[0])
+
+    @cached_property
     def p(self) -> torch.Tensor:
         """[N, V] each target row's distribution after its request's temperature, top-k and top-p (softmax of the
         raw logits for greedy requests)."""

@@ -131,9 +131,7 @@ class ReflectiveVerification(VerificationPolicy):
         if fused is None:
             pi_d = p_d
         else:
-            requests = batch.pairs[0]
-            settings = batch.sampling if batch.sampling.uniform is not None else batch.sampling.take(requests)
-            pi = probs_rows(fused, settings)
+            pi = probs_rows(fused, batch.pair_sampling)
             rescued = batch.per_position(pi.gather(-1, batch.drafts[batch.pairs].unsqueeze(-1)).squeeze(-1))
             pi_d = torch.maximum(p_d, rescued)
         return rejection_judgement(batch, pi_d, batch.p_at, batch.p_at,

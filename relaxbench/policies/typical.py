@@ -74,8 +74,7 @@ class TypicalAcceptance(VerificationPolicy):
     def sampled(self, batch: Batch) -> Judgement:
         """softmax(z / T) (the temperature only), the floor test at every position, the argmax next."""
         # the T rows of the draft positions only (a row's softmax is its own: the same values as batch.tempered's)
-        settings = batch.sampling if batch.sampling.uniform is not None else batch.sampling.take(batch.pairs[0])
-        tempered = probs_rows(batch.target_draft_rows, settings.tempered())
+        tempered = probs_rows(batch.target_draft_rows, batch.pair_sampling.tempered())
         accept = medusa_accepts(batch, tempered, self.knobs.epsilon, self.knobs.delta)
         return Judgement(accept, accept & ~batch.matches, argmax_next(batch))
 
