@@ -508,8 +508,10 @@ def test_a_non_editable_install_has_the_template(tmp_path: Path):
     """Build the wheel from a copy of the source tree, install it into a bare folder and render from there."""
     root = Path(__file__).parent.parent
     source = tmp_path / "src"
-    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "reports", "build",
-                                                                "*.egg-info", "__pycache__", ".pytest_cache"))
+    # hidden folders (.git, the virtual environments, caches) and outputs are not source: copying .venv-vllm alone
+    # would write gigabytes
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".*", "runs", "reports", "build", "dist", "heads",
+                                                                "gpu-results*", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "wheel"), str(source)], check=True, capture_output=True, timeout=300)
     wheel = next((tmp_path / "wheel").glob("relaxbench-*.whl"))
