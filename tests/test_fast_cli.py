@@ -74,10 +74,15 @@ def test_listing_tasks_imports_only_the_prompt_template_engine():
 
 
 @pytest.fixture
-def registries():
-    """The live registries in this process, so ``main`` here answers from them and not from the catalog."""
+def registries(monkeypatch):
+    """The live registries in this process, so ``main`` here answers from them and not from the catalog; without
+    the vLLM engine's own arms, which an earlier test in this process may have registered and a fresh interpreter
+    does not know (restored afterwards)."""
     import relaxbench.decoding.drafters  # noqa: F401
-    import relaxbench.policies  # noqa: F401
+    from relaxbench.policies import POLICIES
+
+    monkeypatch.setattr(POLICIES, "_items", {name: cls for name, cls in POLICIES._items.items()
+                                              if cls.__module__ != "relaxbench.integrations.vllm_native"})
 
 
 @pytest.mark.parametrize("kind", ["policies", "drafters", "metrics", "graders", "judges", "modules"])
