@@ -28,7 +28,7 @@ from relaxbench.ops.sampling import sample_rows
 from relaxbench.policies.batch import Batch
 from relaxbench.policies.verdict import Judgement
 
-__all__ = ["draw_after", "rejection_judgement", "residual_weights"]
+__all__ = ["draw_after", "draw_at", "rejection_judgement", "residual_weights"]
 
 RowsAt = Callable[[torch.Tensor], torch.Tensor]  # positions n [B] -> one row per request [B, V]
 
@@ -47,14 +47,16 @@ def residual_weights(pi: torch.Tensor, q: torch.Tensor | None, drafts: torch.Ten
 
 def draw_after(batch: Batch, residual: RowsAt, bonus: RowsAt) -> Callable[[torch.Tensor], torch.Tensor]:
     """n → one token per request: drawn from ``residual(n)`` (already normalised) where n < k, else from
-    ``bonus(n)``, with the request's draw uniform. ``residual(n)`` returns rows of its own (a new tensor, as every
-    residual here does): the bonus rows are written over them."""
-    def next_token(n: torch.Tensor) -> torch.Tensor:
-        at_bonus = (n >= batch.num_drafts).unsqueeze(-1)
-        rows = residual(n)
-        return sample_rows(torch.where(at_bonus, bonus(n), rows, out=rows), batch.draw_u)
+    ``bonus(n)``, with the request's draw uniform."""
+    return lambda n: draw_at(batch, n, residual(n), bonus(n))
 
-    return next_token
+
+def draw_at(batch: Batch, n: torch.Tensor, residual_rows: torch.Tensor, bonus_rows: torch.Tensor) -> torch.Tensor:
+    """One token per request: from its ``residual_rows`` row where n < k, else from its ``bonus_rows`` row.
+    ``residual_rows`` is the caller's own tensor (a new one, as every residual here is): the bonus rows are written
+    over it."""
+    at_bonus = (n >= batch.num_drafts).unsqueeze(-1)
+    return sample_rows(torch.where(at_bonus, bonus_rows, residual_rows, out=residual_rows), batch.draw_u)
 
 
 def rejection_judgement(
@@ -75,10 +77,14 @@ def rejection_judgement(
         accept = accept | relax(accept)
     relaxed = accept & ~(scaled < strict_p) if strict_p is not None else torch.zeros_like(accept)
 
-    def residual(n: torch.Tensor) -> torch.Tensor:
+    bonus_is_pi = bonus == pi_residual  # strict speculative sampling, FLy, …: the π rows at n = k are the bonus rows
+
+    def next_token(n: torch.Tensor) -> torch.Tensor:
         position = n.clamp_max(batch.width - 1)
         q = None if point_mass else batch.q_at(position)
-        return residual_weights(pi_residual(n), q, drafts.gather(1, position.unsqueeze(-1)).squeeze(-1))
+        pi = pi_residual(n)
+        rows = residual_weights(pi, q, drafts.gather(1, position.unsqueeze(-1)).squeeze(-1))
+        return draw_at(batch, n, rows, pi if bonus_is_pi else bonus(n))  # one gather of π's rows, not two
 
     # a bonus from the batch's processed p is the plain step's draw for a request with no drafts
-    return Judgement(accept, relaxed, draw_after(batch, residual, bonus), plain_when_empty=bonus == batch.p_at)
+    return Judgement(accept, relaxed, next_token, plain_when_empty=bonus == batch.p_at)
