@@ -38,7 +38,7 @@ from relaxbench.ops.sampling import process_rows, softmax_of_processed
 from relaxbench.policies.base import (Batch, Fidelity, Judgement, Modes, Need, Origin, VerificationPolicy,
                                       register_policy)
 from relaxbench.policies.greedy import greedy_judgement
-from relaxbench.policies.rejection import draw_after
+from relaxbench.policies.rejection import draw_at
 from relaxbench.validation import Flag, Number, Spec
 
 MARS_GREEDY_TEMPERATURE = 1e-5  # eagenerate: temperature <= 1e-5 runs without a logits processor (exact match)
@@ -109,15 +109,14 @@ class Margin(VerificationPolicy):
         def row_at(n: torch.Tensor) -> torch.Tensor:
             return p.index_select(0, rows.gather(1, n.unsqueeze(-1)).squeeze(-1))
 
-        def residual(n: torch.Tensor) -> torch.Tensor:
-            row = row_at(n)
+        def next_token(n: torch.Tensor) -> torch.Tensor:
+            row = row_at(n)  # p's row at n: the residual's base, and the bonus row where n = k
             at = n.clamp_max(batch.width - 1).unsqueeze(-1)
             reduced = (p_d.gather(1, at) - q_d.gather(1, at)).clamp_min(0).float()
             trimmed = row.scatter(-1, batch.drafts.gather(1, at), reduced)
-            return torch.where(full_row.gather(1, at), row, trimmed)
+            return draw_at(batch, n, torch.where(full_row.gather(1, at), row, trimmed), row)
 
-        return Judgement(accept, gate & in_top2 & ~passes,
-                         draw_after(batch, residual, row_at))
+        return Judgement(accept, gate & in_top2 & ~passes, next_token)
 
 
 def top2_ratio_accepts(batch: Batch, theta: float) -> torch.Tensor:
