@@ -88,7 +88,7 @@ def test_kept_memory_is_reused_without_page_faults_where_the_default_faults_it_i
 def test_bad_flags_are_one_line_errors(capsys):
     from relaxbench.cli import main
 
-    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"]):
+    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"], ["--profile", "0"]):
         assert main(["bench", "verify", "--quick", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
@@ -96,6 +96,36 @@ def test_bad_flags_are_one_line_errors(capsys):
         main(["bench", "verify", "--quick", "--allocator", "tcmalloc"])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.count("\n") == 1 and "choose from 'kept', 'system'" in err
+
+
+def test_the_profile_ranks_each_rules_operations_by_their_share_of_the_step():
+    policies = vb.bench_policies(["exact", "fly"], None, 64)
+    everything = vb.profile_verify(policies, ("greedy",), batch=4, ks=(4,), vocabs=(64,), repeats=2, top=1000)
+    by_rule: dict[str, list[vb.KernelShare]] = {}
+    for share in everything:
+        by_rule.setdefault(share.rule, []).append(share)
+    assert set(by_rule) == {vb.BARE, "exact", "fly"}
+    for rule, shares in by_rule.items():
+        times = [s.us for s in shares]
+        assert times == sorted(times, reverse=True), rule  # heaviest first
+        assert sum(times) == pytest.approx(shares[0].step_us), rule  # every operation listed: they are the step
+        assert all(s.shape == vb.Shape("greedy", 4, 4, 64) and s.calls > 0 for s in shares)
+    ops = {rule: {s.op: s.calls for s in shares} for rule, shares in by_rule.items()}
+    assert ops["exact"]["max"] == 1 and ops[vb.BARE]["max"] == 1  # one argmax reduction of every row per step
+    assert "exp_" in ops["fly"] and "exp_" not in ops["exact"]  # FLy's entropy gate: a pass exact does not make
+    rows = int(random_step(4, 4, 64, sampling=False, seed=4).target.source.shape[0])  # the profiled step: B + Σ k_i
+    assert next(s.inputs for s in by_rule["exact"] if s.op == "max") == f"{rows}×64"
+    top_two = vb.profile_verify(policies, ("greedy",), batch=4, ks=(4,), vocabs=(64,), repeats=1, top=2)
+    assert Counter(s.rule for s in top_two) == {vb.BARE: 2, "exact": 2, "fly": 2}
+
+
+def test_the_profile_flag_prints_its_table_without_the_profilers_own_lines():
+    """In a subprocess: the profiler's native library writes to the process's stderr, which the bench silences."""
+    done = subprocess.run([sys.executable, "-m", "relaxbench", "bench", "verify", "--quick", "--policy", "exact",
+                           "--profile", "2"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "where a step goes: B=4, V=64, k=4" in done.stdout and "operation" in done.stdout
+    assert "profiler_start" not in done.stderr and "USDT" not in done.stderr
 
 
 class SyncingRule(VerificationPolicy):

@@ -26,11 +26,14 @@ every step of the group in turn, so drift on a shared machine hits them alike.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +302,90 @@ def _count_and_prepare(bench: VerifyBench, policies: dict[str, VerificationPolic
                              lambda p=policy, b=timed, g=generator, o=out: per_request_step(p, b, g, o)))
         del full_step
     return work
+
+
+# -- where a step goes -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelShare:
+    """One aten operation's share of a rule's step: its self time per step (host time on a CPU, device time on
+    CUDA) over the profiled decisions, with the input shapes it ran on."""
+
+    rule: str
+    mode: str
+    shape: Shape
+    op: str
+    inputs: str
+    calls: float  # per step
+    us: float  # per step
+    step_us: float  # the profiled step's total self time, every operation
+
+
+def profile_verify(policies: dict[str, VerificationPolicy], modes: Sequence[str], batch: int, ks: Sequence[int],
+                   vocabs: Sequence[int], repeats: int, top: int, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> list[KernelShare]:
+    """The ``top`` aten operations by self time of every rule's decision (and the bare reference's) at B =
+    ``batch``, on the same random steps the timing uses, under ``torch.profiler`` (CPU activity, and CUDA's on a
+    GPU): where a step's time goes, which the timing tables cannot say (an operation count weighs a 5 µs index
+    and a 200 µs full-vocabulary pass alike). Run apart from the timed repeats, so the profiler's own cost touches
+    no timing."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.device(device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    out: list[KernelShare] = []
+    pairs = decision_modes(policies, modes)
+    for vocab in vocabs:
+        for k in ks:
+            base = random_step(batch, k, vocab, sampling=False, device=device, dtype=dtype, seed=batch)
+            for mode in sorted({m for _, m in pairs}):
+                step = base.in_mode(mode == "sampling")
+                shape = Shape(mode, batch, k, vocab)
+                runs: list[tuple[str, Callable[[], object]]] = [(BARE, lambda s=step: bare_exact_match(s).tolist())]
+                for name, m in pairs:
+                    if m == mode:
+                        runs.append((name, partial(decided, policies[name], batch_for(policies[name], step))))
+                for rule, run in runs:
+                    run()  # warm: the first call pays one-time costs the profile would blame on the rule
+                    with native_stderr_silenced(), profile(activities=activities, record_shapes=True) as prof:
+                        for _ in range(repeats):
+                            run()
+                    out.extend(_top_kernels(prof.key_averages(group_by_input_shape=True), rule, mode, shape,
+                                            repeats, top, cuda))
+    return out
+
+
+@contextmanager
+def native_stderr_silenced():
+    """The process's file descriptor 2 pointed at the null device for the block: the profiler's native library
+    writes a line to it on every start and stop, which would bury the tables. Python exceptions are unaffected (they
+    propagate as objects and are printed after the block, if at all)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _top_kernels(events: Any, rule: str, mode: str, shape: Shape, repeats: int, top: int,
+                 cuda: bool) -> list[KernelShare]:
+    """The ``top`` aten operations of a profile by self time (device time on CUDA), per step."""
+    def self_us(event: Any) -> float:
+        return (event.self_device_time_total if cuda else event.self_cpu_time_total) / repeats
+
+    ops = [e for e in events if e.key.startswith("aten::")]
+    step = sum(self_us(e) for e in ops)
+    ranked = sorted(ops, key=self_us, reverse=True)[:top]
+    return [KernelShare(rule, mode, shape, e.key.removeprefix("aten::"), _shapes(e.input_shapes),
+                        e.count / repeats, self_us(e), step) for e in ranked]
+
+
+def _shapes(inputs: Any) -> str:
+    """The tensor inputs' shapes, as 140×1000 (scalars and empty lists left out)."""
+    return ", ".join("×".join(str(d) for d in dims) for dims in inputs or () if isinstance(dims, list) and dims)
 
 
 # -- targets ----------------------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ def register(bsub: argparse._SubParsersAction) -> None:
                         "frees (as a GPU's caching allocator and vLLM's preloaded tcmalloc do), so a step at a real "
                         "vocabulary times the rule, not the page faults of fresh 32 MiB+ mappings; it never gives "
                         "memory back, so keep --batch to 64 at V = 151,936 on a 24 GiB machine")
+    p.add_argument("--profile", type=int, default=None, metavar="N",
+                   help="after the tables, the N aten operations that take most of each rule's step at the compare "
+                        "batch (torch.profiler, run apart from the timing): where a step's time goes")
     p.set_defaults(handler=run, threads=1)
 
 
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     repeats = args.repeats if args.repeats is not None else quick.get("repeats", 5)
     if repeats < 1:
         raise ConfigError("--repeats must be >= 1")
+    if args.profile is not None and args.profile < 1:
+        raise ConfigError("--profile N: N >= 1 operations per rule")
     for name in args.policy or ():
         POLICIES.get(name)  # an unknown name is a one-line error with a suggestion
     if "none" in (args.policy or ()):
@@ -93,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     misses = vb.misses(bench)
     print_verify(bench, misses, f"{device}, {torch.get_num_threads()} thread(s), {repeats} repeat(s), {allocator}")
     out.print(targets_note(bench), highlight=False)
+    if args.profile is not None:
+        with err.status("bench verify: profiling"):
+            shares = vb.profile_verify(policies, modes, bench.compare_batch, ks, vocabs, repeats, args.profile,
+                                       device)
+        print_profile(shares, f"{device}, {torch.get_num_threads()} thread(s), {repeats} step(s) profiled")
     if misses:
         err.print("relaxbench: bench verify missed:\n  " + "\n  ".join(m.line() for m in misses), highlight=False)
         return 1
@@ -154,3 +164,18 @@ def targets_note(bench) -> str:
         note += (f" B={b} was not run: the time targets were not checked (the columns @{bench.compare_batch} are "
                  "shown, not held).")
     return note
+
+
+def print_profile(shares: Sequence, where: str) -> None:
+    """One table per (V, k): each rule's heaviest operations, the bare reference first."""
+    groups = sorted({(s.shape.vocab, s.shape.k) for s in shares})
+    for vocab, k in groups:
+        rows = [(text(s.rule), text(s.mode), text(s.op), text(s.inputs), figure(f"{s.calls:g}"),
+                 figure(f"{s.us:,.0f}"), figure(f"{s.us / s.step_us:.0%}" if s.step_us else "-"))
+                for s in shares if (s.shape.vocab, s.shape.k) == (vocab, k)]
+        batch = next(s.shape.batch for s in shares if (s.shape.vocab, s.shape.k) == (vocab, k))
+        print_table(table(
+            f"bench-verify-profile-{vocab}-{k}",
+            f"where a step goes: B={batch}, V={vocab:,}, k={k}, {where}; self µs per step",
+            ("rule", "mode", "operation", "inputs", "calls", "µs", "share"), rows,
+            "share: of the step's self time over every aten operation (the profiler's own cost is not in it)"))
