@@ -19,15 +19,15 @@ from scipy import stats
 from scipy.spatial.distance import jensenshannon
 
 from relaxbench.errors import ConfigError
-from relaxbench.ops.reductions import argmax, top_values
+from relaxbench.ops.reductions import argmax, top_groups, top_values
 from relaxbench.ops.sampling import SamplingParams, logits_to_probs
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.base import Batch, Block, Need, PolicyEnv, Outcome
+from relaxbench.policies.base import Batch, Block, Need, Outcome, PolicyEnv
+from relaxbench.policies.fly import top3_entropy, window_candidates
+from relaxbench.policies.reflective import ReflectiveVerification
 from relaxbench.policies.rejection import rejection_judgement
 from relaxbench.policies.strict import lossless_verdict
 from relaxbench.policies.verdict import finish
-from relaxbench.policies.fly import top3_entropy, window_candidates
-from relaxbench.policies.reflective import ReflectiveVerification
 
 GREEDY = SamplingParams()
 
@@ -683,3 +683,20 @@ def test_reductions_break_ties_by_the_first_index_and_repeat_tied_values():
     assert top_values(x, 3).tolist() == [[2.0, -1.0, -1.0], [2.0, 2.0, -1.0], [5.0, 5.0, -1.0]]
     assert top_values(x[:, :2], 3).shape == (3, 2)  # n is capped at V
     assert argmax(x[0]).ndim == 0 and top_values(x.view(3, 1, 5000), 2).shape == (3, 1, 2)
+
+
+@pytest.mark.parametrize("vocab", [7, 64, 100, 1000, 4096, 50257, 151936])
+def test_top_values_are_topks_values_at_every_grouping(vocab):
+    """Whatever the grouping ``top_groups`` picks for V and n (none for a prime-factored V), the values are
+    ``torch.topk``'s: ties repeated (small integers), −inf, and NaN (which topk puts first)."""
+    g = torch.Generator().manual_seed(vocab)
+    rows = torch.randint(-3, 4, (6, vocab), generator=g).float()
+    rows[1, ::2] = -math.inf
+    rows[2, :] = -math.inf
+    rows[3, torch.randint(0, vocab, (2,), generator=g)] = math.nan
+    rows[4] = torch.randn(vocab, generator=g)
+    rows[5, :] = 0.0
+    for n in (1, 2, 3, 10, 48):
+        torch.testing.assert_close(top_values(rows, n), torch.topk(rows, min(n, vocab)).values, rtol=0, atol=0,
+                                   equal_nan=True, msg=lambda m, n=n: f"n={n}, groups={top_groups(vocab, n)}: {m}")
+    assert top_groups(151_936, 3) == 16 and top_groups(1_000, 10) == 10 and top_groups(50_257, 2) == 1
