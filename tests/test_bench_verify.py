@@ -128,6 +128,18 @@ def test_the_profile_flag_prints_its_table_without_the_profilers_own_lines():
     assert "profiler_start" not in done.stderr and "USDT" not in done.stderr
 
 
+def test_a_repeat_times_every_batched_decision_before_any_per_request_loop():
+    """The rules and the bare reference they are held to are timed alike: each step's reference, then its rules, in
+    the order built; the per-request loops after all of them, in theirs."""
+    shape = vb.Shape("greedy", 64, 4, 1000)
+    built = [vb.Cell(name, shape) for name in (vb.BARE, "exact", "per-request exact", "fly", "per-request fly")]
+    built += [vb.Cell(vb.BARE, vb.Shape("sampling", 64, 4, 1000)), vb.Cell("fly", vb.Shape("sampling", 64, 4, 1000))]
+    ordered = [cell for cell, _ in vb.in_timing_order([(cell, lambda: None) for cell in built])]
+    assert [(c.rule, c.shape.mode) for c in ordered] == [
+        (vb.BARE, "greedy"), ("exact", "greedy"), ("fly", "greedy"), (vb.BARE, "sampling"), ("fly", "sampling"),
+        ("per-request exact", "greedy"), ("per-request fly", "greedy")]
+
+
 class SyncingRule(VerificationPolicy):
     """Exact match that reads a value back and grows with the batch: what the bench must catch."""
 
