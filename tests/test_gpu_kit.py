@@ -64,6 +64,9 @@ def test_the_cpu_dry_run_runs_every_step_without_the_packages_the_image_lacks(tm
         assert set(by_batch) == {"1", "4"}, rule
         assert all(c["syncs"] == [] and c["error"] is None and c["ms"] > 0 for c in by_batch.values()), rule
         assert by_batch["1"]["ops"] == by_batch["4"]["ops"] > 0, rule
+    profiled = {(p["rule"], p["mode"]) for p in verify["profile"]}  # where each rule's step goes, at the largest B
+    assert {f"{rule} ({mode})" for rule, mode in profiled if rule != "bare exact-match"} == set(verify["rules"])
+    assert all(p["batch"] == 4 and p["us"] >= 0 and p["host_us"] >= 0 and p["calls"] > 0 for p in verify["profile"])
     tail = done.stdout.strip().splitlines()
     assert "PASS" in done.stdout and tail[-1].startswith(tuple("0123456789"))  # the table, then the count, last
 

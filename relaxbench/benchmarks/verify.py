@@ -328,8 +328,14 @@ class KernelShare:
     op: str
     inputs: str
     calls: float  # per step
-    us: float  # per step
+    us: float  # per step: device time on CUDA, host time on a CPU
     step_us: float  # the profiled step's total self time, every operation
+    host_us: float  # per step, the host's time in the operation (= us on a CPU; on CUDA, launching it)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "mode": self.mode, "batch": self.shape.batch, "k": self.shape.k,
+                "vocab": self.shape.vocab, "op": self.op, "inputs": self.inputs, "calls": self.calls,
+                "us": self.us, "host_us": self.host_us, "share": self.us / self.step_us if self.step_us else None}
 
 
 def profile_verify(policies: dict[str, VerificationPolicy], modes: Sequence[str], batch: int, ks: Sequence[int],
@@ -392,7 +398,7 @@ def _top_kernels(events: Any, rule: str, mode: str, shape: Shape, repeats: int, 
     step = sum(self_us(e) for e in ops)
     ranked = sorted(ops, key=self_us, reverse=True)[:top]
     return [KernelShare(rule, mode, shape, e.key.removeprefix("aten::"), _shapes(e.input_shapes),
-                        e.count / repeats, self_us(e), step) for e in ranked]
+                        e.count / repeats, self_us(e), step, e.self_cpu_time_total / repeats) for e in ranked]
 
 
 def _shapes(inputs: Any) -> str:

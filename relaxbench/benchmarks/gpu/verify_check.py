@@ -6,6 +6,9 @@ rule), and the dispatch-mode counter checks that the operation count does not ch
 Target: at B = 256, k = 4, every rule's step (decision and the verdicts' one host copy) takes at most 1 ms. Beside
 it, the share of one verify forward of the shipped Llama-3.1-8B shape at the same B × (k + 1) tokens on the H200,
 by the analytic roofline (``profiles.analytic``) at a 1,024-token context: what the rule adds to a step it decides.
+And where each rule's step goes at the largest B (``benchmarks.verify.profile_verify``: its heaviest aten operations
+by device time, with the host's time launching them), recorded for the work the target leaves: which passes a fused
+kernel would save and how much of a step is launches.
 """
 
 from __future__ import annotations
@@ -16,12 +19,21 @@ from pathlib import Path
 import torch
 
 from relaxbench.benchmarks.gpu.results import MISS, PASS, StepResult, verdict
-from relaxbench.benchmarks.verify import BARE, Shape, bench_policies, misses, rule_modes, run_verify_bench
+from relaxbench.benchmarks.verify import (
+    BARE,
+    Shape,
+    bench_policies,
+    misses,
+    profile_verify,
+    rule_modes,
+    run_verify_bench,
+)
 from relaxbench.models.random_shapes import random_model
 from relaxbench.profiles.analytic import roofline
 
 STEP_TARGET_S = 1e-3  # every rule's step at the largest batch
 SHARE_MODEL, SHARE_DEVICE, SHARE_CONTEXT = "llama-3.1-8b", "h200", 1024
+PROFILE_TOP, PROFILE_STEPS = 8, 3  # operations kept per rule-mode, steps profiled
 
 
 def analytic_step_s(batch: int, k: int) -> float:
@@ -74,6 +86,11 @@ def verify_check(step: StepResult, device: str, batches: tuple[int, ...], k: int
         step.add(f"{rule} ({mode}): step at B = {largest}",
                  f"{ms:.3f} ms ({top['host_ms']:.3f} ms to issue) = {top['share_of_forward']:.1%} of the "
                  f"{SHARE_MODEL} forward", f"≤ {STEP_TARGET_S * 1e3:g} ms", verdict(ms <= STEP_TARGET_S * 1e3, held))
+    shares = profile_verify(policies, ("greedy", "sampling"), largest, (k,), (vocab,), PROFILE_STEPS, PROFILE_TOP,
+                            device, dtype)
+    step.add(f"profiled at B = {largest}", f"the {PROFILE_TOP} heaviest operations of {len(rule_modes(bench))} "
+                                           f"rule-modes over {PROFILE_STEPS} steps each (in the step's data)")
+    step.data["profile"] = [share.as_dict() for share in shares]
     step.data.update({"batches": list(batches), "k": k, "vocab": vocab, "dtype": str(dtype), "repeats": repeats,
                       "analytic_forward_s": {str(b): s for b, s in forward.items()}, "share_model": SHARE_MODEL,
                       "share_device": SHARE_DEVICE, "share_context": SHARE_CONTEXT, "rules": cells,
