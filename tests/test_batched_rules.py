@@ -17,6 +17,7 @@ batch contract every registered rule keeps.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -89,8 +90,10 @@ SAMPLINGS = [SamplingParams(1.0), SamplingParams(0.7), SamplingParams(1.3, top_k
 
 
 def random_blocks(n: int, mode: str, needs: frozenset, seed: int, vocab: int = 24, max_k: int = 6,
-                  extra_rows: int = 3) -> list[tuple[Block, OracleBlock]]:
-    """``n`` random rounds as (block, oracle block), identically seeded generators on both sides."""
+                  extra_rows: int = 3, samplings: Sequence[SamplingParams] = SAMPLINGS
+                  ) -> list[tuple[Block, OracleBlock]]:
+    """``n`` random rounds as (block, oracle block), identically seeded generators on both sides; under sampling
+    the blocks cycle through ``samplings``."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
@@ -106,7 +109,7 @@ def random_blocks(n: int, mode: str, needs: frozenset, seed: int, vocab: int = 2
         argmax = target[:k].argmax(-1)
         guesses = torch.randint(vocab, (k,), generator=g)
         drafts = torch.where(torch.rand(k, generator=g) < 0.6, argmax, guesses)
-        sampling = SamplingParams() if mode == "greedy" else SAMPLINGS[i % len(SAMPLINGS)]
+        sampling = SamplingParams() if mode == "greedy" else samplings[i % len(samplings)]
         extras = {}
         if Need.HIDDEN_STATES in needs:
             extras["hidden_states"] = torch.randn(k + 1, HIDDEN, generator=g)
@@ -158,6 +161,23 @@ def test_batched_rule_equals_the_oracle_verdict_for_verdict(name, mode, heads):
         n = BLOCKS if index == 0 else OTHER_SETTINGS
         diff = differences(name, knobs, mode, n, seed=17 + index)
         assert not diff, f"{name} {mode} {knobs}: {len(diff)} of {n} verdicts differ, first {diff[:3]}"
+
+
+UNIFORM_BLOCKS = 1_000  # per rule and shared setting: one batched call, about 140 requests with no drafts
+SHARED_SETTINGS = [SamplingParams(0.7), SamplingParams(1.3, top_k=5, top_p=0.9)]
+SAMPLING_ORACLE_RULES = [name for name, mode in ORACLE_CASES if mode == "sampling"]
+
+
+@pytest.mark.parametrize("name", SAMPLING_ORACLE_RULES)
+def test_a_batch_sharing_one_setting_equals_the_oracle_verdict_for_verdict(name, heads):
+    """A run's requests share one sampling setting, which the batch knows on the host: processing takes its scalar
+    path, and a rule may branch on it (FLy and margin draw a request's token in their own draw when the setting is a
+    temperature alone, empty requests included). The oracle equivalence above mixes settings within a batch; here
+    every batch shares one, a temperature alone and one with both cuts, with requests that drafted nothing."""
+    knobs = settings_of(name, "sampling", heads)[0]
+    for index, shared in enumerate(SHARED_SETTINGS):
+        diff = differences(name, knobs, "sampling", UNIFORM_BLOCKS, seed=41 + index, samplings=(shared,))
+        assert not diff, f"{name} {shared}: {len(diff)} of {UNIFORM_BLOCKS} verdicts differ, first {diff[:3]}"
 
 
 # knob values whose code paths no default, strict end or ladder step reaches (a plausibility cut, a top set between

@@ -218,14 +218,20 @@ class Batch:
         """[B, K] p(d) at each draft position."""
         return self.p[self.target.index[:, :-1], self.drafts]
 
+    @property
+    def tempered_is_p(self) -> bool:
+        """Host data: the batch shares one setting and it is a temperature alone (no top-k, no top-p), so
+        ``tempered`` is ``p`` itself."""
+        uniform = self.sampling.uniform
+        return uniform is not None and SamplingParams(uniform.temperature) == uniform
+
     @cached_property
     def tempered(self) -> torch.Tensor:
         """[N, V] softmax(z / T): the temperature alone, for rules whose authors apply only it (``p`` when no
         request truncates)."""
-        settings = self.row_sampling.tempered()
-        if settings.uniform is not None and settings.uniform == self.row_sampling.uniform:
+        if self.tempered_is_p:
             return self.p
-        return probs_rows(self.target.source, settings)
+        return probs_rows(self.target.source, self.row_sampling.tempered())
 
     # -- the drafter's rows -----------------------------------------------------------------------------------------
     def _draft_rows(self) -> Rows:

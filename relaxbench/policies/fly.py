@@ -111,5 +111,7 @@ class FLy(VerificationPolicy):
         def relax(hits: torch.Tensor) -> torch.Tensor:
             return hits | fly_relax(hits, batch, self.knobs.theta, self.knobs.window)
 
-        return rejection_judgement(batch, two_sample_hit, at, at, point_mass=True, strict_p=p_d,
+        # no request truncates: p's own rows, so a request with no drafts draws its bonus as the plain step would
+        rows_at = batch.p_at if batch.tempered_is_p else at
+        return rejection_judgement(batch, two_sample_hit, rows_at, rows_at, point_mass=True, strict_p=p_d,
                                    relax=None if self.strict else relax)

@@ -87,10 +87,14 @@ class Margin(VerificationPolicy):
         """Per position: the gate on the processed logits (temperature, top-p, top-k); gated, a top-2 draft is
         accepted and any other rejected; else ``u ≤ min(1, p(d)/q(d))``. At a gated rejection the next token comes
         from the full p; at a ratio rejection from p with the draft's mass reduced to max(0, p − q)."""
-        processed = process_rows(batch.target.source, batch.row_sampling, top_p_first=True)
-        # the gate and the top two at the draft positions only (the bonus rows are never tested)
-        drafts_processed = processed.index_select(0, batch.target_rows_of_pairs())
-        p = softmax_of_processed(processed, batch.target.source)  # over the processed copy, read above
+        if batch.tempered_is_p:  # a temperature alone: MARS's order of the cuts is moot and p is the batch's own
+            # the gate and the top two at the draft positions only (the bonus rows are never tested)
+            drafts_processed = process_rows(batch.target_draft_rows, batch.pair_sampling, top_p_first=True)
+            p = batch.p  # so a request with no drafts draws its bonus from p as the plain step would
+        else:
+            processed = process_rows(batch.target.source, batch.row_sampling, top_p_first=True)
+            drafts_processed = processed.index_select(0, batch.target_rows_of_pairs())
+            p = softmax_of_processed(processed, batch.target.source)  # over the processed copy, read above
         values, indices = torch.topk(drafts_processed, min(2, int(drafts_processed.shape[-1])), dim=-1)
         gate = batch.per_position(mars_gate(values, self.knobs.theta, self.knobs.positive_top_only), False)
         top2 = batch.per_position(indices, -1)  # [B, K, 2]
@@ -116,7 +120,7 @@ class Margin(VerificationPolicy):
             trimmed = row.scatter(-1, batch.drafts.gather(1, at), reduced)
             return draw_at(batch, n, torch.where(full_row.gather(1, at), row, trimmed), row)
 
-        return Judgement(accept, gate & in_top2 & ~passes, next_token)
+        return Judgement(accept, gate & in_top2 & ~passes, next_token, plain_when_empty=batch.tempered_is_p)
 
 
 def top2_ratio_accepts(batch: Batch, theta: float) -> torch.Tensor:
