@@ -80,9 +80,11 @@ def test_without_bf16_units_a_wide_forward_runs_every_wide_linear_in_fp32(bf16_t
     native = _logits(model, FP32_ROWS_FROM)
     assert fp32_calls == []  # with bf16 units nothing changes
     assert wide.dtype == native.dtype == torch.float32
-    assert not torch.equal(wide, native)  # the fp32 products really replaced bf16's...
+    # the fp32 products agree with bf16's own kernel to bf16's precision; whether they are equal to the bit depends
+    # on the CPU's bf16 kernel (equal where it accumulates in fp32 as they do: an AVX512-BF16 EPYC; not on VM-SPR's
+    # AMX or on AVX2), so it is not asserted: the counted calls above are what show the fp32 path ran
     scale = native.abs().max()
-    assert (wide - native).abs().max() <= 0.05 * scale  # ...and agree with them to bf16's precision
+    assert (wide - native).abs().max() <= 0.05 * scale
 
 
 def test_with_bf16_units_or_in_fp32_the_forward_is_the_models_own(bf16_target, fp32_calls, monkeypatch):
