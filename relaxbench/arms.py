@@ -39,6 +39,13 @@ def check_method(name: str, method: MethodSpec, draft_name: str | None, sampling
         raise ConfigError(f"method {name!r} at temperature {sampling.temperature:g}: {exc}") from None
 
 
+def check_drafter_fits(drafter: DrafterSpec | None, target_config: Any) -> None:
+    """What the target's config settles about the arm's drafter (a draft head's fit: hidden size, vocabulary, layer
+    ids), before any weight loads."""
+    if drafter is not None:
+        DRAFTERS.get(drafter.kind).check_target(dict(drafter.knobs), target_config)
+
+
 def resolve_k(method: MethodSpec, requested: int | None) -> int:
     """Draft length: the user's ``-k`` wins, then the method's own ``k``, then the default."""
     if requested is not None:
@@ -47,17 +54,15 @@ def resolve_k(method: MethodSpec, requested: int | None) -> int:
 
 
 def preview_pair(target_name: str, draft_name: str | None, quiet: bool = False) -> tuple[Any, Any | None]:
-    """The target's and (unless the drafter needs no model) the draft's tokenizer and config, no weights: the
-    vocabulary check happens here, and the caller checks prompts against the target's context, so both refusals
-    come before anything loads."""
-    from relaxbench.models import check_shared_vocab, preview_model
+    """The draft's vocabulary checked against the target's (from the vocabularies alone: nothing fetched or
+    converted), then the target's tokenizer and config, no weights, for the caller to check prompts against its
+    context: both refusals come before anything loads. Returns the target's preview and the draft's vocabulary
+    (None when the drafter needs no model)."""
+    from relaxbench.models import check_vocabularies, preview_model
 
-    target = preview_model(target_name, quiet=quiet)
-    if draft_name is None or draft_name in MODEL_FREE_DRAFTS:
-        return target, None
-    draft = preview_model(draft_name, quiet=quiet)
-    check_shared_vocab(target, draft)
-    return target, draft
+    needs_draft = draft_name is not None and draft_name not in MODEL_FREE_DRAFTS
+    draft = check_vocabularies(target_name, draft_name, quiet=quiet) if needs_draft else None
+    return preview_model(target_name, quiet=quiet), draft
 
 
 def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str = "auto",

@@ -133,3 +133,13 @@ def others_busy_cpus(window: float = OTHERS_WINDOW_S) -> float | None:
         return round(others_between(before, cpu_sample()), 2)
     except (OSError, ImportError):
         return None
+
+
+def available_memory_bytes() -> int | None:
+    """The memory the OS could give this process now without swapping (psutil's ``available``); None if unknown."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError, AttributeError):
+        return None

@@ -23,8 +23,9 @@ from relaxbench.registry import did_you_mean
 from relaxbench.validation import (PositiveInteger, Spec, SpecKind, Text, check_runnable, load_yaml, resolve_extends,
                                    validate, yaml_files)
 
-# ``--draft`` values that name a model-free drafter instead of a draft model
-MODEL_FREE_DRAFTS = ("ngram", "layerskip")
+# ``--draft`` values that name a drafter needing no separate draft model (the heads read their checkpoint from a
+# drafter knob) instead of a draft model
+MODEL_FREE_DRAFTS = ("ngram", "layerskip", "eagle3", "mtp")
 DRAFTER_PREFIX = "drafter."  # a sweep key that sets a drafter knob
 
 

@@ -260,3 +260,17 @@ def test_bench_engines_refuses_a_level_set_without_8_and_32_in_one_line(flags, c
     assert main(["bench", "engines", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_configuration_that_cannot_fit_in_memory_is_one_line_with_the_bytes_it_needs(capsys):
+    """``--batch 10000000 --vocab 151936`` would ask the allocator for terabytes (a traceback from deep inside):
+    refused before any tensor is made, naming the bytes; the estimate is the inputs' size times the copies."""
+    from relaxbench.cli import main
+    from relaxbench.commands.bench.verify import WORKING_COPIES, step_bytes
+
+    inputs, need = step_bytes(10_000_000, 8, 151_936)
+    assert inputs == 10_000_000 * 17 * 151_936 * 4 and need == inputs * (1 + WORKING_COPIES)
+    assert main(["bench", "verify", "--batch", "10000000", "--vocab", "151936", "-k", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"needs about {need / 2**30:,.1f} GiB ({need:,} bytes" in err and "GiB free" in err

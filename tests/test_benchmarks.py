@@ -215,3 +215,21 @@ def test_bench_forward_and_policies_print_their_tables(capsys):
     assert "policy decision time per round: V=64, k=3" in out and "exact" in out and "greedy" in out
     row = next(line for line in out.splitlines() if "exact" in line and "greedy" in line)
     assert code == (0 if row.rstrip(" │").endswith("yes") else 1)
+
+
+def test_the_engine_comparison_on_the_static_cache_runs_transformers_on_its_own(tiny_target, tiny_draft):
+    """``bench engine --kv-cache static``: our AR arm on the static cache against transformers' generate on its
+    static cache (eager: no graphs on a CPU), same outputs; the assisted row keeps transformers' dynamic cache."""
+    from relaxbench.benchmarks.engine import hf_static_kwargs
+    from relaxbench.decoding.cache import KVSettings, configure_kv, kv_settings
+
+    before = kv_settings()
+    configure_kv(KVSettings("static", False))
+    try:
+        assert hf_static_kwargs() == {"cache_implementation": "static", "disable_compile": True}
+        greedy, assisted = bench_draft_model(tiny_target, tiny_draft, k=3, max_new_tokens=10, repeats=1, n_prompts=2)
+    finally:
+        configure_kv(before)
+    assert "static cache" in greedy.label and "compiled" not in greedy.label
+    assert greedy.identical and assisted.identical
+    assert hf_static_kwargs() == {}

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from relaxbench.cli import main
 from tests.conftest import assert_one_line_error
-from tests.store_query import rows, sample_rows
+from tests.store_query import kill_after_samples, rows, sample_rows
 
 DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
 TINY = ["--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
@@ -136,20 +133,7 @@ def test_resume_after_sigkill(tmp_path: Path):
     db = killed / "results.sqlite"
     proc = subprocess.Popen([sys.executable, "-m", "relaxbench", *args, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    count = 0
-    while time.time() < deadline and proc.poll() is None:
-        if db.exists():
-            try:
-                count = rows(db, "SELECT count(*) AS n FROM samples")[0]["n"]
-            except sqlite3.OperationalError:
-                count = 0
-            if count >= 4:
-                break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_samples(db, proc, 4, 300)
     after_kill = rows(db, "SELECT sample_id, created_at FROM samples ORDER BY sample_id")
     assert 4 <= len(after_kill) < total
     first = rows(db, "SELECT * FROM environment")[0]

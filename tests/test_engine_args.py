@@ -136,3 +136,71 @@ def test_compare_refuses_a_bad_engine_arg_before_anything_starts(tmp_path: Path,
                    "--out", str(out))
     assert_one_line_error(result, "--engine-arg max_model_len=lots: argument --max-model-len")
     assert not out.exists()  # nothing started, nothing written
+
+
+TABLE_CASES = [("tensor_parallel_size", "3"), ("tensor_parallel_size", "two"), ("tensor_parallel_size", 2),
+               ("gpu_memory_utilization", "0.7"), ("gpu_memory_utilization", "most"), ("enforce_eager", True),
+               ("enforce_eager", False), ("enforce_eager", "maybe"), ("tensor_paralel_size", 2),
+               ("max_num_seqs", "8"), ("swap_space", "1.5")]
+
+
+def test_the_argument_table_answers_exactly_as_vllms_parser(tmp_path: Path, monkeypatch):
+    """Every value the installed vLLM's argument table settles gets the verdict vLLM's own parser gives (the same
+    typed value, or the same one-line refusal), and what it cannot settle (vLLM's own value types, choices) it
+    leaves to the parser."""
+    from relaxbench.integrations import vllm_client
+    from relaxbench.integrations.vllm_arg_table import NotSettled, Refused, check_one
+
+    python = _vllm_python()
+    rounds: list[dict] = []  # each key once a round: vLLM's parser answers a round in one start of its interpreter
+    for key, value in TABLE_CASES:
+        free = next((r for r in rounds if key not in r), None)
+        if free is None:
+            rounds.append(free := {})
+        free[key] = value
+    replies = [vllm_client._ask_vllm(python, given) for given in rounds]
+    table = replies[0]["table"]
+    assert table["vllm"] == replies[0]["vllm"] and "tensor_parallel_size" in table["fields"]
+    settled = 0
+    for key, value in TABLE_CASES:
+        parser = next(r["verdicts"][key] for given, r in zip(rounds, replies) if given.get(key, object()) is value)
+        try:
+            ours = {"ok": True, "value": check_one(key, value, table)}
+        except Refused as exc:
+            ours = {"ok": False, "error": str(exc)}
+        except NotSettled:
+            continue
+        settled += 1
+        assert ours == parser, (key, value)
+    assert settled == len(TABLE_CASES)  # every case above is one the table settles
+    for key, value in (("max_model_len", "4k"), ("quantization", "fp9"), ("kv_cache_dtype", "fp8")):
+        with pytest.raises(NotSettled):
+            check_one(key, value, table)
+
+
+def test_a_second_check_answers_from_the_cache_without_starting_vllm(tmp_path: Path, monkeypatch):
+    """The first check starts the vLLM environment's interpreter and keeps its table and verdicts under the cache;
+    the same arguments again, and values the table settles, then answer without it (the 20 s of importing vLLM
+    on a slow CPU), with the same typed values and the same refusals."""
+    from relaxbench.integrations import vllm_client
+
+    python = _vllm_python()
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(tmp_path / "cache"))
+    given = {"max_model_len": "4k", "enforce_eager": False, "tensor_parallel_size": 2}
+    first = vllm_client.check_engine_args(given, python)
+    with pytest.raises(ConfigError) as refused:
+        vllm_client.check_engine_args({"max_model_len": "lots"}, python)
+
+    def no_vllm(*args, **kwargs):
+        raise AssertionError("the vLLM environment was started")
+
+    monkeypatch.setattr(vllm_client, "_ask_vllm", no_vllm)
+    assert vllm_client.check_engine_args(given, python) == first == {"max_model_len": 4000, "enforce_eager": False,
+                                                                      "tensor_parallel_size": 2}
+    with pytest.raises(ConfigError) as again:
+        vllm_client.check_engine_args({"max_model_len": "lots"}, python)
+    assert str(again.value) == str(refused.value)
+    with pytest.raises(ConfigError, match="invalid int value: 'two'"):
+        vllm_client.check_engine_args({"tensor_parallel_size": "two"}, python)
+    with pytest.raises(ConfigError, match="did you mean 'tensor_parallel_size'"):
+        vllm_client.check_engine_args({"enforce_eager": True, "tensor_paralel_size": 2}, python)

@@ -51,6 +51,8 @@ def _probe(*argv: str, allowed: tuple[str, ...] = ()) -> tuple[int, list[str]]:
     ("compare", "--no-such-flag"),
     ("generate", "--target", "x", "--prompt", "hi", "--threads", "0"),
     ("bench", "engine", "--no-such-flag"),
+    ("drafter", "train", "--help"),
+    ("drafter", "train", "eagle3", "--target", "x", "--out", "y", "--steps", "0"),
     ("list",),
 ])
 def test_help_and_a_refused_flag_import_no_heavy_library(argv):

@@ -58,6 +58,17 @@ def test_the_cpu_dry_run_runs_every_step_without_the_packages_the_image_lacks(tm
     assert len(profile) == 5 and all(m["cells"] for m in profile.values())
     arms = json.loads((out / "oracle.json").read_text())["oracle"]["data"]["arms"]
     assert all(a["measured_speedup"] > 0 and a["proxy_measured_speedup"] > 0 for a in arms.values())
+    loop = json.loads((out / "oracle.json").read_text())["loop"]
+    names = {c["name"] for c in loop["checks"]}
+    for label in ("qwen2.5-coder-0.5b-instruct (shrunk): AR", "llama-3.1-8b (shrunk): AR", "eagle3 head", "mtp head"):
+        assert any(n.startswith(label) for n in names), label
+    assert all(c["verdict"] == "PASS" for c in loop["checks"] if "==" in c["name"] or " vs " in c["name"])
+    for shape in loop["data"]["shapes"].values():  # the graphs path captured, before timing, and replayed
+        assert shape["graphs"]["graphs"]["target"]["graphs"] >= 1 and shape["analytic_step_s"] > 0
+        assert shape["eager"]["graphs"] == {"kv_cache": "dynamic", "graphs": False}
+    assert set(loop["data"]["heads"]) == {"eagle3", "mtp"}
+    decisions = loop["data"]["decisions"]["rules"]
+    assert len(decisions) >= 30 and all(d["identical"] and d["graphs"] == 1 for d in decisions.values())
     verify = json.loads((out / "verify.json").read_text())["verify"]["data"]
     assert len(verify["rules"]) >= 20 and verify["batches"] == [1, 4] and not verify["misses"]
     for rule, by_batch in verify["rules"].items():  # every rule counted and timed at every B, no sync, same ops
@@ -78,6 +89,17 @@ def test_plan_names_every_step_with_its_time(capsys):
         for step in STEPS:
             assert any(line.strip().startswith(step) and " s " in line for line in printed.splitlines()), step
         assert "total" in printed
+
+
+def test_the_loop_step_fits_the_budget_and_holds_the_8b_step(capsys):
+    from relaxbench.benchmarks.gpu.plan import STARTUP_SECONDS, estimate, kit_config
+
+    config = kit_config("cuda")
+    assert "loop" in config.steps and config.loop_models[-1] == "llama-3.1-8b"
+    assert STARTUP_SECONDS + sum(estimate(config, s) for s in config.steps) <= config.budget_s
+    assert main(["bench", "gpu", "--plan", "--steps", "loop"]) == 0
+    out = capsys.readouterr().out
+    assert "≤ 1.5× for Llama-3.1-8B" in out and "EAGLE-3 and MTP" in out
 
 
 @pytest.mark.parametrize("args, fragment", [

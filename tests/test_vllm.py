@@ -195,10 +195,27 @@ def test_drafters_map_to_vllm_methods():
     assert speculative_config("model", {}, 3, "/m") == {"method": "draft_model", "num_speculative_tokens": 3,
                                                         "model": "/m", "draft_sample_method": "greedy"}
     assert speculative_config("model", {}, 3, "/m", greedy_drafts=False)["draft_sample_method"] == "probabilistic"
-    assert speculative_config("eagle3", {}, 3, "/head")["method"] == "eagle3"
+    assert speculative_config("eagle3", {"head": "/head"}, 3, None) == {
+        "method": "eagle3", "num_speculative_tokens": 3, "model": "/head", "draft_sample_method": "greedy"}
+    with pytest.raises(ConfigError, match="'eagle3' on the vllm engine needs its head checkpoint: --drafter-knob"):
+        speculative_config("eagle3", {}, 3, None)
+    assert speculative_config("mtp", {}, 2, None) == {"method": "mtp", "num_speculative_tokens": 2}
+    with pytest.raises(ConfigError, match="target's own MTP layers .* loads no separate MTP file"):
+        speculative_config("mtp", {"head": "/mtp"}, 2, None)
     for kind in ("layerskip", "ngram+lm"):
         with pytest.raises(ConfigError, match="transformers engine"):
             speculative_config(kind, {}, 3, "/m")
+
+
+def test_mtp_on_vllm_needs_a_target_that_declares_mtp_layers():
+    from relaxbench.integrations.vllm_rules import check_mtp_target, declared_mtp_layers
+
+    assert declared_mtp_layers({"model_type": "deepseek_v3", "num_nextn_predict_layers": 1}) == 1
+    assert declared_mtp_layers({"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 1}}) == 1
+    check_mtp_target("Qwen/Qwen3-Next-80B-A3B-Instruct", {"num_nextn_predict_layers": 1})
+    with pytest.raises(ConfigError, match=r"'smollm2-135m-instruct' \(LlamaForCausalLM\) declares none") as info:
+        check_mtp_target("smollm2-135m-instruct", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    assert "\n" not in str(info.value)
 
 
 def test_rule_request_round_trips():
@@ -249,7 +266,9 @@ def test_missing_vllm_environment_is_one_line(tmp_path):
     (["--draft", "ngram", "--methods", "reflective"], "vllm engine's verification step"),
     (["--draft", "layerskip", "--methods", "exact"], "no counterpart on the vllm engine"),
     (["--draft", "ngram", "--methods", "exact", "--executor", "ray"], "--engine vllm"),
-], ids=["rule", "drafter", "executor"])
+    (["--draft", "mtp", "--methods", "exact-mtp"], "'tiny-random-target' (LlamaForCausalLM) declares none"),
+    (["--draft", "eagle3", "--methods", "exact"], "'eagle3' on the vllm engine needs its head checkpoint"),
+], ids=["rule", "drafter", "executor", "mtp-without-mtp-layers", "eagle3-without-head"])
 def test_what_the_engine_cannot_run_is_refused(flags, fragment, tmp_path):
     env = {"RELAXBENCH_VLLM_PYTHON": sys.executable}  # an environment "exists": the refusal comes before it starts
     result = run_cli(*COMPARE, *flags, "--out", str(tmp_path), env=env)

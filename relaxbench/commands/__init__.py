@@ -3,6 +3,7 @@
 from relaxbench.commands import (
     bench,
     compare,
+    drafter,
     generate,
     judge,
     listing,
@@ -15,5 +16,5 @@ from relaxbench.commands import (
     store,
 )
 
-COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, judge, lm_eval, lm_eval_tasks,
-                   store]
+COMMAND_MODULES = [generate, compare, rescore, report, profile, models, listing, bench, judge, drafter, lm_eval,
+                   lm_eval_tasks, store]

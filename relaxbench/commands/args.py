@@ -74,6 +74,40 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     add_threads_arg(p)
 
 
+def add_graphs_args(p: argparse.ArgumentParser) -> None:
+    """``--graphs`` and ``--kv-cache``: the transformers engine's decode path (docs/cli.md). Recorded in the run's
+    environment, not in its key: they change the speed, not the outputs."""
+    p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
+                   help="transformers engine: replay the small target and draft forwards as captured CUDA graphs "
+                        "(needs the static kv cache); auto: on for CUDA, off for CPU")
+    p.add_argument("--kv-cache", choices=("auto", "dynamic", "static"), default="auto",
+                   help="transformers engine: dynamic (grown per token) or static (preallocated; a rollback is a "
+                        "length change); auto: static with graphs, else dynamic")
+
+
+def check_graphs_early(graphs: str, device: str | None, engine: str | None = "transformers",
+                       device_map: str | None = None) -> None:
+    """What ``--graphs`` settles before torch loads: ``on`` with ``--device cpu``, with ``--device-map``, or with the
+    vLLM engine (which captures its own graphs), is one line."""
+    from relaxbench.errors import ConfigError
+
+    if graphs == "on" and str(device or "auto") == "cpu":
+        raise ConfigError("--graphs on needs a CUDA device (captured graphs are CUDA graphs); this run is on cpu")
+    if graphs == "on" and device_map:
+        raise ConfigError("--graphs on cannot be used with --device-map (a target spread over GPUs is not captured "
+                          "as one graph); use --graphs off")
+    if graphs != "auto" and engine == "vllm":
+        raise ConfigError("--graphs applies to the transformers engine (vLLM captures its own: "
+                          "--engine-arg enforce_eager=...)")
+
+
+def configure_decode_path(kv_cache: str, graphs: str, device: str) -> None:
+    """Apply ``--kv-cache``/``--graphs`` to this process for ``device`` (``decoding.cache.resolve_kv_settings``)."""
+    from relaxbench.decoding.cache import configure_kv, resolve_kv_settings
+
+    configure_kv(resolve_kv_settings(kv_cache, graphs, device))
+
+
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", "--k", type=positive_int, default=None,
                    help="draft tokens per round (default: the method's, else 5)")
@@ -95,7 +129,10 @@ def runtime_from_args(args: argparse.Namespace) -> str:
     loads only for a command that runs, never for ``--help`` or a refused flag."""
     from relaxbench.models.device import configure_runtime
 
-    return configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))
+    device = configure_runtime(getattr(args, "device", "auto"), getattr(args, "threads", None))
+    if hasattr(args, "graphs"):
+        configure_decode_path(args.kv_cache, args.graphs, device)
+    return device
 
 
 def check_files_early(target: str | None, draft: str | None, data_files: Mapping[str, str] | None = None,

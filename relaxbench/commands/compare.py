@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from relaxbench.commands.args import add_runtime_args, add_wide_arg, check_files_early
+from relaxbench.commands.args import add_graphs_args, add_runtime_args, add_wide_arg, check_files_early, check_graphs_early
 from relaxbench.commands.grading import (
     add_grader_args,
     check_grading,
@@ -105,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_report_args(c, prefix="report-")
     add_profile_arg(c, recorded=True)
     add_runtime_args(c)
+    add_graphs_args(c)
     add_grader_args(c)
     add_wide_arg(c)
     c.set_defaults(handler=run)
@@ -253,6 +254,7 @@ def run_progress() -> RichProgress | LogProgress:
 
 def run(args: argparse.Namespace) -> int:
     suite = suite_from_args(args)
+    check_graphs_early(args.graphs, suite.device, suite.engine, suite.device_map)
     if suite.engine == "transformers" and suite.concurrency != (1,):
         raise ConfigError("--concurrency applies to --engine vllm (the transformers engine runs one request at a "
                           "time)")
@@ -357,7 +359,8 @@ def run_locked(args: argparse.Namespace, suite: Any, plan: Any, out_dir: Path, r
     err = console(stderr=True)
     setup = ModelSetup(suite.target, suite.draft, plan.needs_draft_model(), suite.device, suite.dtype,
                        suite.draft_dtype, suite.device_map, args.threads, suite.warmup,
-                       tuple(args.argv) if getattr(args, "argv", None) is not None else None)
+                       tuple(args.argv) if getattr(args, "argv", None) is not None else None,
+                       kv_cache=args.kv_cache, graphs=args.graphs)
     with executor_type(options) as executor:
         executor.start(setup, plan)  # loads the models (here or on the workers) before the store is touched
         store = open_store(out_dir)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.commands.args import add_decoding_args, add_runtime_args, check_files_early, runtime_from_args
+from relaxbench.commands.args import (add_decoding_args, add_graphs_args, add_runtime_args, check_files_early,
+                                     check_graphs_early, runtime_from_args)
 from relaxbench.validation import parse_assignments
 
 
@@ -12,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generate", help="generate one completion with one method and show its counters")
     g.add_argument("--target", required=True, help="local dir, .gguf file, packaged alias or hub id")
     g.add_argument("--draft", default=None,
-                   help="draft model name, 'ngram' (prompt lookup) or 'layerskip' (the target's first layers); "
+                   help="draft model name, 'ngram' (prompt lookup), 'layerskip' (the target's first layers), 'eagle3' "
+                        "or 'mtp' (a draft head: --drafter-knob head=PATH_OR_HUB_ID); "
                         "not needed with --policy none")
     g.add_argument("--method", default=None, help="a method (methods/NAME.yaml or a YAML path) instead of --policy")
     g.add_argument("--policy", default=None, help="verification policy; 'none' = autoregressive baseline")
@@ -31,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "compare's (repeatable; docs/engines.md)")
     add_decoding_args(g)
     add_runtime_args(g)
+    add_graphs_args(g)
     g.set_defaults(handler=run)
 
 
@@ -65,12 +68,17 @@ def engine_args_from_args(args: argparse.Namespace) -> dict[str, object]:
     return engine_args
 
 
-def check_prompt(prompt: str) -> None:
-    """An empty or blank prompt is refused, as ``compare`` refuses one in a data file."""
+def check_prompt(prompt: str, system: str | None = None) -> None:
+    """An empty or blank prompt is refused, as ``compare`` refuses one in a data file; so is text the tokenizer
+    cannot encode (bytes that are not UTF-8 on the command line), in the prompt or the system message."""
+    from relaxbench.data.text import check_text
     from relaxbench.errors import ConfigError
 
     if not prompt.strip():
         raise ConfigError("--prompt is empty: give the text to complete")
+    check_text(prompt, "--prompt")
+    if system is not None:
+        check_text(system, "--system")
 
 
 def usable_k(k: int, max_new_tokens: int) -> int:
@@ -92,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.methods import check_method_spec
     from relaxbench.ops.sampling_params import SamplingParams
 
-    check_prompt(args.prompt)
+    check_prompt(args.prompt, args.system)
+    check_graphs_early(args.graphs, args.device, args.engine)
     engine_args = engine_args_from_args(args)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
@@ -100,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     check_method_spec(method.name, method, draft_name)  # names and knobs, before torch or any model loads
     check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
 
-    from relaxbench.arms import build_decoder, check_method, effective_drafter, load_pair, preview_pair, resolve_k
+    from relaxbench.arms import (build_decoder, check_drafter_fits, check_method, effective_drafter, load_pair,
+                                 preview_pair, resolve_k)
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import check_fits_context, encode_prompt
     from relaxbench.ui import console
@@ -111,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
     check_method(method.name, method, draft_name, sampling)  # modes and pairing too, before any model loads
+    graph_line = None
     if args.engine == "vllm":
         from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
         from relaxbench.integrations.vllm_executor import generate_once
@@ -127,12 +138,14 @@ def run(args: argparse.Namespace) -> int:
         drafter = effective_drafter(method, draft_name)
         # tokenizers and configs first: the vocabulary and the prompt's fit are settled before any weight loads
         preview, _ = preview_pair(args.target, draft_name)
+        check_drafter_fits(drafter, preview.config)  # a draft head that does not fit: before the target loads
         prompt_ids = encode_prompt(preview.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
         check_fits_context(preview, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
         target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
         decoder = build_decoder(method, target, draft, decode, draft_name)
         result = decoder.generate(prompt_ids)
         policy_name, k_shown = decoder.policy.name, decode.k if decoder.drafter else 0
+        graph_line = describe_decode_path(decoder.graph_report())
 
     out = console()
     out.print(result.text, markup=False, highlight=False)
@@ -145,4 +158,16 @@ def run(args: argparse.Namespace) -> int:
                   f"{c.mean_acceptance_length:.2f}", "-" if c.acceptance_rate is None else f"{c.acceptance_rate:.2%}",
                   str(c.relaxed), f"{result.tokens_per_second:.2f}", result.stop_reason)
     err.print(table)
+    if graph_line:
+        err.print(graph_line, markup=False, highlight=False)
     return 0
+
+
+def describe_decode_path(report: dict) -> str:
+    """One line: the kv-cache layout, and with graphs what was captured (before timing) and what it cost."""
+    line = f"kv cache {report['kv_cache']}, graphs {'on' if report['graphs'] else 'off'}"
+    for role in ("target", "drafter"):
+        if role in report:
+            r = report[role]
+            line += f"; {role}: {r['graphs']} graphs captured in {r['capture_s']:.2f} s before timing"
+    return line

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from relaxbench.data.text import first_undecodable_line
 from relaxbench.errors import DataError
 
 
@@ -30,8 +31,21 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             return _parse_rows(path, f)
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: {_undecodable(path, opener) or f'not UTF-8 text ({exc.reason})'}") from None
+    except (OSError, EOFError) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
+
+
+def _undecodable(path: Path, opener: Any) -> str | None:
+    """Where a file that does not decode as UTF-8 first goes wrong, as 'line N, byte M: ...' (None if unreadable)."""
+    try:
+        with opener(path, "rb") as f:
+            found = first_undecodable_line(f.read())
+    except (OSError, EOFError):
+        return None
+    return None if found is None else (f"line {found[0]}, byte {found[1]}: not UTF-8 text; save the file as UTF-8 "
+                                       "(or replace the bytes)")
 
 
 def check_data_file(path: Path) -> None:

@@ -52,10 +52,11 @@ class SpeculativeDecoder:
     def __init__(self, target, drafter: Drafter | None, policy: VerificationPolicy, config: DecodeConfig) -> None:
         check_compatible(policy, drafter, config.sampling)
         self.target, self.drafter, self.policy, self.config = target, drafter, policy, config
-        self.lm = CachedLM(target.model)
+        self.lm = CachedLM.configured(target.model)
         self.clock = Clock(target.device)
         self.eos_ids = frozenset(int(t) for t in target.eos_token_ids)
         self.want_hidden = Need.HIDDEN_STATES in policy.needs
+        self.feed_layers = () if drafter is None else tuple(drafter.hidden_layers)  # a head fed by the target
         duties = drafter_duties(policy, config.sampling)
         self.draft_sampling = duties.sampling
         if drafter is not None:
@@ -70,6 +71,7 @@ class SpeculativeDecoder:
         cfg, clock, lm, k_max = self.config, self.clock, self.lm, (self.config.k if self.drafter else 0)
         generator = torch.Generator(self.target.device).manual_seed(cfg.seed if seed is None else seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target.device)
+        self.prepare(len(prompt_ids))
         context, output, rounds, stop_reason = prompt, [], RoundLog(), "length"
         t_start = clock.now()
         self.policy.reset()
@@ -78,7 +80,7 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.reset(prompt)
         if prompt.shape[0] > 1:
-            lm.run(prompt[:-1], n_logits=0)
+            self._observed(0, prompt[:-1], lm.run(prompt[:-1], n_logits=0, hidden_layers=self.feed_layers))
         t_prefill = clock.now() - t_start
         while (emitted := context.shape[0] - prompt.shape[0]) < cfg.max_new_tokens:
             t0 = clock.now()
@@ -88,16 +90,18 @@ class SpeculativeDecoder:
             extra = self.policy.extra_verify_tokens(drafts)
             n_extra = 0 if extra is None else int(extra.shape[0])
             t1 = clock.now()
-            pending = lm.pending(context)
+            pending, start = lm.pending(context), lm.length
             feed = torch.cat([pending, drafts] + ([extra] if n_extra else []))
-            out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden)
+            out = lm.run(feed, n_logits=1 + drafts.shape[0] + n_extra, want_hidden=self.want_hidden,
+                         hidden_layers=self.feed_layers)
+            self._observed(start, feed, out)
             t2 = clock.now()
             n_drafts = int(drafts.shape[0])
             block = Block(drafts, out.logits[: n_drafts + 1], _draft_logits(proposal, out.logits.shape[-1]),
                           cfg.sampling, generator, _extras(out, proposal, n_drafts, n_extra))
             uniforms = self.policy.uniforms(generator, n_drafts, cfg.sampling)
             t3 = clock.now()
-            verdict = self.policy.decide(Batch.of_blocks([block], uniforms=[uniforms]))
+            verdict = self.policy.decide(Batch.of_blocks([block], self.policy.uniform_dtype, [uniforms]))
             host = torch.cat([verdict.stacked()[0], drafts]).tolist()  # the round's one synchronisation
             t4 = clock.now()
             outcome = Outcome(host[0], host[1], host[2], *(None if v < 0 else v for v in host[3:5]))
@@ -118,6 +122,40 @@ class SpeculativeDecoder:
         text = decode_output(self.target.tokenizer, output, cfg.stop_strings)
         return GenerationResult(list(prompt_ids), output, text, stop_reason, rounds, t_prefill, t_total)
 
+    def prepare(self, prompt_tokens: int) -> None:
+        """Before timing: room in static caches for a prompt of ``prompt_tokens`` tokens, the budget, a round's
+        drafts and the policy's extra tokens; with graphs, capture the target's forwards of 1..k+1 tokens (a round's
+        verify forward and the autoregressive step) and the drafter's. Captures happen once per cache size (a
+        longer prompt than any before may grow the cache, and then captures again); their cost is in
+        ``graph_report``. A dynamic cache has nothing to prepare."""
+        k_max = self.config.k if self.drafter else 0
+        positions = prompt_tokens + self.config.max_new_tokens + 2 * (k_max + 1) + EXTRA_SLACK
+        lm = self.lm
+        if lm.static:
+            lm.reserve(positions)
+            if lm.graphs:
+                lm.reset()
+                lm.capture(range(1, k_max + 2), want_hidden=self.want_hidden, hidden_layers=self.feed_layers)
+        prepare = getattr(self.drafter, "prepare", None)  # a duck-typed drafter (a test's wrapper) may have none
+        if prepare is not None:
+            prepare(positions, k_max)
+
+    def graph_report(self) -> dict[str, object]:
+        """The kv-cache layout and graphs in use, and what capturing them cost (all before timing)."""
+        report: dict[str, object] = {"kv_cache": self.lm.kv_cache, "graphs": self.lm.graphs}
+        if self.lm.graphs:
+            report["target"] = self.lm.report.as_dict()
+            report_of = getattr(self.drafter, "graph_report", None)
+            drafter = None if report_of is None else report_of()
+            if drafter is not None:
+                report["drafter"] = drafter
+        return report
+
+    def _observed(self, start: int, ids: torch.Tensor, out) -> None:
+        """Hand a drafter fed by the target the hidden states it asked for at every position just read."""
+        if self.feed_layers:
+            self.drafter.observe_target(start, ids, out.layers)
+
     def _truncate(self, new: list[int], output: list[int]) -> tuple[list[int], str]:
         """Cut the tokens of a round (host ids) at the first EOS (kept), at the token that completes a stop string
         (kept); return them with the stop reason ('length' when decoding goes on)."""
@@ -132,6 +170,8 @@ class SpeculativeDecoder:
                 new, reason = new[: cut - len(output)], "stop"
         return new, reason
 
+
+EXTRA_SLACK = 16  # cache room, with another k + 1, for a policy's extra verify tokens (reflective: k + 1)
 
 _EMPTY = Proposal(torch.empty(0, dtype=torch.long), None)
 

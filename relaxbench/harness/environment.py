@@ -63,6 +63,7 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
     import torch
 
     from relaxbench.decoding.bf16_rows import wide_rows_in_fp32
+    from relaxbench.decoding.cache import kv_settings
 
     cuda = device.startswith("cuda")
     env: dict[str, Any] = {
@@ -93,6 +94,8 @@ def describe_environment(target: Any, draft: Any | None, device: str, argv: list
         "gpu_driver": gpu_driver() if cuda else None,
         "cuda": torch.version.cuda if cuda else None,
         "device_map": getattr(target.model, "hf_device_map", None),  # where each part of the target sits
+        # the transformers engine's decode path (--kv-cache, --graphs): speed, not outputs, so not in the run key
+        **kv_settings().describe(),
         "executor": executor,
         "pid": os.getpid(),
         "python": platform.python_version(),

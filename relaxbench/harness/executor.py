@@ -38,13 +38,17 @@ class ModelSetup:
     threads: int | None = None
     warmup: int = 1
     argv: tuple[str, ...] | None = None  # the command line, recorded with every session
+    kv_cache: str = "auto"  # --kv-cache and --graphs: the decode path (recorded in the environment, not the key)
+    graphs: str = "auto"
 
     def load(self, quiet: bool = True) -> tuple[str, Any, Any | None]:
         """Apply the runtime settings to this process and load the pair here: (device, target, draft)."""
         from relaxbench.arms import load_pair
+        from relaxbench.decoding.cache import configure_kv, resolve_kv_settings
         from relaxbench.models.device import configure_runtime
 
         device = configure_runtime(self.device, self.threads)
+        configure_kv(resolve_kv_settings(self.kv_cache, self.graphs, device, self.device_map))
         target, draft = load_pair(self.target, self.draft if self.load_draft else None, device, self.dtype,
                                   self.draft_dtype, quiet=quiet, device_map=self.device_map)
         return device, target, draft

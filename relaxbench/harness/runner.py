@@ -244,17 +244,20 @@ class TaskRun:
 
     def profile_grid(self, prompt_ids: list[int]) -> Grid:
         """The forward sizes this task's arms run, on the first prompt's context: target forwards of 1 token and
-        each arm's full verify block (k + 1 + the policy's extra tokens; shorter blocks are interpolated), draft
+        each arm's full verify block (k + 1 + the policy's extra tokens, k cut to what max_new_tokens can use, so a
+        k beyond the budget never times a block no round feeds; shorter blocks are interpolated), draft
         forwards of 1, 2 (and up to 8 for n-gram+LM drafting) tokens, at the prompt's context and that plus
         max_new_tokens; prefill at half and all of the prompt; n-gram lookups when an arm copies n-grams."""
         verify = {1}
         draft_sizes = {1, 2}
         lookups = False
+        usable = max(1, self.job.max_new_tokens - 1)  # a round drafts at most this many (the plan's notice says so)
         for arm in self.job.arms:
             decoder = self.decoders[arm.name, self.job.sampling]
             if arm.k:
-                extra = decoder.policy.extra_verify_tokens(torch.zeros(arm.k, dtype=torch.long))
-                verify.add(arm.k + 1 + (0 if extra is None else int(extra.shape[0])))
+                k = min(arm.k, usable)
+                extra = decoder.policy.extra_verify_tokens(torch.zeros(k, dtype=torch.long))
+                verify.add(k + 1 + (0 if extra is None else int(extra.shape[0])))
             kind = None if arm.drafter is None else arm.drafter.kind
             if kind in ("ngram", "ngram+lm"):
                 lookups = True

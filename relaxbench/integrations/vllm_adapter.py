@@ -15,7 +15,8 @@ the same rule and knobs share one policy object (every rule the engine runs is s
 ``check_rule`` refuses the rest).
 
 Random numbers: each request's uniforms are a pure function of its seed (``SamplingParams.seed``, else one drawn
-when the request is first seen) and its own step count (``ops.random.stream_uniforms``), drawn for the batch at
+when the request is first seen) and its own step count (``ops.random.stream_uniforms``, through
+``vllm_batch.with_stream_uniforms``: acceptance uniforms in the rule's ``uniform_dtype``), drawn for the batch at
 once on the device.
 
 Records: per request and step, drafted, accepted, relaxed and emitted tokens are gathered into one [B, 4] tensor on
@@ -38,7 +39,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,14 +48,12 @@ from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
 
 from relaxbench.integrations import vllm_native  # noqa: F401  (registers relaxbench's version of the native rule)
-from relaxbench.integrations.vllm_batch import engine_batch, output_tokens, select
+from relaxbench.integrations.vllm_batch import engine_batch, output_tokens, select, with_stream_uniforms
 from relaxbench.integrations.vllm_rules import EXTRA_KEY, NATIVE, RuleRequest, check_rule
-from relaxbench.ops.random import stream_uniforms
 from relaxbench.ops.sampling import BatchSampling, SamplingParams
 from relaxbench.policies import PolicyEnv, VerificationPolicy, make_policy
 
 FLUSH_EVERY = 32  # steps between writes of the buffered records
-DRAW_OFFSET = 1 << 20  # the index of a step's token-drawing uniform in its request's stream
 GREEDY_EPS = 1e-5  # vLLM decodes a request greedily below this temperature (its _SAMPLING_EPS)
 
 
@@ -246,10 +245,8 @@ class RelaxbenchRejectionSampler(RejectionSampler):
             t0 = time.perf_counter()
             part = select(batch, group.rows, counts[group.rows_host].tolist(), group.sampling)
             if not group.sampling.all_greedy:  # greedy rules read no uniforms
-                seeds, group_steps = layout.seeds[group.rows], steps[group.rows]
-                part = replace(part, accept_u=stream_uniforms(seeds, group_steps, part.width,
-                                                              group.policy.uniform_dtype),
-                               draw_u=stream_uniforms(seeds, group_steps, 1, torch.float64, DRAW_OFFSET)[:, 0])
+                part = with_stream_uniforms(part, layout.seeds[group.rows], steps[group.rows],
+                                            group.policy.uniform_dtype)
             verdict = group.policy.decide(part)
             out.index_copy_(0, group.rows, output_tokens(part, verdict, width, PLACEHOLDER_TOKEN_ID))
             records.index_copy_(0, group.rows, torch.stack([part.num_drafts, verdict.accepted, verdict.relaxed,

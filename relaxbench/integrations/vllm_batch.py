@@ -12,13 +12,17 @@ accepted drafts, then the correction or bonus token, the rest ``placeholder``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
+from relaxbench.ops.random import stream_uniforms
 from relaxbench.ops.sampling import BatchSampling, probs_rows
 from relaxbench.policies import Batch, Block, Rows, Verdict
 
-__all__ = ["engine_batch", "flatten", "output_tokens", "select"]
+__all__ = ["DRAW_OFFSET", "engine_batch", "flatten", "output_tokens", "select", "with_stream_uniforms"]
+
+DRAW_OFFSET = 1 << 20  # the index of a step's token-drawing uniform in its request's stream
 
 
 def engine_batch(num_draft_tokens: Sequence[int], draft_token_ids: torch.Tensor, target_logits_indices: torch.Tensor,
@@ -66,6 +70,14 @@ def select(batch: Batch, requests: torch.Tensor, counts: Sequence[int], sampling
                                                                        batch.draft_probs.index[requests, :width]),
                  extras={key: rows(value) for key, value in batch.extras.items()},
                  any_empty=any(n == 0 for n in counts))
+
+
+def with_stream_uniforms(batch: Batch, seeds: torch.Tensor, steps: torch.Tensor, uniform_dtype: torch.dtype) -> Batch:
+    """``batch`` with each request's uniforms for this step from its counter-based stream (``stream_uniforms``):
+    the acceptance uniforms in the rule's ``uniform_dtype`` (float64 for a rule whose reference draws float64, so
+    the engine tests ``u ≤ p/q`` with the same u as the loop and the reference), the token's uniform in float64."""
+    return replace(batch, accept_u=stream_uniforms(seeds, steps, batch.width, uniform_dtype),
+                   draw_u=stream_uniforms(seeds, steps, 1, torch.float64, DRAW_OFFSET)[:, 0])
 
 
 def output_tokens(batch: Batch, verdict: Verdict, width: int, placeholder: int) -> torch.Tensor:

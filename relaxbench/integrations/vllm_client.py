@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from relaxbench.errors import ConfigError, RelaxbenchError
+from relaxbench.integrations.vllm_arg_table import ArgTableCache, NotSettled, check_one, installed_identity, verdict_key
+from relaxbench.integrations.vllm_arg_table import Refused as ArgRefused
+from relaxbench.models.zoo import cache_root
 
 PYTHON_VARIABLE = "RELAXBENCH_VLLM_PYTHON"  # the vLLM environment's interpreter, if not the checkout's .venv-vllm
 INSTALL_HINT = "run `make install-vllm` (it builds .venv-vllm)"
@@ -71,11 +74,60 @@ def worker_env() -> dict[str, str]:
 def check_engine_args(engine_args: Mapping[str, Any], python: Path | None = None) -> dict[str, Any]:
     """``engine_args`` checked against the installed vLLM's own ``EngineArgs`` names and command-line types
     (``integrations/vllm_args.py``, run in the vLLM environment), each value in vLLM's type; an unknown name or a
-    value vLLM refuses is one line."""
+    value vLLM refuses is one line. What the installed vLLM's argument table settles, and every verdict its parser
+    gave before, is answered from the cache without starting that interpreter (``vllm_arg_table``)."""
     python = python or vllm_python()
+    given = dict(engine_args)
+    identity = installed_identity(python)
+    cache = None if identity is None else ArgTableCache(cache_root() / "vllm", identity)
+    known: dict[str, dict[str, Any]] = {}
+    pending: dict[str, Any] = {}
+    for key, value in given.items():
+        verdict = _known_verdict(cache, key, value)
+        if verdict is None:
+            pending[key] = value
+        elif not verdict["ok"] and not pending:  # the first refusal in order, with nothing before it unsettled
+            raise ConfigError(verdict["error"])
+        else:
+            known[key] = verdict
+    if pending:
+        reply = _ask_vllm(python, pending)
+        answered = reply.get("verdicts") or {}
+        if not answered and not reply.get("ok"):
+            raise ConfigError(str(reply.get("error")))
+        known.update(answered)
+        if cache is not None:
+            cache.store(reply.get("table"), {verdict_key(k, v): answered[k] for k, v in pending.items()
+                                             if k in answered})
+    typed: dict[str, Any] = {}
+    for key in given:
+        verdict = known[key]
+        if not verdict["ok"]:
+            raise ConfigError(verdict["error"])
+        typed[key] = verdict["value"]
+    return typed
+
+
+def _known_verdict(cache: ArgTableCache | None, key: str, value: Any) -> dict[str, Any] | None:
+    """A verdict the cache holds for (key, value), or one its table settles; None when vLLM's parser must say."""
+    if cache is None or cache.table is None:
+        return None
+    stored = cache.verdict(key, value)
+    if stored is not None:
+        return stored
+    try:
+        return {"ok": True, "value": check_one(key, value, cache.table)}
+    except ArgRefused as exc:
+        return {"ok": False, "error": str(exc)}
+    except NotSettled:
+        return None
+
+
+def _ask_vllm(python: Path, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM environment's own verdicts (``python -m relaxbench.integrations.vllm_args``)."""
     try:
         done = subprocess.run([str(python), "-m", "relaxbench.integrations.vllm_args"], capture_output=True, text=True,
-                              input=json.dumps({"engine_args": dict(engine_args)}), env=worker_env(), timeout=600)
+                              input=json.dumps({"engine_args": engine_args}), env=worker_env(), timeout=600)
     except subprocess.TimeoutExpired:
         raise EngineError("checking --engine-arg against vLLM took over 600 s") from None
     lines = done.stdout.strip().splitlines()
@@ -86,9 +138,7 @@ def check_engine_args(engine_args: Mapping[str, Any], python: Path | None = None
     if not isinstance(reply, dict):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise EngineError(f"could not check --engine-arg against vLLM (exit {done.returncode}: {tail})")
-    if not reply.get("ok"):
-        raise ConfigError(str(reply.get("error")))
-    return dict(reply["engine_args"])
+    return reply
 
 
 class VllmClient:

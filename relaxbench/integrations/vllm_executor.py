@@ -29,7 +29,7 @@ from relaxbench.harness.runner import ProgressSink
 from relaxbench.harness.store import SampleRow, Store
 from relaxbench.integrations import vllm_native  # noqa: F401  (registers the native arm's policy)
 from relaxbench.integrations.vllm_client import EngineConfig, VllmClient
-from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_rule, speculative_config
+from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_mtp_target, check_rule, speculative_config
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, PolicyEnv, make_policy
 from relaxbench.policies.arm import check_arm, drafter_duties
@@ -90,10 +90,19 @@ def check_plan(plan: RunPlan) -> None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
             facts = DRAFTERS.get(arm.drafter.kind) if arm.drafter.kind in DRAFTERS else None
             check_arm(policy, sampling, facts)
+    if any(arm.drafter is not None and arm.drafter.kind == "mtp" for arm in plan.arms):
+        check_mtp_target(plan.suite.target, target_config(plan.suite.target))
     for job in plan.jobs:
         if job.source.likelihood_only:
             raise ConfigError(f"task {job.name!r} is scored by the target's likelihoods, which the {ENGINE} engine "
                               "does not return; run it on the transformers engine")
+
+
+def target_config(target: str) -> dict[str, Any]:
+    """The target's config as a dict, read without its weights (what the ``mtp`` check needs)."""
+    from relaxbench.models.preview import preview_model
+
+    return preview_model(target, quiet=True).config.to_dict()
 
 
 def check_ungated(method: Any) -> None:
@@ -368,7 +377,9 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
             check_rule(make_policy(method.policy, method.knobs))
             check_ungated(method)
         assert drafter is not None
-        draft_ref = locate(draft)[1] if drafter.kind not in ("ngram",) and draft is not None else None
+        if drafter.kind == "mtp":
+            check_mtp_target(target, target_config(target))
+        draft_ref = locate(draft)[1] if drafter.kind == "model" and draft is not None else None
         spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref,
                                   greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy)
     else:

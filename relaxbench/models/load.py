@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,12 +12,12 @@ from typing import Any
 import torch
 
 from relaxbench.errors import ConfigError, ModelError
-from relaxbench.models.convert import dtype_copy, materialize
+from relaxbench.models.convert import dtype_copy
 from relaxbench.models.device import DEVICE_MAPS
 from relaxbench.models.dtypes import parameter_count, parse_dtype
-from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
+from relaxbench.models.preview import ModelPreview, Vocabulary, load_errors, locate
+from relaxbench.models.resolve import ModelLocation
 from relaxbench.models.shape import ModelShape, shape_from_config, shape_of
-from relaxbench.models.zoo import MODELS
 from relaxbench.registry import did_you_mean
 
 
@@ -92,8 +90,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
 
     parse_dtype(dtype, device, role)  # a bad name fails before anything is fetched
     placement = {} if device_map is None else {"device_map": _device_map(device_map, device)}
-    location, ref, offline = _locate(name, quiet)
-    with _load_errors(name, location, ref, offline), transformers_progress_bars(enabled=not quiet):
+    location, ref, offline = locate(name, quiet)
+    with load_errors(name, location, ref, offline), transformers_progress_bars(enabled=not quiet):
         n_params = parameter_count(ref, offline) if dtype == "auto" and torch.device(device).type == "cpu" else None
         torch_dtype = parse_dtype(dtype, device, role, n_params)
         if location.kind in ("packaged", "gguf") and torch_dtype in (torch.bfloat16, torch.float16):
@@ -140,71 +138,22 @@ def load_tokenizer(name: str, quiet: bool = False) -> Any:
     template can then be built before the weights load)."""
     from transformers import AutoTokenizer
 
-    location, ref, offline = _locate(name, quiet)
-    with _load_errors(name, location, ref, offline):
+    location, ref, offline = locate(name, quiet)
+    with load_errors(name, location, ref, offline):
         return AutoTokenizer.from_pretrained(ref, local_files_only=offline)
-
-
-@dataclass(frozen=True)
-class ModelPreview:
-    """A model's tokenizer and config without its weights: enough to encode prompts, check them against the
-    context and compare two vocabularies, so those refusals come before any weight loads."""
-
-    name: str
-    tokenizer: Any
-    config: Any
-
-
-def preview_model(name: str, quiet: bool = False) -> ModelPreview:
-    """The tokenizer and config of ``name``, resolved and fetched like ``load_model`` (no weights read)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    location, ref, offline = _locate(name, quiet)
-    with _load_errors(name, location, ref, offline):
-        return ModelPreview(name, AutoTokenizer.from_pretrained(ref, local_files_only=offline),
-                            AutoConfig.from_pretrained(ref, local_files_only=offline))
 
 
 def model_shape(name: str, quiet: bool = True) -> ModelShape:
     """The shape of ``name`` from its config alone (resolved and fetched like ``load_model``; no weights loaded)."""
-    location, ref, offline = _locate(name, quiet)
-    with _load_errors(name, location, ref, offline):
+    location, ref, offline = locate(name, quiet)
+    with load_errors(name, location, ref, offline):
         return shape_from_config(ref, offline)
 
 
-def _locate(name: str, quiet: bool) -> tuple[ModelLocation, str, bool]:
-    """Where ``from_pretrained`` loads ``name`` from (fetched and converted first), and whether only local files
-    may be read: without a reachable hub, a hub id can still load from the local Hugging Face cache."""
-    location = resolve_model(name)
-    ref = materialize(location, quiet=quiet)
-    return location, ref, location.kind == "hub" and not hub_reachable()
-
-
-@contextmanager
-def _load_errors(name: str, location: ModelLocation, ref: str, offline: bool) -> Iterator[None]:
-    """transformers' loading errors as one-line ModelErrors."""
-    try:
-        yield
-    except (OSError, ValueError) as exc:
-        if location.kind == "hub":
-            why = "the hub is unreachable and it is not in the local cache" if offline else _first_line(exc)
-            raise ModelError(
-                f"could not load {name!r} from the Hugging Face hub ({why}); pass a local model "
-                f"directory or a packaged alias (relaxbench models list){did_you_mean(name, MODELS.names())}"
-            ) from None
-        raise ModelError(f"could not load {name!r} from {ref}: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
 def vocab_fingerprint(tokenizer: Any) -> str:
-    """A short description of a tokenizer vocabulary: size and a hash of its token→id map."""
-    vocab = tokenizer.get_vocab()
-    digest = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode()).hexdigest()[:12]
-    return f"{type(tokenizer).__name__}, {len(vocab)} tokens, #{digest}"
+    """A short description of a tokenizer vocabulary: its class, size and a hash of its token→id map."""
+    vocabulary = Vocabulary.of(tokenizer)
+    return f"{type(tokenizer).__name__}, {vocabulary.size} tokens, #{vocabulary.digest[:12]}"
 
 
 def check_shared_vocab(target: LoadedModel | ModelPreview, draft: LoadedModel | ModelPreview) -> None:

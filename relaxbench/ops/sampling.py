@@ -36,8 +36,10 @@ def process_logits(logits: torch.Tensor, params: SamplingParams, top_p_first: bo
 
 
 def _top_k_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Keep the tokens whose logit is at least the k-th largest (ties with the k-th stay). The cuts write into
-    ``logits`` (the tempered copy ``process_logits`` made), so a full-vocabulary row is not allocated again."""
+    """Keep the tokens whose logit is at least the k-th largest (ties with the k-th stay, as vLLM's
+    ``apply_top_k_top_p``/``apply_top_k_only`` and transformers' ``TopKLogitsWarper``: a cut by value). The cuts
+    write into ``logits`` (the tempered copy ``process_logits`` made), so a full-vocabulary row is not allocated
+    again."""
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill_(logits < kth, float("-inf"))
@@ -45,15 +47,29 @@ def _top_k_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def _top_p_cut(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Drop a token when the mass strictly before it (most likely first) already reaches top_p; the top token
-    always stays."""
+    """The top-p cut as vLLM's ``apply_top_k_top_p`` (and transformers' ``TopPLogitsWarper``) make it: a stable
+    ascending sort, the cumulative mass from the least likely token, a token dropped while that mass is at most
+    ``1 − top_p`` (in float32, ``1 − float32(top_p)``), the most likely token always kept. Among tokens tied at the
+    cut the lower ids come first in the ascending order and are dropped first: the higher ids stay, as in the
+    engines the references run on (``top_p_drop``)."""
     if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        sorted_probs = torch.softmax(sorted_logits, dim=-1, out=sorted_logits)  # sort's own copy
-        drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        logits = logits.masked_fill_(drop, float("-inf"))
+        threshold = 1 - torch.tensor(params.top_p, dtype=torch.float32, device=logits.device)
+        logits = logits.masked_fill_(top_p_drop(logits, threshold), float("-inf"))
     return logits
+
+
+def top_p_drop(logits: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """[..., V] bool: the tokens the top-p cut drops, ``threshold`` = 1 − top_p (a float32 scalar or [..., 1]).
+
+    vLLM's ``apply_top_k_top_p_pytorch`` (v1/sample/ops/topk_topp_sampler.py), which the Graphcore reference's
+    rejection sampler and vLLM's FLy run their top-p through, and transformers' ``TopPLogitsWarper`` (MARS,
+    DIVERSED): ``sort(descending=False)``, ``cumsum(softmax) <= 1 − p``, the last (largest) kept. The sort is
+    stable, as the GPU's radix sort these engines run on: exactly tied logits keep their id order."""
+    sorted_logits, order = torch.sort(logits, dim=-1, stable=True)
+    cumulative = torch.softmax(sorted_logits, dim=-1, out=sorted_logits).cumsum_(dim=-1)  # sort's own copy
+    drop_sorted = cumulative <= threshold
+    drop_sorted[..., -1] = False
+    return torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -141,10 +157,7 @@ def _top_k_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Te
 
 def _top_p_rows(logits: torch.Tensor, settings: BatchSampling, sampled: torch.Tensor) -> torch.Tensor:
     active = sampled & (settings.top_p < 1.0)
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    sorted_probs = torch.softmax(sorted_logits, dim=-1, out=sorted_logits)  # sort's own copy
-    drop_sorted = torch.cumsum(sorted_probs, dim=-1).sub_(sorted_probs) >= settings.top_p.unsqueeze(-1)
-    drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+    drop = top_p_drop(logits, (1 - settings.top_p).unsqueeze(-1))
     return logits.masked_fill_(drop.logical_and_(active.unsqueeze(-1)), float("-inf"))
 
 

@@ -288,15 +288,22 @@ class Batch:
 
     # -- building -------------------------------------------------------------------------------------------------
     @classmethod
-    def of_blocks(cls, blocks: Sequence[Block], uniform_dtype: torch.dtype = torch.float32,
+    def of_blocks(cls, blocks: Sequence[Block], uniform_dtype: torch.dtype | None = None,
                   uniforms: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Batch:
         """A batch of one-request ``Block``s (tests, benchmarks, the transformers loop at B = 1): their rows
-        concatenated, their uniforms drawn from each block's generator as ``draw_uniforms`` does (or given)."""
+        concatenated, their uniforms drawn from each block's generator as ``draw_uniforms`` does (or given).
+
+        ``uniform_dtype``: the dtype the acceptance uniforms are drawn and kept in (the rule's ``uniform_dtype``).
+        None keeps given uniforms in their own dtype (float32 when they are drawn here), so a rule's float64
+        uniforms are never rounded to float32 on the way in: float32(u) ≤ p(d)/q(d) < u would accept a draft the
+        rule's reference (MARS, vLLM) rejects."""
         if not blocks:
             raise ValueError("a batch needs at least one request")
         device = blocks[0].draft_tokens.device
         width = max(b.k for b in blocks)
         size = len(blocks)
+        if uniform_dtype is None:
+            uniform_dtype = torch.float32 if uniforms is None else _common_dtype([u for u, _ in uniforms])
         if uniforms is None:
             uniforms = [draw_uniforms(b.generator, b.k, b.sampling, uniform_dtype) for b in blocks]
         accept_u = torch.zeros(size, width, dtype=uniform_dtype, device=device)
@@ -353,6 +360,14 @@ def _block_extras(blocks: Sequence[Block], width: int) -> dict[str, Rows]:
                 start += int(value.shape[0])
         extras[key] = Rows(_joined(sources), torch.stack(index).clamp_max(max(start - 1, 0)))
     return extras
+
+
+def _common_dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype:
+    """The dtype every one of ``tensors`` promotes to (float32 for none)."""
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, torch.as_tensor(tensor).dtype)
+    return dtype
 
 
 def _joined(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -22,7 +22,9 @@ Deviations (why, in docs/conformance.md):
 * the token after a rejection drawn by inverse CDF from the request's uniform (transformers: ``torch.multinomial``
   from the global generator; the same distribution), and the residual's no-mass test at float32's ``tiny`` taken on
   our float32 rows;
-* ties in the mixture's argmax broken as ``torch.argmax`` does (the first index), as transformers.
+* ties in the mixture's argmax broken as ``torch.argmax`` does (the first index), as transformers; p and q cut by
+  top-k/top-p as transformers' warpers cut them (ties with the k-th kept; the higher ids kept among tokens tied at
+  the top-p cut).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ class Diversed(VerificationPolicy):
                     "huggingface/transformers@v5.23.0 src/transformers/generation/utils.py _speculative_sampling, "
                     "_assisted_decoding (assistant_ensemble_weight)",
                     "DIVERSED (transformers): greedy accepts the argmax of w p + (1-w) q; sampling accepts with "
-                    "1 - w + w p/q")
+                    "1 - w + w p/q",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         assistant_ensemble_weight: Number = Field(0.95, gt=0, le=1)  # w; 1 = lossless (transformers: None)

@@ -79,7 +79,7 @@ class FLy(VerificationPolicy):
     origin = Origin(Fidelity.REFERENCE,
                     "AMD-AGI/FLy@6667ae8 fly/models/FLy.py SPDGenerate.generate_chunks (chain mode)",
                     "FLy: accept a mismatch followed by W-1 matches if the target's top-3 entropy >= theta",
-                    revision=1)  # gate off at theta <= 0.01, NaN entropy, temperature-only sampling
+                    revision=2)  # 2: a plain step's top-p ties as vLLM; 1: gate off at theta <= 0.01, NaN, T only
 
     class Knobs(Spec):
         theta: Number = Field(0.3, ge=0)  # entropy gate θ (nats); ≤ 0.01 gate off; inf = exact match

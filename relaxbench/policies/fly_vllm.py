@@ -21,8 +21,9 @@ p(d) > 0 and q(d) > 0). The accepted length is the leading run of native or defe
 * Greedy: native = the draft is the target's argmax; the entropy from the raw logits (``logsumexp``, as the V2
   runner computes it; the V1 runner takes the top values of their float32 softmax: the same quantity, rounded
   differently); the next token is the target's argmax at the first rejection, or the bonus.
-* Sampling: native = ``p(d)/q(d) ≥ u`` (``u`` float64, as vLLM draws it) with the processed target p
-  (temperature, top-k, top-p) and the draft's q when the drafter has one (vLLM's
+* Sampling: native = ``p(d)/q(d) ≥ u`` (``u`` float64, as vLLM draws it, on every path that builds a batch) with
+  the processed target p (temperature, top-k, top-p as vLLM's ``apply_top_k_top_p``: among tokens tied at the top-p
+  cut the higher ids stay) and the draft's q when the drafter has one (vLLM's
   ``draft_sample_method="probabilistic"``), else point-mass drafts, ``p(d) ≥ u``
   (vLLM's greedy draft sampling and n-gram drafts: the one-sample test; the V2 runner tests
   ``log p(d) > log u + log q(d)`` with its own uniforms); the entropy from p (V1; V2: from the processed logits,
@@ -104,7 +105,7 @@ def deferred(native: torch.Tensor, possible: torch.Tensor, gate: torch.Tensor, w
 @register_policy
 class FLyVLLM(VerificationPolicy):
     name = "fly-vllm"
-    uniform_dtype = torch.float64  # vLLM's generate_uniform_probs draws float64
+    uniform_dtype = torch.float64  # vLLM's generate_uniform_probs draws float64 (every path keeps it)
     needs = frozenset({Need.DRAFT_PROBS_IF_ANY})
     modes = Modes(strict_knobs={"fly_entropy_threshold": math.inf},
                   loosening={"fly_entropy_threshold": (math.inf, 1.0, 0.6, 0.3, 0.1, 0.0),
@@ -114,7 +115,8 @@ class FLyVLLM(VerificationPolicy):
                     "vllm-project/vllm@v0.33.0 vllm/v1/spec_decode/fly.py apply_fly_greedy_acceptance_kernel, "
                     "apply_fly_random_acceptance_kernel",
                     "vLLM's FLy: defer a native rejection when the next W positions are accepted natively and the "
-                    "target's top-k entropy >= theta")
+                    "target's top-k entropy >= theta",
+                    revision=1)  # the loop keeps the float64 uniforms; n_relaxed counts deferrals only
 
     class Knobs(Spec):
         fly_window_size: Integer | None = Field(None, ge=1)  # W; None: min(6, k - 1)
@@ -169,4 +171,4 @@ class FLyVLLM(VerificationPolicy):
                                        batch.ends)
 
         return rejection_judgement(batch, lambda _scaled: native, batch.p_at, batch.p_at, point_mass=point_mass,
-                                   strict_p=p_d, relax=None if self.strict else relax)
+                                   strict_accept=native, relax=None if self.strict else relax)

@@ -3,9 +3,11 @@
 ``margin`` — MARS (arXiv 2601.15498), as reference: 5SSjw/MARS @ 8909b41, ``mars/model/utils.py``
 ``evaluate_posterior``, called from ``EaModel.eagenerate`` with the processor of ``prepare_logits_processor``; the
 draft probabilities as ``retrieve_probs``. At temperature ≤ 1e-5 it is exact match, as the authors'. Above, per draft
-position in order: the gate ``z2 / (z1 + 1e-10) > θ`` on the processed logits (temperature, then top-p, then top-k);
+position in order: the gate ``z2 / (z1 + 1e-10) > θ`` on the processed logits (temperature, then top-p, then top-k,
+as transformers' warpers: top-k by value, top-p keeping the higher ids among tokens tied at its cut);
 gate on: accept iff the draft is one of the two top tokens, else draw from the full ``p``; gate off: accept iff
-``u ≤ min(1, p(d)/q(d))`` (q untempered, at least 1e-10; 1 without a draft distribution), else draw from ``p`` with
+``u ≤ min(1, p(d)/q(d))`` (u float64 as ``random.random()``, on every path; q untempered, at least 1e-10; 1
+without a draft distribution), else draw from ``p`` with
 the draft's mass reduced to ``max(0, p − q)``; the bonus from ``p``. Drafts are the drafter's top-1 path. The
 line-by-line mapping to the reference and the tests is in docs/conformance.md.
 
@@ -67,8 +69,8 @@ class Margin(VerificationPolicy):
     origin = Origin(Fidelity.REFERENCE, "5SSjw/MARS@8909b41 mars/model/utils.py evaluate_posterior",
                     "MARS: under sampling accept a top-2 draft when z2/(z1+1e-10) > theta, else rejection sampling; "
                     "temperature 0: exact match",
-                    revision=1)
-    uniform_dtype = torch.float64  # the authors' random.random()
+                    revision=2)  # 2: the loop keeps the float64 uniforms (it rounded them to float32)
+    uniform_dtype = torch.float64  # the authors' random.random(), on every path that builds a batch
 
     class Knobs(Spec):
         theta: Number = 0.9  # relaxation_threshold (any real, as MARS: below 0 the gate never closes)

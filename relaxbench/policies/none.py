@@ -10,7 +10,8 @@ class Autoregressive(VerificationPolicy):
     name = "none"
     modes = Modes(lossless=True)
     origin = Origin(Fidelity.BASELINE, "autoregressive decoding",
-                    "autoregressive baseline: no drafts, one target forward per token")
+                    "autoregressive baseline: no drafts, one target forward per token",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     def judge(self, batch: Batch) -> Judgement:
         raise AssertionError("the autoregressive baseline never receives drafts")

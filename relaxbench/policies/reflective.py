@@ -76,7 +76,8 @@ class ReflectiveVerification(VerificationPolicy):
     origin = Origin(Fidelity.PAPER_UNVERIFIED,
                     "arXiv 2505.18629 (abstract only); layout, fusion and alpha as the third-party "
                     "chiatzenw-cur/lossy-token-eff@5b1b42c",
-                    "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt")
+                    "reflective verification: fused logits (1-alpha) z0 + alpha zr, read after a reflection prompt",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         alpha: Number = Field(0.3, ge=0, le=1)

@@ -67,15 +67,25 @@ def rejection_judgement(
     point_mass: bool = False,
     strict_p: torch.Tensor | None = None,  # [B, K] p(d): the strict test, to mark relaxed acceptances
     relax: Callable[[torch.Tensor], torch.Tensor] | None = None,  # [B, K] bool -> [B, K] bool: acceptances to add
+    strict_accept: torch.Tensor | None = None,  # [B, K] bool: the rule's own strict test, where it is not u·q < p
 ) -> Judgement:
     """One step of (relaxed) speculative sampling for every request: ``u·q(d) < π_accept(d)`` at every position
-    (``pi_accept`` may instead be a function of ``u·q(d)`` for a rule whose test is not a single comparison)."""
+    (``pi_accept`` may instead be a function of ``u·q(d)`` for a rule whose test is not a single comparison).
+
+    ``relaxed`` marks acceptances the strict test rejects: ``strict_accept`` when given (a rule whose native test
+    is its reference's, e.g. vLLM's ``p/q ≥ u``, so that at its strict end nothing is ever counted relaxed, not
+    even where ``u·q = p`` exactly), else ``u·q(d) < strict_p``."""
     drafts = batch.drafts
     scaled = batch.accept_u if point_mass else batch.accept_u * batch.q_of_drafts
     accept = pi_accept(scaled) if callable(pi_accept) else scaled < pi_accept
     if relax is not None:
         accept = accept | relax(accept)
-    relaxed = accept & ~(scaled < strict_p) if strict_p is not None else torch.zeros_like(accept)
+    if strict_accept is not None:
+        relaxed = accept & ~strict_accept
+    elif strict_p is not None:
+        relaxed = accept & ~(scaled < strict_p)
+    else:
+        relaxed = torch.zeros_like(accept)
 
     bonus_is_pi = bonus == pi_residual  # strict speculative sampling, FLy, …: the π rows at n = k are the bonus rows
 

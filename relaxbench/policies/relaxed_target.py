@@ -5,7 +5,9 @@ Reference: graphcore-research/relaxed-spec-dec-repro @ c28353f, ``vllm_overlay/f
 the reference's branches to this code and to the conformance tests is in docs/conformance.md.
 
 Each rule defines a relaxed target ``π(q, p)`` from the processed target ``p`` and draft ``q`` and runs the shared
-rejection sampler against it: accept ``x ~ q`` with probability ``min(1, π_accept(x)/q(x))``, else sample
+rejection sampler against it (``p`` and ``q`` processed as the reference's ``apply_sampling_constraints`` does
+through vLLM's ``apply_top_k_top_p``: top-k by value, top-p keeping the higher ids among tokens tied at its cut,
+``ops.sampling.top_p_drop``): accept ``x ~ q`` with probability ``min(1, π_accept(x)/q(x))``, else sample
 ``norm((π_residual − q)+)``; the bonus token comes from ``p``. Each rule gives ``π_accept`` at every draft position
 (from per-draft row reductions over the T real draft positions: TV, a divergence, η) and ``π_residual`` at one
 position per request. Greedy decoding is exact match for every rule but ``contrastive``, which is sampling-only, as
@@ -91,7 +93,8 @@ class Mentored(RelaxedTarget):
     name = "mentored"
     modes = Modes(strict_knobs={"alpha": 0.0}, greedy_is_exact=True, loosening={"alpha": (0.0, 0.3, 0.7, 0.95)})
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+")
+                    "mentored decoding: accept iff u <= p/((1-alpha) q), residual (p-q)+",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         alpha: Number = Field(0.3, ge=0, lt=1)
@@ -117,7 +120,8 @@ class Cactus(RelaxedTarget):
     name = "cactus"
     modes = Modes(strict_knobs={"delta": 0.0}, greedy_is_exact=True, loosening={"delta": (0.0, 0.1, 0.25, 1.0, 10.0)})
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+")
+                    "CACTUS: accept with gamma/q, gamma = min(p + sqrt(2 delta p(1-p)), 1); residual (H_x - q)+",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         delta: Number = Field(0.1, ge=0)
@@ -137,7 +141,8 @@ class SpecCascadeOpt(RelaxedTarget):
     modes = Modes(strict_knobs={"alpha": -math.inf}, greedy_is_exact=True,
                   loosening={"alpha": (-math.inf, -0.1, 0.0, 0.05, 1.0)})
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "spec-cascade OPT: pi = q unless max q < max p - alpha*TV(p, q) (then pi = p, strict test)")
+                    "spec-cascade OPT: pi = q unless max q < max p - alpha*TV(p, q) (then pi = p, strict test)",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         alpha: Number = -0.1
@@ -165,7 +170,7 @@ class SpecCascadeToken(RelaxedTarget):
                             "π(d) for a draft outside T")
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
                     "spec-cascade Tok3: pi = q on the target's top set T_alpha plus q(outside T)*p; alpha<0: strict",
-                    revision=1)  # alpha = 0: the first argmax alone on tied maxima, as the reference
+                    revision=2)  # 2: top-p ties keep the higher ids (vLLM); 1: alpha = 0, the first argmax alone
 
     class Knobs(Spec):
         alpha: Number = Field(0.0, le=1)  # alpha < 0 empties the top set: strict
@@ -235,7 +240,8 @@ class FuzzySpeculative(RelaxedTarget):
     modes = Modes(strict_knobs={"threshold": 0.0}, greedy_is_exact=True,
                   loosening={"threshold": (0.0, 0.05, 0.2, 0.3, 1.0)})
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p")
+                    "reducible fuzzy SD: pi = q where D(p, q) <= T (JS by default), else p",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         threshold: Number = Field(0.05, ge=0)
@@ -258,7 +264,8 @@ class StaticEnsemble(RelaxedTarget):
     name = "ensemble"
     modes = Modes(strict_knobs={"w": 1.0}, greedy_is_exact=True, loosening={"w": (1.0, 0.95, 0.9, 0.8, 0.0)})
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts")
+                    "static ensemble: pi = w p + (1-w) q, accept ratio (1-w) + w p/q; w=0 always accepts",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         w: Number = Field(0.95, ge=0, le=1)
@@ -279,7 +286,8 @@ class SpeculativeContrastive(RelaxedTarget):
     modes = Modes(supported={"sampling"}, strict_knobs={"beta": 0.0},  # greedy refused: the reference raises there
                   loosening="β relaxes the residual (the output distribution), not the acceptance test")
     origin = Origin(Fidelity.REFERENCE, RelaxedTarget.REFERENCE,
-                    "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support")
+                    "speculative contrastive decoding: pi ~ exp(((1+beta) z_p - beta z_q)/T) on p's plausible support",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     class Knobs(Spec):
         beta: Number = Field(0.1, ge=0)

@@ -16,7 +16,10 @@ temperature 1 of the raw logits, the kernel's input). Knobs: ``topk`` (K) and ``
 δ = 0.6, the DeepSeek-R1 preset MAX ships (``MTPDecodingConfig``'s own defaults, K = 1 and δ = 0, are exact match).
 ``topk = 1`` is exact match (the strict setting). Where: the thinking span only by default (``Modes.relax_in``), as
 TensorRT-LLM relaxes only between its begin- and end-of-thinking tokens; ``relax_in`` of the method changes it,
-and ``policies/span.py`` lists how its span handling differs from the kernel's δ flip.
+and ``policies/span.py`` lists how its span handling differs from the kernel's δ flip. The prompt is read as
+TensorRT-LLM's context phase reads it (``mtp.py``: δ set when the prompt holds a begin-of-thinking token, whatever
+follows it; ``span_opened_by_any_prompt_tag``), so a prompt holding ``<think>…</think>`` starts the generation
+relaxed.
 
 Deviations, deliberate: membership in the top K is by value (the draft's probability is at least the K-th largest,
 so a tie with the K-th counts as in; ``torch.topk``'s order among exactly equal probabilities is unspecified), and
@@ -26,6 +29,8 @@ probabilities cast to float). Greedy only: TensorRT-LLM applies the rule in its 
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from pydantic import Field, model_validator
@@ -39,13 +44,16 @@ from relaxbench.validation import Integer, Number, Spec
 @register_policy
 class RelaxedTopKDelta(VerificationPolicy):
     name = "relaxed-topk-delta"
+    # TensorRT-LLM's context phase: a begin-of-thinking token anywhere in the prompt sets the request's δ
+    span_opened_by_any_prompt_tag: ClassVar[bool] = True
     modes = Modes(supported={"greedy"}, strict_knobs={"topk": 1}, relax_in="thinking",
                   loosening={"delta": (0.0, 0.05, 0.3, 0.6, 1.0), "topk": (1, 2, 5, 10, 48)})
     origin = Origin(Fidelity.REFERENCE,
                     "NVIDIA/TensorRT-LLM@b35ac1b cpp/tensorrt_llm/kernels/speculativeDecoding/mtpKernels.cu "
                     "mtpRelaxedAcceptanceKernel",
                     "TensorRT-LLM's MTP relaxed acceptance: the draft is in the top K and p(d) >= p(top-1) - delta "
-                    "(thinking span only by default)")
+                    "(thinking span only by default)",
+                    revision=1)  # a prompt's <think> opens the span whatever follows it, as TensorRT-LLM's context
 
     class Knobs(Spec):
         topk: Integer = 10  # K: candidates walked from the target's most likely token

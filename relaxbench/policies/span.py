@@ -9,7 +9,12 @@ match under greedy decoding, speculative sampling under sampling: ``strict.lossl
 The span: the thinking span runs from an opening tag to the next closing tag (``<think>``/``</think>`` for Qwen3,
 as token sequences from the target's tokenizer; a method may name others). It is tracked per sequence across rounds
 (``reset`` per sequence; the committed tokens, prompt included, are read once as they grow, through ``observe``), so a
-``<think>`` in the prompt (Qwen3-2507's templates) opens it. A draft token belongs to the span of the text it was proposed after: a
+``<think>`` in the prompt (Qwen3-2507's templates) opens it and a later ``</think>`` in the prompt closes it. A rule
+that claims TensorRT-LLM's span (``span_opened_by_any_prompt_tag``: ``relaxed-topk-delta``) reads the prompt as
+TensorRT-LLM's context phase does (``mtp.py``, ``sample_and_accept_draft_tokens``: the request's δ is set when the
+prompt holds at least one begin-of-thinking token, whatever follows it): a prompt holding ``<think>…</think>`` (a
+template that closes an empty thinking block) leaves it relaxed from the first generated token, until a generated
+``</think>``. A draft token belongs to the span of the text it was proposed after: a
 drafted ``</think>`` is still inside (the model is thinking when it proposes it), the drafts after it are outside.
 
 A block that crosses a boundary is split into runs of positions with the same treatment: each position gets its run's
@@ -23,9 +28,10 @@ span are counted (``Verdict.emitted_in_span`` / ``relaxed_in_span``) for every g
 
 Deviations from TensorRT-LLM (``mtpKernels.cu`` ``mtpRelaxedAcceptanceKernel``), deliberate: its δ flips after the
 round (the state at the round's start applies to every draft of the round, so drafts after an accepted ``</think>``
-are still relaxed and those after ``<think>`` not yet), while here the block is split at the boundary; its state
-starts at 0 and flips only on generated tokens, so a ``<think>`` in the prompt does not open a span there; outside
-the span it keeps the top-K test at δ = 0 (ties with the top-1 probability still pass), while here outside is exact.
+are still relaxed and those after ``<think>`` not yet), while here the block is split at the boundary; outside the
+span it keeps the top-K test at δ = 0 (ties with the top-1 probability still pass), while here outside is exact;
+its begin- and end-of-thinking tokens are single token ids, while here a tag may be several tokens. (The prompt is
+read as TensorRT-LLM reads it for the rule that claims its span, above; for every other rule, as the text.)
 """
 
 from __future__ import annotations
@@ -56,6 +62,14 @@ class SpanTracker:
 
     def reset(self) -> None:
         self.inside, self.tail = False, ()
+
+    def read_prompt(self, prompt: Sequence[int], opened_by_any_tag: bool = False) -> None:
+        """Read the prompt (the first committed tokens of a sequence). ``opened_by_any_tag``: TensorRT-LLM's context
+        phase, where any opening tag in the prompt opens the span, a closing tag after it notwithstanding."""
+        self.advance(prompt)
+        if opened_by_any_tag and not self.inside:
+            width, ids = len(self.open), tuple(int(t) for t in prompt)
+            self.inside = any(ids[i: i + width] == self.open for i in range(len(ids) - width + 1))
 
     def advance(self, new: Sequence[int]) -> None:
         """Read committed tokens."""
@@ -123,6 +137,9 @@ class SpanGate(VerificationPolicy):
         self.uniform_dtype = inner.uniform_dtype
         self.draws = True  # the strict test outside the span draws
         self.tracker: SpanTracker | None = None
+        # TensorRT-LLM's context phase for the rule that claims its span: any opening tag in the prompt opens it
+        self.prompt_opens = bool(getattr(inner, "span_opened_by_any_prompt_tag", False))
+        self.prompt_read = False
 
     def bind(self, env: PolicyEnv) -> None:
         self.inner.bind(env)
@@ -132,6 +149,7 @@ class SpanGate(VerificationPolicy):
 
     def reset(self) -> None:
         self.inner.reset()
+        self.prompt_read = False
         if self.tracker is not None:
             self.tracker.reset()
 
@@ -139,7 +157,11 @@ class SpanGate(VerificationPolicy):
         self.inner.observe(tokens)
         if self.tracker is None:
             raise ConfigError("a span-gated rule must be bound to a tokenizer first")
-        self.tracker.advance(tokens)
+        if self.prompt_read:
+            self.tracker.advance(tokens)
+        else:  # the first tokens after reset: the prompt
+            self.tracker.read_prompt(tokens, self.prompt_opens)
+            self.prompt_read = True
 
     def provenance(self) -> Any:
         return self.inner.provenance()

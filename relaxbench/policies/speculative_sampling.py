@@ -18,7 +18,8 @@ class SpeculativeSampling(VerificationPolicy):
     needs = frozenset({Need.DRAFT_PROBS})
     modes = Modes(lossless=True)
     origin = Origin(Fidelity.BASELINE, "arXiv 2211.17192 (Leviathan et al.), 2302.01318 (Chen et al.)",
-                    "accept with min(1, p/q), resample from norm((p-q)+); lossless (greedy: exact match)")
+                    "accept with min(1, p/q), resample from norm((p-q)+); lossless (greedy: exact match)",
+                    revision=1)  # top-p ties keep the higher ids (vLLM, transformers)
 
     def judge(self, batch: Batch) -> Judgement:
         return lossless_judgement(batch)

@@ -64,7 +64,7 @@ class TypicalAcceptance(VerificationPolicy):
                     "FasterDecoding/Medusa@e2a5d20 medusa/model/utils.py evaluate_posterior (typical, fast=True)",
                     "Medusa typical acceptance (default fast path): p_T(d) > min(epsilon, delta*exp(-H)), next "
                     "token the argmax; temperature 0: exact match",
-                    revision=1)
+                    revision=2)  # 2: a plain step's top-p ties keep the higher ids (vLLM, transformers)
     Knobs = TypicalKnobs
     draws = False  # Medusa's typical acceptance draws no random number: it emits the argmax
 

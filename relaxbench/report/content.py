@@ -20,6 +20,7 @@ from typing import Any
 from relaxbench.analysis import RunRecord, TaskSummary, load_run, summarize_run
 from relaxbench.analysis.agreement import Agreement, ArmPair, run_agreements
 from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs, run_concurrency
+from relaxbench.analysis.drafters import DrafterGain, run_drafter_gains
 from relaxbench.analysis.metrics import CellSummary, report_definitions
 from relaxbench.analysis.notices import run_findings, task_findings
 from relaxbench.analysis.proxy import choose_profiles
@@ -469,13 +470,13 @@ def concurrency_section(run: RunRecord, runs: Sequence[RunRecord]) -> Concurrenc
 
 def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str], budget: float,
                  ranking: Ranking = MEASURED, x_axis: Ranking = MEASURED,
-                 agreements: Sequence[Agreement] = ()) -> TaskSection:
+                 agreements: Sequence[Agreement] = (), gains: Sequence[DrafterGain] = ()) -> TaskSection:
     cells = run.cells_of(summary.task)
     baseline = next(c for c in cells if c.is_baseline)
     return TaskSection(task=summary.task, description=str(baseline.task_spec.get("description") or ""),
                        scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget, ranking),
-                       tables=task_tables(summary, agreements),
-                       figures=() if summary.target_alone else tuple(task_figures(summary, palette, x_axis)),
+                       tables=task_tables(summary, agreements, gains),
+                       figures=() if summary.target_alone else tuple(task_figures(summary, palette, x_axis, gains)),
                        notices=tuple(task_notices(summary, cells)))
 
 
@@ -492,7 +493,9 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     axis = Ranking(choice.x_axis) if choice.x_axis is not None else MEASURED
     palette = method_palette(["ar", *(c.method for c in sorted(run.cells, key=lambda c: c.position))])
     agreements = run_agreements(run, agree)
-    tasks = tuple(task_section(run, s, palette, budget, ranking, axis, agreements.get(s.task, ())) for s in summaries)
+    gains = run_drafter_gains(run, summaries)
+    tasks = tuple(task_section(run, s, palette, budget, ranking, axis, agreements.get(s.task, ()), gains.get(s.task, ()))
+                  for s in summaries)
     setup, tasks_table = setup_tables(run, summaries)
     environment, sessions = environment_tables(run)
     title = f"relaxbench: {run.target} with draft {run.draft or '-'}"
@@ -502,7 +505,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     concurrency = concurrency_section(run, siblings)
     drawn = {f.kind for t in tasks for f in t.figures}
     methods = [text for kind, text in FIGURE_METHODS.items()
-               if (kind != FIGURE_KIND or concurrency is not None) and (kind != "categories" or kind in drawn)]
+               if (kind != FIGURE_KIND or concurrency is not None) and (kind not in ("categories", "drafters") or kind in drawn)]
     if axis.profile is not None:
         methods.insert(1, (f"Trade-off on {axis.profile}", TRADEOFF_PROXY.format(profile=axis.profile)))
     return Report(

@@ -19,6 +19,7 @@ matplotlib.use("Agg", force=False)  # headless: the report never opens a window
 
 from matplotlib.figure import Figure  # noqa: E402
 
+from relaxbench.analysis.drafters import DrafterGain  # noqa: E402
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, TaskSummary  # noqa: E402
 from relaxbench.analysis.selection import MEASURED, Ranking  # noqa: E402
 from relaxbench.profiles.measure import MACHINE_PROFILE  # noqa: E402
@@ -62,6 +63,13 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
         "the diagonal mean the profile prices this machine's runs right, which is what lets another device's "
         "profile price them; points below it lose time to what the proxy leaves out (policy, Python overhead); a "
         "run on a busy machine scatters around it."),
+    "drafters": (
+        "Relaxation by drafter",
+        "Per rule (a group of bars) and drafter (one colour each), every relaxed arm against the exact arm with the "
+        "same drafter and k, over the task's paired units: left, MAL gain = the arm's MAL / exact's; right, speed gain = exact's total time / the "
+        "arm's. Bars: the 95% paired-bootstrap CI over units. The dashed line at 1.0× is exact with that drafter: a "
+        "rule above it gains with that drafter. The table 'relaxation by drafter' gives the figures with each arm's "
+        "capability change against AR."),
     "categories": (
         "Acceptance by category",
         "Heat maps of the task's item categories (rows) × arms (columns), each cell over the category's paired units "
@@ -416,6 +424,45 @@ def category_heatmap(summary: TaskSummary) -> FigureArt | None:
     return FigureArt(f"{summary.task}-categories", "categories", summary.task, fig)
 
 
+def drafter_gains_figure(task: str, gains: Sequence[DrafterGain]) -> FigureArt | None:
+    """MAL gain and speed gain over exact, per drafter and rule, with their CIs (None without gains)."""
+    if not gains:
+        return None
+    drafters = sorted({g.drafter for g in gains})
+    # one group of bars per rule, a bar per drafter (an arm's own name where a drafter has several of one rule)
+    by_rule = len({(g.drafter, g.policy) for g in gains}) == len(gains)
+    group = {id(g): g.policy if by_rule else g.arm for g in gains}
+    arms = sorted(set(group.values()))
+    colours = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(drafters)}
+    width = 0.8 / len(drafters)
+    fig = Figure(figsize=(min(16.0, 4.0 + 1.1 * len(arms) * len(drafters)), 3.4), layout="constrained")
+    for ax, (title, name) in zip(fig.subplots(1, 2), (("MAL gain over exact", "mal_gain"),
+                                                       ("speed gain over exact", "speed_gain"))):
+        labelled: set[str] = set()
+        for i, drafter in enumerate(drafters):
+            for j, arm in enumerate(arms):
+                gain = next((g for g in gains if g.drafter == drafter and group[id(g)] == arm), None)
+                estimate = None if gain is None else getattr(gain, name)
+                if estimate is None or estimate.value is None:
+                    continue
+                x = j - 0.4 + width * (i + 0.5)
+                errors = None
+                if estimate.low is not None and estimate.high is not None:
+                    errors = [[max(0.0, estimate.value - estimate.low)], [max(0.0, estimate.high - estimate.value)]]
+                ax.bar(x, estimate.value, width * 0.9, color=colours[drafter], yerr=errors, capsize=2,
+                       label=None if drafter in labelled else drafter)
+                labelled.add(drafter)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(arms)), arms, rotation=30, ha="right", fontsize=7)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_ylabel("× exact with the same drafter", fontsize=7)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    fig.legend(unique.values(), unique.keys(), fontsize=7, loc="outside right upper")
+    fig.suptitle(f"{task}: relaxation by drafter", fontsize=10, x=0.01, ha="left")
+    return FigureArt(f"{task}-drafters", "drafters", task, fig)
+
+
 def _missing(arms: Sequence[str], why: str = "missing values") -> str:
     return f"Not drawn ({why}): {', '.join(arms)}." if arms else ""
 
@@ -423,8 +470,10 @@ def _missing(arms: Sequence[str], why: str = "missing values") -> str:
 FIGURES = (tradeoff, acceptance_length, acceptance_by_position, output_length, proxy_vs_measured)
 
 
-def task_figures(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking = MEASURED) -> list[FigureArt]:
-    """Every figure of one task, in report order; the trade-off plot's x-axis is ``x_axis``'s speed-up."""
-    heatmap = category_heatmap(summary)
+def task_figures(summary: TaskSummary, palette: Mapping[str, str], x_axis: Ranking = MEASURED,
+                 gains: Sequence[DrafterGain] = ()) -> list[FigureArt]:
+    """Every figure of one task, in report order; the trade-off plot's x-axis is ``x_axis``'s speed-up; relaxation
+    by drafter when ``gains`` holds any."""
+    optional = (category_heatmap(summary), drafter_gains_figure(summary.task, gains))
     return [tradeoff(summary, palette, x_axis), *(draw(summary, palette) for draw in FIGURES[1:]),
-            *((heatmap,) if heatmap is not None else ())]
+            *(f for f in optional if f is not None)]

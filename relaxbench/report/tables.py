@@ -16,6 +16,7 @@ from typing import Any
 
 from relaxbench.analysis.agreement import Agreement
 from relaxbench.analysis.categories import RelaxationGain, categories_of, relaxation_gains
+from relaxbench.analysis.drafters import DrafterGain
 from relaxbench.analysis.metrics import POINTS, CellSummary, Estimate, FailureRate, GraderSummary, TaskSummary
 from relaxbench.analysis.notices import self_agreement_words
 from relaxbench.analysis.schema import Metric, table_metrics
@@ -691,9 +692,42 @@ def agreement_table(task: str, pairs: Sequence[Agreement]) -> Table | None:
                  tuple(agreement_row(p) for p in pairs), note, unbroken=AGREEMENT_COLUMNS[1:2])
 
 
-def task_tables(summary: TaskSummary, agreements: Sequence[Agreement] = ()) -> tuple[Table, ...]:
+DRAFTER_COLUMNS = ("drafter", "arm", "k", "MAL (exact)", "MAL gain", "speed gain", "speed-up", "Δ score",
+                   "relaxed")
+
+
+def drafter_row(gain: DrafterGain) -> Row:
+    return Row(f"{gain.drafter}:{gain.arm}", (
+        Cell(gain.drafter, "drafters.drafter"), Cell(gain.arm, "drafters.arm"), num(str(gain.k), "drafters.k", gain.k),
+        num(f"{fmt(gain.mal)} ({fmt(gain.exact_mal)})", "drafters.mal", gain.mal),
+        est(speed_ci(gain.mal_gain), "drafters.mal_gain", gain.mal_gain),
+        est(speed_ci(gain.speed_gain), "drafters.speed_gain", gain.speed_gain),
+        est(speed_ci(gain.speedup), "drafters.speedup", gain.speedup),
+        est(pts_ci(gain.score_delta), "drafters.score_delta", gain.score_delta),
+        num(fmt(gain.relaxed_fraction, ".1%"), "drafters.relaxed_fraction", gain.relaxed_fraction),
+    ))
+
+
+def drafter_table(task: str, gains: Sequence[DrafterGain]) -> Table | None:
+    """Relaxation by drafter (None when the task has exact arms for fewer than two drafters): what each relaxed
+    rule gains over exact verification with the same drafter and k."""
+    if not gains:
+        return None
+    note = ("Each relaxed arm against the exact arm with the same drafter and k, over the units both finished "
+            f"(n = {gains[0].n_units}): MAL gain = the arm's MAL / exact's MAL (MAL (exact) shows both); speed gain "
+            "= exact's total time / the arm's; each with a 95% paired bootstrap CI over units. Speed-up and Δ score "
+            "are against AR, as in the main table; relaxed = relaxed acceptances / emitted tokens. A rule "
+            "that pays with one drafter may not with another (Xia et al.: relaxation needs a drafter that is a "
+            "good language model).")
+    return Table(f"{task}-drafters", f"{task}: relaxation by drafter", DRAFTER_COLUMNS,
+                 tuple(drafter_row(g) for g in gains), note, unbroken=DRAFTER_COLUMNS[:2])
+
+
+def task_tables(summary: TaskSummary, agreements: Sequence[Agreement] = (),
+                drafter_gains: Sequence[DrafterGain] = ()) -> tuple[Table, ...]:
     """Every table of one task, in order: what ``compare``/``summary`` print and the report shows per task
-    (``agreements``: the task's pairs of arms, ``relaxbench.analysis.agreement``; their table comes last)."""
+    (``agreements``: the task's pairs of arms, ``relaxbench.analysis.agreement``; their table comes last;
+    ``drafter_gains``: relaxation by drafter, ``relaxbench.analysis.drafters``, after the main tables)."""
     tables = [target_alone_table(summary)] if summary.target_alone else [main_table(summary),
                                                                           failure_table(summary),
                                                                           diagnostics_table(summary)]
@@ -703,6 +737,7 @@ def task_tables(summary: TaskSummary, agreements: Sequence[Agreement] = ()) -> t
     categories = category_table(summary)
     if categories is not None:
         tables.append(categories)
-    tables += [t for t in (category_acceptance_table(summary), category_positions_table(summary),
-                           agreement_table(summary.task, agreements)) if t is not None]
+    tables += [t for t in (drafter_table(summary.task, drafter_gains), category_acceptance_table(summary),
+                           category_positions_table(summary), agreement_table(summary.task, agreements))
+               if t is not None]
     return tuple(tables)

@@ -84,13 +84,16 @@ def print_run(path: str | Path, console: Console, run_id: int | None = None, pro
     from relaxbench.analysis import load_run, summarize_run
     from relaxbench.analysis.agreement import run_agreements
     from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs
+    from relaxbench.analysis.drafters import run_drafter_gains
     from relaxbench.analysis.proxy import choose_profiles
     from relaxbench.report.concurrency import concurrency_tables
 
     run = load_run(path, run_id)
     agreements = run_agreements(run, agree)
-    for summary in summarize_run(run, choose_profiles(run, profiles).profiles):
-        for table in task_tables(summary, agreements.get(summary.task, ())):
+    summaries = summarize_run(run, choose_profiles(run, profiles).profiles)
+    gains = run_drafter_gains(run, summaries)
+    for summary in summaries:
+        for table in task_tables(summary, agreements.get(summary.task, ()), gains.get(summary.task, ())):
             print_table(table, console, wide)
     for table in concurrency_tables(concurrency_points(concurrency_runs(path, run))):
         print_table(table, console, wide)

@@ -15,6 +15,7 @@ from typing import Any
 from relaxbench.data import TaskItem, fingerprint, hub_file_rows, hub_rows, package_rows, read_records
 from relaxbench.data.formats import FORMATS, WithheldRow
 from relaxbench.data.generate import GENERATORS
+from relaxbench.data.text import check_row_text
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.errors import ConfigError, DataError, RelaxbenchError
 from relaxbench.ops.sampling_params import SamplingParams
@@ -125,6 +126,7 @@ def read_items(task: TaskSpec, data_file: str | Path | None = None, limit: int |
         if not every and len(items) == limit:
             break
         try:
+            check_row_text(row, f"row {index + 1}")
             items.append(convert(row, index))
         except WithheldRow as exc:
             withheld.append(exc)

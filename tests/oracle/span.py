@@ -22,8 +22,8 @@ span are counted (``Verdict.emitted_in_span`` / ``relaxed_in_span``) for every g
 
 Deviations from TensorRT-LLM (``mtpKernels.cu`` ``mtpRelaxedAcceptanceKernel``), deliberate: its δ flips after the
 round (the state at the round's start applies to every draft of the round, so drafts after an accepted ``</think>``
-are still relaxed and those after ``<think>`` not yet), while here the block is split at the boundary; its state
-starts at 0 and flips only on generated tokens, so a ``<think>`` in the prompt does not open a span there; outside
+are still relaxed and those after ``<think>`` not yet), while here the block is split at the boundary (its context
+phase sets the state from the prompt: any ``<think>`` there opens it, as here for ``relaxed-topk-delta``); outside
 the span it keeps the top-K test at δ = 0 (ties with the top-1 probability still pass), while here outside is exact.
 """
 
@@ -104,6 +104,9 @@ class SpanGate(VerificationPolicy):
         self.inner, self.relax_in, self.tags = inner, relax_in, tags
         self.name, self.origin, self.modes, self.needs = inner.name, inner.origin, inner.modes, inner.needs
         self.tracker: SpanTracker | None = None
+        # TensorRT-LLM's context phase (mtp.py): the rule that claims its span is relaxed after a prompt that holds
+        # a begin-of-thinking token anywhere, a closing tag after it notwithstanding
+        self.prompt_opens = inner.name == "relaxed-topk-delta"
 
     def bind(self, env: PolicyEnv) -> None:
         self.inner.bind(env)
@@ -130,7 +133,12 @@ class SpanGate(VerificationPolicy):
             raise ConfigError("a span-gated rule must be bound to a tokenizer first")
         if block.context is None:
             raise ConfigError("a span-gated rule needs the block's context")
+        first_read = self.tracker.seen == 0
         self.tracker.advance(block.context[self.tracker.seen:].tolist())
+        if first_read and self.prompt_opens:
+            context, tag = block.context.tolist(), list(self.tracker.open)
+            if any(context[i: i + len(tag)] == tag for i in range(len(context) - len(tag) + 1)):
+                self.tracker.inside = True
         inside = self.tracker.flags(block.draft_tokens.tolist())  # positions 0..k
         accepted = relaxed = relaxed_in = 0
         verdict = Verdict(0, 0)

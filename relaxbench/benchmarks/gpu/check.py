@@ -21,7 +21,7 @@ from relaxbench.benchmarks.gpu.results import MISS, PASS, Check, StepResult, wri
 
 FILES = {"environment": "environment.json", "clock": "clock.json", "device-map": "clock.json",
          "lossless": "lossless.json", "distribution": "lossless.json", "verify": "verify.json",
-         "profile": "profile.json", "oracle": "oracle.json"}
+         "profile": "profile.json", "oracle": "oracle.json", "loop": "oracle.json"}
 
 
 def _step_runner(config: KitConfig, step: str, started: float) -> Callable[[StepResult], None]:
@@ -72,6 +72,9 @@ def _step_runner(config: KitConfig, step: str, started: float) -> Callable[[Step
         from relaxbench.benchmarks.gpu.verify_check import verify_check
         return lambda r: verify_check(r, c.device, c.verify_batches, c.verify_k, c.verify_vocab, c.verify_repeats,
                                       c.held)
+    if step == "loop":
+        from relaxbench.benchmarks.gpu.loop_check import loop_check
+        return lambda r: loop_check(r, c)
     if step == "oracle":
         from relaxbench.benchmarks.gpu.oracle_compare import run_oracle
         return lambda r: run_oracle(r, c)

@@ -13,7 +13,7 @@ from relaxbench.errors import ConfigError
 
 # cheap and decisive first; the distribution test (many short generations, the least predictable time on a GPU)
 # last, so a slow one cannot crowd out the proxy checks
-STEPS = ("environment", "clock", "device-map", "lossless", "verify", "oracle", "profile", "distribution")
+STEPS = ("environment", "clock", "device-map", "lossless", "loop", "verify", "oracle", "profile", "distribution")
 WHAT = {
     "environment": "the environment table (GPU, driver, CUDA, torch, transformers) as a compare run records it",
     "clock": "a deliberately async workload timed with and without relaxbench's synchronising clock, and with CUDA "
@@ -27,6 +27,9 @@ WHAT = {
     "verify": "every rule's batched decision: CUDA-event time per step (≤ 1 ms at the largest B), no synchronisation "
               "under the sync debug mode, operations independent of B; its share of an analytic Llama-3.1-8B step; "
               "its heaviest operations at the largest B (profiled)",
+    "loop": "relaxbench's loop eager (dynamic cache) vs static cache + CUDA graphs: AR per-step time vs the analytic "
+            "h200 step (≤ 1.5× for Llama-3.1-8B), exact with the Qwen pair, outputs identical; EAGLE-3 and MTP heads "
+            "trained on the spot, exact == AR and graphs == eager; every rule's decision captured, verdicts == eager",
     "oracle": "AR vs exact with the oracle drafter at planned acceptance patterns: measured speed-up vs the proxy "
               "from a measured and from the analytic profile",
 }
@@ -58,7 +61,7 @@ class KitConfig:
     oracle_patterns: tuple[tuple[int, ...], ...] = ((5,), (3, 1), (2,), (0,))
     oracle_prompts: int = 2
     oracle_prompt_tokens: int = 128
-    oracle_new_tokens: int = 96
+    oracle_new_tokens: int = 48  # 96 until the loop step needed its minute of the budget
     oracle_repeats: int = 2
     clock_size: int = 8192
     clock_matmuls: int = 20
@@ -66,6 +69,14 @@ class KitConfig:
     verify_k: int = 4
     verify_vocab: int = 151_936  # Qwen's vocabulary, the larger of the bench's two
     verify_repeats: int = 10
+    loop_models: tuple[str, ...] = ("qwen2.5-coder-0.5b-instruct", "llama-3.1-8b")
+    loop_pair: tuple[str, str] = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
+    loop_prompt_tokens: int = 128
+    loop_new_tokens: int = 48
+    loop_k: int = 4
+    loop_pair_new_tokens: int = 16  # random weights accept ~nothing: every round is k + 1 draft and 1 target forward
+    head_prompts: int = 4
+    head_steps: int = 30
     budget_s: float = 480.0
     steps: tuple[str, ...] = STEPS
 
@@ -91,7 +102,8 @@ def kit_config(device: str, steps: str | None = None, models: str | None = None,
             device=device, dry=True, steps=base.steps, lossless_prompts=3, lossless_tokens=24, lossless_ks=(2, 5),
             distribution_samples=150, power_samples=150, new_tokens=(1, 2, 4), contexts=(16, 64), prefill=(16,),
             repeats=1, warmup=0, oracle_prompts=1, oracle_prompt_tokens=24, oracle_new_tokens=16, oracle_repeats=1,
-            clock_size=128, clock_matmuls=3, verify_batches=(1, 4), verify_vocab=512, verify_repeats=1)
+            clock_size=128, clock_matmuls=3, verify_batches=(1, 4), verify_vocab=512, verify_repeats=1,
+            loop_prompt_tokens=16, loop_new_tokens=8, loop_pair_new_tokens=6, head_prompts=2, head_steps=3)
     if models:
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         known = shape_names()
@@ -116,12 +128,12 @@ def _replace(config: KitConfig, **changes) -> KitConfig:
 # Seconds each step should take on one H200 (from the first run on one, rounded up; the oracle step's doubled for
 # float32; the summary records the real ones), and per-model seconds of the profile step (building the random
 # model on the GPU + the grid).
-GPU_SECONDS = {"environment": 10, "clock": 5, "device-map": 5, "lossless": 50, "verify": 70, "distribution": 90,
-               "oracle": 160}
+GPU_SECONDS = {"environment": 10, "clock": 5, "device-map": 5, "lossless": 50, "loop": 75, "verify": 70,
+               "distribution": 90, "oracle": 90}
 GPU_PROFILE_SECONDS = {"qwen2.5-coder-0.5b-instruct": 8, "qwen2.5-coder-1.5b-instruct": 8, "qwen2.5-7b": 10,
                        "llama-3.1-8b": 12, "qwen3-32b": 25}
-CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "verify": 10, "distribution": 8,
-               "oracle": 4}
+CPU_SECONDS = {"environment": 1, "clock": 1, "device-map": 3, "lossless": 8, "loop": 10, "verify": 10,
+               "distribution": 8, "oracle": 4}
 CPU_PROFILE_SECONDS = 1
 STARTUP_SECONDS = 15  # interpreter, torch and transformers imports; installing the wheels
 
@@ -155,6 +167,13 @@ def sizes(config: KitConfig, step: str) -> str:
                 f"accept {patterns}; "
                 f"{c.oracle_prompts} prompts of {c.oracle_prompt_tokens} tokens × {c.oracle_new_tokens} new, "
                 f"{c.oracle_repeats} repeats")
+    if step == "loop":
+        shapes = "shrunk " if c.dry else ""
+        return (f"AR on {shapes}{', '.join(c.loop_models)}; exact {c.loop_pair[0]} / {c.loop_pair[1]}, k = {c.loop_k}, "
+                f"{c.loop_pair_new_tokens} new; "
+                f"bf16, {c.loop_prompt_tokens}-token prompt, {c.loop_new_tokens} new, eager / static / graphs; heads: "
+                f"{c.head_steps} training steps on the tiny target, {c.head_prompts} prompts; decisions at "
+                f"B = {max(c.verify_batches)}, V = {c.verify_vocab:,}")
     if step == "clock":
         return f"{c.clock_matmuls} bf16 matmuls of {c.clock_size}²"
     if step == "verify":

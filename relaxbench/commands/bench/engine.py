@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from relaxbench.commands.args import add_runtime_args, runtime_from_args
+from relaxbench.commands.args import add_graphs_args, add_runtime_args, check_graphs_early, runtime_from_args
 from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ def register(bsub: argparse._SubParsersAction) -> None:
                    help="also split each side's time into its model forwards (by model and tokens per forward) "
                         "and the rest, side by side")
     add_runtime_args(e)
+    add_graphs_args(e)  # ours replays CUDA graphs; transformers' plain generate then runs its static cache compiled
     e.set_defaults(handler=run)
 
 
@@ -55,6 +56,7 @@ def breakdown_table(row: Comparison) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_graphs_early(args.graphs, args.device)  # before torch loads
     from relaxbench.analysis.metrics import metric_definition
     from relaxbench.arms import load_pair
     from relaxbench.benchmarks.engine import bench_draft_model, bench_prompt_lookup
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     target, draft = load_pair(args.target, args.draft, device, args.dtype, args.draft_dtype, quiet=False)
     out.print(f"target {target.name} ({target.dtype}), draft {draft.name} ({draft.dtype}), "
-              f"{args.prompts} prompts × {args.repeats} repeats, {args.max_new_tokens} new tokens")
+              f"{args.prompts} prompts × {args.repeats} repeats, {args.max_new_tokens} new tokens; "
+              f"kv cache {args.kv_cache}, graphs {args.graphs} on {device}")
     rows = bench_draft_model(target, draft, args.k, args.max_new_tokens, args.repeats, args.prompts,
                              args.breakdown)
     if args.lookup_target:

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("policy 'none' (autoregressive decoding) verifies nothing")
     modes = ("greedy", "sampling") if args.mode == "both" else (args.mode,)
     device = runtime_from_args(args)
+    check_fits_memory(max(batches), max(ks), max(vocabs), device)
     out, err = console(), console(stderr=True)
     allocator = allocators.use(args.allocator)
     with tempfile.TemporaryDirectory() as folder:
@@ -107,6 +108,37 @@ def run(args: argparse.Namespace) -> int:
         err.print("relaxbench: bench verify missed:\n  " + "\n  ".join(m.line() for m in misses), highlight=False)
         return 1
     return 0
+
+
+WORKING_COPIES = 3  # tensors of the inputs' size a rule's step makes besides them (both softmaxes, a sort)
+
+
+def step_bytes(batch: int, k: int, vocab: int) -> tuple[int, int]:
+    """The bytes of one bench step's inputs at (B, k, V) — the target's [B, k + 1, V] and the draft's [B, k, V]
+    float32 logits — and of the step with ``WORKING_COPIES`` more tensors of that size."""
+    inputs = batch * (2 * k + 1) * vocab * 4
+    return inputs, inputs * (1 + WORKING_COPIES)
+
+
+def check_fits_memory(batch: int, k: int, vocab: int, device: str) -> None:
+    """Refuse, in one line with the bytes it needs, a configuration whose largest step cannot fit in the memory
+    the device has free (before anything is allocated: the allocator's own error is a traceback)."""
+    from relaxbench.errors import ConfigError
+    from relaxbench.machine import available_memory_bytes
+
+    import torch
+
+    if torch.device(device).type == "cuda":
+        free: int | None = int(torch.cuda.mem_get_info(torch.device(device))[0])
+        where = f"{device} has"
+    else:
+        free, where = available_memory_bytes(), "this machine has"
+    inputs, need = step_bytes(batch, k, vocab)
+    if free is not None and need > free:
+        raise ConfigError(f"bench verify: the step at B = {batch:,}, k = {k}, V = {vocab:,} needs about "
+                          f"{need / 2**30:,.1f} GiB ({need:,} bytes: {inputs:,} of target and draft logits and "
+                          f"{WORKING_COPIES} working copies), and {where} {free / 2**30:,.1f} GiB free; lower "
+                          "--batch, -k or --vocab")
 
 
 def _ops(cells: list, attr: str) -> str:

@@ -2,7 +2,8 @@
 
 ``reset(prompt)`` before a sequence; ``propose(context, k, ...)`` returns up to ``k`` tokens (fewer when, say, an
 n-gram lookup finds nothing); ``commit(context)`` after the verdict, with the new committed sequence, so the drafter
-can roll its own cache back.
+can roll its own cache back. A drafter fed by the target (``hidden_layers``) also gets ``observe_target`` after
+every target forward, prefill included.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class Drafter:
     # when the policy reads them
     keep_logits: bool = False
     keep_hidden: bool = False
+    # target hidden states the drafter reads (indices into transformers' ``hidden_states``): the loop asks every
+    # target forward for them and hands them over (``observe_target``)
+    hidden_layers: tuple[int, ...] = ()
 
     class Knobs(Spec):
         """No knobs."""
@@ -65,12 +69,29 @@ class Drafter:
             raise ConfigError(f"drafter {cls.name!r} needs a draft model (--draft NAME)")
         return cls(validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob"), inputs)
 
+    @classmethod
+    def check_target(cls, raw_knobs: dict[str, Any] | None, target_config: Any) -> None:
+        """What the target's config (no weights) settles about building this drafter for it, checked before any
+        model loads; raises ``ConfigError``/``ModelError`` in one line. Most drafters have nothing to check."""
+
     def reset(self, prompt: torch.Tensor) -> None:
         pass
+
+    def prepare(self, positions: int, k: int) -> None:
+        """Before a sequence is timed: room for ``positions`` cached tokens and, with captured graphs, the graphs of
+        the forwards a round of ``k`` drafts makes (a drafter with no cache of its own has nothing to do)."""
+
+    def graph_report(self) -> dict[str, object] | None:
+        """What capturing the drafter's graphs cost (``decoding.graphs.GraphReport``), or None without any."""
+        return None
 
     def propose(self, context: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None) -> Proposal:
         raise NotImplementedError
+
+    def observe_target(self, start: int, ids: torch.Tensor, layers: tuple[torch.Tensor, ...]) -> None:
+        """After a target forward that read ``ids`` at positions ``start``...: ``layers`` holds the asked hidden
+        states [len(ids), H] each (only called for a drafter with ``hidden_layers``)."""
 
     def commit(self, context: torch.Tensor) -> None:
         pass

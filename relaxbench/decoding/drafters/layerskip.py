@@ -72,7 +72,7 @@ class LayerSkipDrafter(LMDrafter):
         target = inputs.target.model
         depth = int(target.config.num_hidden_layers)
         self.n_layers = knobs.layers if knobs.layers is not None else max(1, depth // 2)
-        self.lm = CachedLM(shallow_model(target, self.n_layers))
+        self.lm = CachedLM.configured(shallow_model(target, self.n_layers))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "layers": self.n_layers}

@@ -53,6 +53,20 @@ class LMDrafter(Drafter):
         if prompt.shape[0] > 1:
             self.lm.run(prompt[:-1].to(self.lm.device), n_logits=0)
 
+    def prepare(self, positions: int, k: int) -> None:
+        """Reserve the static cache and capture the forwards of a round: the one-token steps and the pending feed
+        after a round (2..k+1 tokens, of which only the last one's logits are read), with the hidden states when the
+        policy reads them."""
+        self.lm.reserve(positions)
+        if self.lm.graphs and k > 0:
+            self.lm.reset()
+            hidden = self.keep_hidden and self.provides_hidden
+            self.lm.capture([1], want_hidden=hidden)
+            self.lm.capture(range(2, k + 2), want_hidden=hidden, last_only=True)
+
+    def graph_report(self) -> dict[str, object] | None:
+        return self.lm.report.as_dict() if self.lm.graphs else None
+
     def propose(self, context, k, sampling, generator) -> Proposal:
         return draft_autoregressively(self.lm, context, k, sampling, generator, self.keep_logits,
                                       self.keep_hidden and self.provides_hidden)
@@ -73,7 +87,7 @@ class DraftModelDrafter(LMDrafter):
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
-        self.lm = CachedLM(inputs.draft.model)
+        self.lm = CachedLM.configured(inputs.draft.model)
         self.model_name = inputs.draft.name
 
     def describe(self) -> dict[str, Any]:

@@ -84,8 +84,16 @@ class NgramVerifiedByDraftLM(LMDrafter):
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
-        self.lm = CachedLM(inputs.draft.model)
+        self.lm = CachedLM.configured(inputs.draft.model)
         self.model_name = inputs.draft.name
+
+    def prepare(self, positions: int, k: int) -> None:
+        """A step feeds the pending tokens (up to k+1) and an n-gram of ``num_tokens``, reading every guess's
+        logits: capture those widths (every-token graphs)."""
+        self.lm.reserve(positions)
+        if self.lm.graphs and k > 0:
+            self.lm.reset()
+            self.lm.capture(range(1, k + 2 + self.knobs.num_tokens))
 
     def propose(self, context, k, sampling, generator) -> Proposal:
         knobs, lm, start = self.knobs, self.lm, int(context.shape[0])

