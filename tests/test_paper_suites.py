@@ -110,3 +110,30 @@ def test_paper_suites_are_listed(capsys):
     out = capsys.readouterr().out
     for name in EXPECTED:
         assert name in out
+
+
+def test_the_papers_drafter_suites_declare_their_dedicated_drafters():
+    """xia-paper-mtp: Xia et al.'s grid with the target's native MTP layer drafting every arm, on vLLM (whose mtp
+    method it maps to); fly-paper-eagle3: FLy's grid with the EAGLE-3 authors' head as a third arm."""
+    from relaxbench.harness.plan import build_arms
+    from relaxbench.integrations.vllm_rules import check_mtp_target, declared_mtp_layers, speculative_config
+
+    path = suite_path("xia-paper-mtp")
+    xia = SuiteSpec(**suite_file_fields(load_yaml(path), str(path)))
+    assert (xia.target, xia.draft, xia.engine) == ("Qwen/Qwen3.5-27B", "mtp", "vllm")
+    arms = build_arms(xia)
+    assert len(arms) == EXPECTED["xia-paper"][0]
+    assert {arm.drafter.kind for arm in arms[1:]} == {"mtp"} and {arm.k for arm in arms[1:]} == {3, 5, 10, 20}
+    assert speculative_config("mtp", {}, 5, None) == {"method": "mtp", "num_speculative_tokens": 5}
+    qwen35 = {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"mtp_num_hidden_layers": 1}}
+    assert declared_mtp_layers(qwen35) == 1
+    check_mtp_target(xia.target, qwen35)  # the target's own MTP layer: accepted before any engine starts
+
+    path = suite_path("fly-paper-eagle3")
+    fly = SuiteSpec(**suite_file_fields(load_yaml(path), str(path)))
+    arms = {arm.name: arm for arm in build_arms(fly)}
+    assert set(arms) == {"ar", "exact-k15", "fly", "eagle3-llama3.3-70b"}
+    eagle = arms["eagle3-llama3.3-70b"]
+    assert (eagle.method.policy, eagle.drafter.kind, eagle.k) == ("exact", "eagle3", 7)
+    assert eagle.drafter.knobs == {"head": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}
+    assert fly.tasks == SuiteSpec(**suite_file_fields(load_yaml(suite_path("fly-paper")), "fly-paper")).tasks

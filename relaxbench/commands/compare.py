@@ -332,14 +332,20 @@ def run_suite(args: argparse.Namespace, suite: Any) -> int:
 
 
 def check_before_loading(suite: Any, plan: Any) -> None:
-    """The draft's vocabulary against the target's, and every first prompt against the target's context, from the
-    tokenizers and configs alone: refused before the store is locked or any weight loads."""
-    from relaxbench.arms import preview_pair
+    """The draft's vocabulary against the target's, each arm's draft head against the target, and every first
+    prompt against the target's context, from the tokenizers and configs alone: refused before the store is locked
+    or any weight loads."""
+    from relaxbench.arms import check_drafter_fits, preview_pair
     from relaxbench.decoding.prompts import context_window
     from relaxbench.harness.runner import fit_prompt
     from relaxbench.tasks.yaml_tasks import YamlTask
 
     target, _ = preview_pair(suite.target, suite.draft if plan.needs_draft_model() else None)
+    for arm in plan.arms:
+        try:
+            check_drafter_fits(arm.drafter, target.config)
+        except ConfigError as exc:
+            raise ConfigError(f"arm {arm.name!r}: {exc}") from None
     if context_window(target) is None:
         return
     for job in plan.jobs:  # lm-eval's tasks encode through the loaded target, and keep their prompts' newest tokens

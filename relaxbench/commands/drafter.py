@@ -4,7 +4,9 @@ The data: every string of the offline JSONL files under ``tasks/`` (and ``tests/
 prompts, questions, reference answers — tokenized with the target's tokenizer, plus, when ``--self-distill-tokens``
 is above zero and time allows, the target's own greedy responses to those prompts (EAGLE's regenerated data). The
 training itself is ``decoding.drafters.head_training``; the head is saved in speculators' layout with a
-``card.json`` (data, steps, loss, held-out acceptance), ready for ``--draft eagle3|mtp --drafter-knob head=OUT``.
+``card.json`` (data, steps, loss, held-out acceptance), ready for ``--draft eagle3|mtp --drafter-knob head=OUT``;
+without ``--out`` it is cached for the target (``$RELAXBENCH_CACHE/heads/TARGET/KIND``), where ``head=trained`` — the
+``drafters`` suite's heads — finds it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = dsub.add_parser("train", help="train a small EAGLE-3 or MTP head (speculators' layout) for a target")
     t.add_argument("kind", choices=("eagle3", "mtp"), help="the head to train")
     t.add_argument("--target", required=True, help="local dir, packaged alias or hub id")
-    t.add_argument("--out", required=True, help="folder for config.json, model.safetensors and card.json")
+    t.add_argument("--out", default=None,
+                   help="folder for config.json, model.safetensors and card.json (default: the model cache, where "
+                        "--drafter-knob head=trained finds it)")
     t.add_argument("--steps", type=positive_int, default=200, help="optimizer steps, one sequence each "
                                                                      "(default: %(default)s)")
     t.add_argument("--max-minutes", type=finite_float, default=None, help="stop training after M minutes")
@@ -102,16 +106,22 @@ def training_sequences(target, texts: list[tuple[str, bool]], distill: int, max_
 def run_train(args: argparse.Namespace) -> int:
     from relaxbench.paths import check_can_write
 
-    check_can_write(args.out, "--out", folder=True)
+    if args.out is not None:
+        check_can_write(args.out, "--out", folder=True)
     device = runtime_from_args(args)
 
     from relaxbench.decoding.drafters.head_training import TrainSettings, save, train
     from relaxbench.models import load_model
+    from relaxbench.paths import trained_head_dir
     from relaxbench.ui import console
 
     out = console(stderr=True)
     start = time.monotonic()
     target = load_model(args.target, dtype=args.dtype, device=device, quiet=False)
+    out_dir = Path(args.out) if args.out is not None else trained_head_dir(str(target.model.config.name_or_path),
+                                                                           args.kind)
+    if args.out is None:
+        check_can_write(out_dir, "the model cache ($RELAXBENCH_CACHE)", folder=True)
     budget = None if args.max_minutes is None else start + 30 * args.max_minutes  # half for the data
     texts = shipped_texts()
     sequences, generated = training_sequences(target, texts, args.self_distill_tokens, args.max_sequence_tokens,
@@ -121,13 +131,14 @@ def run_train(args: argparse.Namespace) -> int:
                              draft_vocab=args.draft_vocab)
     head, layer, record = train(target, sequences, settings,
                                 lambda line: out.print(line, markup=False, highlight=False))
-    card = {**record, "target": args.target,
+    card = {**record, "target": args.target, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "data": {"source": "strings of the shipped JSONL files under tasks/ and tests/data/",
                      "texts": len(texts), "sequences": len(sequences), "self_distilled_tokens": generated,
                      "self_distill_tokens_per_prompt": args.self_distill_tokens},
             "recipe": "teacher-forced soft cross-entropy to the frozen target's next-token distribution on its own "
                       "features; no training-time-test unrolling (relaxbench/decoding/drafters/head_training.py)"}
-    path = save(head, args.kind, layer, target, Path(args.out), card)
+    path = save(head, args.kind, layer, target, out_dir, card)
     out.print(f"saved {args.kind} head to {path} (held-out acceptance {record['heldout_acceptance']:.3f}, "
-              f"{record['steps']} steps)", markup=False, highlight=False)
+              f"{record['steps']} steps); draft with it: --draft {args.kind} --drafter-knob "
+              f"head={'trained' if args.out is None else path}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -158,7 +158,7 @@ class VllmExecutor(Executor):
         if key:
             assert arm.drafter is not None
             spec = speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, self.draft_ref,
-                                      greedy_drafts=key[-1])
+                                      greedy_drafts=key[-1], target=self.target.ref)
         return EngineConfig(self.target.ref, self.target.dtype, spec, self.concurrency, seed=self.plan.suite.seed,
                             max_model_len=max_model_len, engine_args=dict(self.plan.suite.engine_args))
 
@@ -381,7 +381,8 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
             check_mtp_target(target, target_config(target))
         draft_ref = locate(draft)[1] if drafter.kind == "model" and draft is not None else None
         spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref,
-                                  greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy)
+                                  greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy,
+                                  target=locate(target)[1])
     else:
         spec = None
     tokenizer = load_tokenizer(target, quiet=True)

