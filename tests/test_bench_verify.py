@@ -274,3 +274,18 @@ def test_a_configuration_that_cannot_fit_in_memory_is_one_line_with_the_bytes_it
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"needs about {need / 2**30:,.1f} GiB ({need:,} bytes" in err and "GiB free" in err
+
+
+def test_bench_policies_refuses_a_vocabulary_that_cannot_fit_before_loading(capsys, monkeypatch):
+    """The same check for ``bench policies``' one-request step, before its target loads."""
+    import relaxbench.models as models
+    from relaxbench.cli import main
+    from relaxbench.commands.bench.verify import step_bytes
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the target was loaded"))
+    _, need = step_bytes(1, 15, 10**12)
+    assert main(["bench", "policies", "--vocab", str(10**12), "--target", "tiny-random-target"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("relaxbench: error: bench policies: the step at B = 1, k = 15, V = 1,000,000,000,000")
+    assert f"({need:,} bytes" in err and "lower -k or --vocab" in err

@@ -197,3 +197,30 @@ def test_the_data_file_of_a_task_not_in_the_run_is_named_by_the_plan(tmp_path: P
                                      "--out", str(tmp_path / "run"))
     assert code == 2
     assert "--data-file names task 'jsnl', which is not in --tasks (jsonl); did you mean 'jsonl'?" in message
+
+
+CONTEXT_REFUSALS = {  # what the target's files on disk settle: a budget or a prompt over the context it states
+    "a prompt over the context": (["generate", "--policy", "exact", "--prompt", "word " * 10_000],
+                                  "--prompt: the prompt (at least "),
+    "a generate budget over the context": (["generate", "--policy", "exact", "--prompt", "hi", "--max-new-tokens",
+                                            "1000000000"], "max_new_tokens (1000000000)"),
+    "a compare budget over the context": (["compare", "--methods", "exact", "--tasks", "jsonl", "--data-file",
+                                           f"jsonl={ROOT / 'tests' / 'data' / 'tiny_tasks.jsonl'}",
+                                           "--max-new-tokens", "1000000000", "--out", "{tmp}/run"],
+                                          "--max-new-tokens: the prompt (at least 1 tokens) + max_new_tokens"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONTEXT_REFUSALS))
+def test_context_refusals_are_settled_from_the_files_before_torch(case, tmp_path: Path, tiny_target):
+    """The tiny target is built (its config and tokenizer on disk): the refusal reads them with the tokenizers
+    library, no transformers or torch, and writes nothing."""
+    argv, fragment = CONTEXT_REFUSALS[case]
+    argv = [argv[0], "--target", "tiny-random-target", "--draft", "tiny-random-draft",
+            *(a.format(tmp=tmp_path) for a in argv[1:])]
+    code, heavy, _, message = _run_probe(*argv)
+    assert code == 2
+    assert heavy == [], f"{case}: imported {heavy}"
+    assert message.startswith("relaxbench: error: ") and "\n" not in message, message
+    assert fragment in message and "over the target's context of 4096" in message, message
+    assert not (tmp_path / "run").exists()

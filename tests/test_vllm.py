@@ -237,6 +237,23 @@ def test_rounds_start_at_prefill_and_end_with_the_output():
         "drafted": [4, 4, 2], "accepted": [4, 3, 2]}
 
 
+def test_every_round_field_the_adapter_reports_reaches_the_rounds():
+    """A declared per-round fact the adapter logs (a span-gated rule's in-span counts here) travels by name from
+    the worker's rounds into the sample's RoundLog; the prefill round, which the adapter never logs, takes the
+    field's default."""
+    from relaxbench.integrations.vllm_executor import by_round, engine_rounds
+
+    steps = [{"drafted": 3, "accepted": 2, "relaxed": 1, "emitted": 3, "t_policy": 0.1, "emitted_in_span": 2,
+              "relaxed_in_span": 1, "extra": 4},
+             {"drafted": 3, "accepted": 3, "relaxed": 0, "emitted": 4, "t_policy": 0.1, "emitted_in_span": 0,
+              "relaxed_in_span": 0, "extra": 4}]
+    columns = trim_rounds(list(range(6)), steps, speculative=True)
+    assert columns["emitted_in_span"] == [None, 2, 0] and columns["extra"] == [None, 4, 4]
+    rounds = engine_rounds(by_round(columns), "model")
+    assert list(rounds.emitted_in_span) == [None, 2, 0] and list(rounds.relaxed_in_span) == [None, 1, 0]
+    assert list(rounds.extra) == [0, 4, 4] and list(rounds.emitted) == [1, 3, 2]
+
+
 def test_sample_rows_keep_the_engine_columns(tmp_path):
     from relaxbench.harness.store import SampleRow, Store
     from tests.store_query import rows

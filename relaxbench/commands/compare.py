@@ -266,6 +266,8 @@ def run(args: argparse.Namespace) -> int:
         from relaxbench.methods import check_methods
 
         check_methods(suite.methods, suite.draft)  # names and knobs, before torch loads; the plan checks it all
+    if suite.engine == "transformers" and suite.max_new_tokens is not None:
+        check_budget_from_files(suite.target, suite.max_new_tokens)  # a budget over the context: before torch too
     if suite.engine == "vllm":
         from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
 
@@ -280,6 +282,17 @@ def run(args: argparse.Namespace) -> int:
         for path in save_concurrency_figures(Path(args.out) if args.out else default_out(suite), run_ids[-1]):
             console().print(f"figure: {path}", highlight=False, soft_wrap=True)
     return 0
+
+
+def check_budget_from_files(target: str, max_new_tokens: int) -> None:
+    """--max-new-tokens over the context the target's files on disk state (``models.preview.files_on_disk``), before
+    torch is imported; a budget that fits is checked with every prompt before loading (``check_before_loading``)."""
+    from relaxbench.decoding.prompts import check_positions
+    from relaxbench.models.preview import files_on_disk
+
+    facts = files_on_disk(target)
+    if facts is not None:
+        check_positions(facts.context, "--max-new-tokens", 1, max_new_tokens, 0, at_least=True)
 
 
 def default_out(suite: Any) -> Path:

@@ -94,6 +94,20 @@ def usable_k(k: int, max_new_tokens: int) -> int:
     return usable
 
 
+def check_context_from_files(target: str, prompt: str, system: str | None, max_new_tokens: int) -> None:
+    """The context refusals the target's files on disk settle, before torch is imported: the budget alone, or the
+    prompt's tokens counted without its chat template (less two, for merges at the template's joins: a lower bound),
+    over the context its config states. Anything closer is left to the check on the encoded prompt."""
+    from relaxbench.decoding.prompts import check_positions
+    from relaxbench.models.preview import files_on_disk
+
+    facts = files_on_disk(target)
+    if facts is None or facts.context is None:
+        return
+    counted = facts.count_tokens("\n\n".join(text for text in (system, prompt) if text))
+    check_positions(facts.context, "--prompt", max(1, (counted or 0) - 2), max_new_tokens, 0, at_least=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -108,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     draft_name = None if method.policy == "none" else args.draft
     check_method_spec(method.name, method, draft_name)  # names and knobs, before torch or any model loads
     check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
+    check_context_from_files(args.target, args.prompt, args.system, args.max_new_tokens)
 
     from relaxbench.arms import (build_decoder, check_drafter_fits, check_method, effective_drafter, load_pair,
                                  preview_pair, resolve_k)

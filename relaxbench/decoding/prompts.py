@@ -54,10 +54,23 @@ def prompt_room(model: Any, max_new_tokens: int, k: int) -> int | None:
 def check_fits_context(model: Any, what: str, prompt_tokens: int, max_new_tokens: int, k: int) -> None:
     """Refuse a generation whose prompt, ``max_new_tokens`` and a verify block (k + 1) exceed the model's context:
     it would run past the model's positions (and a cost profile would size its grid for them)."""
-    limit = context_window(model)
+    check_positions(context_window(model), what, prompt_tokens, max_new_tokens, k)
+
+
+def check_positions(limit: int | None, what: str, prompt_tokens: int, max_new_tokens: int, k: int,
+                    at_least: bool = False) -> None:
+    """``check_fits_context`` given the context ``limit``; ``at_least``: ``prompt_tokens`` is a lower bound (counted
+    from the model's files before the prompt is encoded, ``models.preview.files_on_disk``), so a refusal is certain
+    and the message says so."""
     need = prompt_tokens + max_new_tokens + k + 1
-    if limit is not None and need > limit:
-        raise ConfigError(f"{what}: the prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) + a "
-                          f"verify block (k + 1 = {k + 1}) need {need} positions, over the target's context of "
-                          f"{limit} (max_position_embeddings); lower --max-new-tokens or -k, shorten the prompt, or set the task's "
-                          "truncate_prompt")
+    if limit is None or need <= limit:
+        return
+    if at_least:
+        raise ConfigError(f"{what}: the prompt (at least {prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
+                          f"need at least {need} positions with the last verify position, over the target's context "
+                          f"of {limit} (max_position_embeddings); lower --max-new-tokens, shorten the prompt, or set "
+                          "the task's truncate_prompt")
+    raise ConfigError(f"{what}: the prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) + a verify "
+                      f"block (k + 1 = {k + 1}) need {need} positions, over the target's context of {limit} "
+                      "(max_position_embeddings); lower --max-new-tokens or -k, shorten the prompt, or set the task's "
+                      "truncate_prompt")

@@ -318,12 +318,13 @@ def engine_rounds(per_round: Iterable[Mapping[str, Any]], drafter_kind: str | No
     (``decoding/records.ROUND_FIELDS``): every declared field the adapter reports is kept as it reports it, so a
     new per-round fact the adapter fills needs no change here. What vLLM does not measure is filled in: draft and
     verify times as zeros, and the drafter's work for pricing (an n-gram lookup, or the draft model's forwards: the
-    tokens committed last round, then one per further draft). Names the rounds do not declare are left out."""
+    tokens committed last round, then one per further draft). Names the rounds do not declare are left out, and a
+    None (a round the adapter did not log, such as the prefill's) takes the field's declared default."""
     declared = {f.name for f in round_fields()}
     rounds = RoundLog()
     previous = 1
     for reported in per_round:
-        values = {name: value for name, value in reported.items() if name in declared}
+        values = {name: value for name, value in reported.items() if name in declared and value is not None}
         drafted = int(values["drafted"])
         values.setdefault("t_draft", 0.0)
         values.setdefault("t_verify", 0.0)

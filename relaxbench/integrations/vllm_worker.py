@@ -142,7 +142,8 @@ def trim_rounds(output_ids: list[int], steps: list[dict[str, Any]], speculative:
     step at EOS, a stop string or max tokens; a step computed after the request finished is dropped). A step in
     which no request of the batch had drafts runs vLLM's plain sampler, not the rejection sampler, so it leaves
     no log line: each such token is a round that drafted nothing, appended at the end. Without speculation every
-    token is a round of its own."""
+    token is a round of its own. Every field a step reports is kept (a column per name, None where a round has no
+    value: a plain round), so a per-round fact the adapter adds reaches the store without a change here."""
     n = len(output_ids)
     plain = {"drafted": 0, "accepted": 0, "relaxed": 0, "emitted": 1, "t_policy": 0.0}
     records = [dict(plain)] + (steps if speculative else []) if n else []
@@ -156,7 +157,8 @@ def trim_rounds(output_ids: list[int], steps: list[dict[str, Any]], speculative:
         kept.append({**step, "emitted": emitted, "accepted": accepted, "relaxed": relaxed})
         total += emitted
     kept += [dict(plain) for _ in range(n - total)]
-    return {key: [step[key] for step in kept] for key in ("drafted", "accepted", "relaxed", "emitted", "t_policy")}
+    names = list(dict.fromkeys([*plain, *(key for step in kept for key in step)]))
+    return {key: [step.get(key) for step in kept] for key in names}
 
 
 def verify_steps(steps: list[dict[str, Any]]) -> dict[str, list[int]]:

@@ -141,3 +141,55 @@ def load_errors(name: str, location: ModelLocation, ref: str, offline: bool) -> 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What a model's files already on disk say, read without transformers (so without torch): the context its
+    config states and its tokenizer (the ``tokenizers`` library's, from ``tokenizer.json``; None without one)."""
+
+    context: int | None
+    tokenizer: Any | None
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of ``text`` alone, no special tokens or chat template (which only add): a lower bound of what
+        the encoded prompt takes."""
+        return None if self.tokenizer is None else len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def files_on_disk(name: str) -> FileFacts | None:
+    """``name``'s config and tokenizer where they are already on disk (a local checkpoint, a converted packaged or
+    tiny model, a hub id in the local Hugging Face cache); None where reading them would need a fetch or a
+    conversion (the full preview then decides, with transformers). Nothing is fetched, converted or loaded."""
+    try:
+        location = resolve_model(name)
+    except ModelError:
+        return None  # the full preview refuses it in its own words
+    folder: Path | None = None
+    if location.kind == "local":
+        folder = Path(location.ref)
+    elif location.kind in ("packaged", "tiny"):
+        spec = MODELS.get(name)
+        folder = spec.checkpoint_dir() if spec.is_converted() else None
+    elif location.kind == "hub":
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+        folder = Path(cached).parent if isinstance(cached, str) else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    stated = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    context = stated if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0 else None
+    tokenizer = None
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception:  # noqa: BLE001  (a tokenizer file this library cannot read: the full preview decides)
+            tokenizer = None
+    return FileFacts(context, tokenizer)

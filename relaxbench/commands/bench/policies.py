@@ -6,6 +6,7 @@ import argparse
 
 from relaxbench.commands.args import add_device_arg, add_dtype_args, add_threads_arg, runtime_from_args
 from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
+from relaxbench.commands.bench.verify import check_fits_memory
 
 
 def register(bsub: argparse._SubParsersAction) -> None:
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("need --context >= 1 and --repeats >= 1")
     for name in args.policy or ():
         POLICIES.get(name)  # an unknown name is a one-line error with a suggestion
+    check_fits_memory(1, args.k, args.vocab, device, "bench policies")  # one request's step, before any allocation
     modes = ("greedy", "sampling") if args.mode == "both" else (args.mode,)
     sampling = SamplingParams(args.temperature, 0, args.top_p)
     if sampling.greedy and "sampling" in modes:

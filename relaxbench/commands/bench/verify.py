@@ -120,7 +120,7 @@ def step_bytes(batch: int, k: int, vocab: int) -> tuple[int, int]:
     return inputs, inputs * (1 + WORKING_COPIES)
 
 
-def check_fits_memory(batch: int, k: int, vocab: int, device: str) -> None:
+def check_fits_memory(batch: int, k: int, vocab: int, device: str, command: str = "bench verify") -> None:
     """Refuse, in one line with the bytes it needs, a configuration whose largest step cannot fit in the memory
     the device has free (before anything is allocated: the allocator's own error is a traceback)."""
     from relaxbench.errors import ConfigError
@@ -135,10 +135,10 @@ def check_fits_memory(batch: int, k: int, vocab: int, device: str) -> None:
         free, where = available_memory_bytes(), "this machine has"
     inputs, need = step_bytes(batch, k, vocab)
     if free is not None and need > free:
-        raise ConfigError(f"bench verify: the step at B = {batch:,}, k = {k}, V = {vocab:,} needs about "
+        raise ConfigError(f"{command}: the step at B = {batch:,}, k = {k}, V = {vocab:,} needs about "
                           f"{need / 2**30:,.1f} GiB ({need:,} bytes: {inputs:,} of target and draft logits and "
                           f"{WORKING_COPIES} working copies), and {where} {free / 2**30:,.1f} GiB free; lower "
-                          "--batch, -k or --vocab")
+                          f"{'--batch, ' if command == 'bench verify' else ''}-k or --vocab")
 
 
 def _ops(cells: list, attr: str) -> str:
