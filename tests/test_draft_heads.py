@@ -314,7 +314,7 @@ def test_drafter_train_writes_a_loadable_head_with_its_card(cli, tiny_target, tm
                  "--self-distill-tokens", "4", "--draft-vocab", "100", "--dtype", "float64")
     assert result.returncode == 0, result.stderr
     assert "step 6/6" in result.stderr and "eta" in result.stderr
-    assert re.search(r"self-distilling (\d+)/\1 prompts \(\d+ tokens\)  elapsed .*  eta ", result.stderr)
+    assert re.search(r"self-distilling (\d+)/\1 texts \(\d+ tokens\)  elapsed .*  eta ", result.stderr)
     card = json.loads((out / "card.json").read_text())
     assert card["steps"] == 6 and card["data"]["sequences"] > 10 and card["data"]["self_distilled_tokens"] > 0
     assert 0.0 <= card["heldout_acceptance"] <= 1.0 and card["final_loss"] > 0
@@ -348,6 +348,41 @@ def test_training_generalises_to_held_out_sequences(tiny_target):
     assert trained["train_acceptance"] > untrained["train_acceptance"] + 0.02
     assert any(line.startswith("step 1000/1000") for line in lines)
 
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_the_top_k_teacher_is_the_full_soft_cross_entropy_when_it_covers_the_vocabulary(tiny_target, monkeypatch,
+                                                                                        kind):
+    """The trainer keeps the target's top tokens per position; kept whole, its loss is the soft cross-entropy
+    against the full distribution (restricted to the draft vocabulary for EAGLE-3), and its hits the top-1's."""
+    import relaxbench.decoding.drafters.head_training as ht
+
+    vocab = int(tiny_target.logit_dim)
+    monkeypatch.setattr(ht, "TEACHER_TOP", vocab)
+    ids = random_prompts(1, vocab - 8, seed=5)[0][:12]
+    layers = ht.target_layers(kind, tiny_target.model.config)
+    [example] = ht.examples(tiny_target, [ids], layers)
+    kept = ht.draft_vocabulary([ids], vocab, 100) if kind == "eagle3" else None
+    head, _ = ht.new_head(kind, tiny_target, kept)
+    index = None
+    if kept is not None:
+        index = torch.full((vocab,), -1, dtype=torch.long)
+        index[kept] = torch.arange(kept.shape[0])
+    with torch.no_grad():
+        loss, hits, n = ht._loss_and_hits(head, kind, example, index)
+        out = tiny_target.model(torch.tensor([ids]))
+        teacher = out.logits[0, 1: len(ids) - 1].float()
+        hidden = head(example.ids[1:-1], example.features[:-2], torch.arange(len(ids) - 2), None, True)
+        if kind == "eagle3":
+            student = head.lm_head(head.norm(hidden))
+            full = -(teacher[:, kept].softmax(-1) * student.log_softmax(-1)).sum(-1).mean()
+            want = int((kept[student.argmax(-1)] == teacher.argmax(-1)).sum())
+        else:
+            student = torch.nn.functional.linear(hidden, head.output_weight().float())
+            full = -(teacher.softmax(-1) * student.log_softmax(-1)).sum(-1).mean()
+            want = int((student.argmax(-1) == teacher.argmax(-1)).sum())
+    torch.testing.assert_close(loss, full, rtol=1e-4, atol=1e-5)
+    assert (hits, n) == (want, len(ids) - 2)
 
 # ---- other on-disk forms of the same heads -----------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 The data: every string of the offline JSONL files under ``tasks/`` (and ``tests/data/`` in a source checkout) —
 prompts, questions, reference answers — tokenized with the target's tokenizer, plus, when ``--self-distill-tokens``
-is above zero and time allows, the target's own greedy responses to those prompts (EAGLE's regenerated data). The
+is above zero and time allows, each of them continued by the target's own greedy text (EAGLE's regenerated data). The
 training itself is ``decoding.drafters.head_training``; the head is saved in speculators' layout with a
 ``card.json`` (data, steps, loss, held-out acceptance), ready for ``--draft eagle3|mtp --drafter-knob head=OUT``;
 without ``--out`` it is cached for the target (``$RELAXBENCH_CACHE/heads/TARGET/KIND``), where ``head=trained`` — the
@@ -18,9 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relaxbench.commands.args import add_runtime_args, count, finite_float, positive_int, runtime_from_args
-
-PROMPT_FIELDS = ("prompt", "question", "turns", "input", "instruction", "problem")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("drafter", help="draft heads: train an EAGLE-3 or MTP head for a target")
@@ -39,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--draft-vocab", type=positive_int, default=32000,
                    help="eagle3: size of the draft vocabulary, the data's most frequent tokens (default: %(default)s)")
     t.add_argument("--self-distill-tokens", type=count, default=64,
-                   help="greedy tokens of the target's own response appended to each prompt (0: none; "
+                   help="greedy tokens of the target's own continuation appended to each text (0: none; "
                         "default: %(default)s)")
     t.add_argument("--max-sequence-tokens", type=positive_int, default=512,
                    help="cut each training sequence to N tokens (default: %(default)s)")
@@ -47,12 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(handler=run_train)
 
 
-def shipped_texts() -> list[tuple[str, bool]]:
-    """(text, is_prompt) for every string field of the shipped offline JSONL files."""
+def shipped_texts() -> list[str]:
+    """Every string field of the shipped offline JSONL files."""
     from relaxbench.validation import PROJECT_ROOT, builtin_dir
 
     folders = [builtin_dir("tasks"), PROJECT_ROOT / "tests" / "data"]
-    texts: list[tuple[str, bool]] = []
+    texts: list[str] = []
     for folder in folders:
         for file in sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []:
             for line in file.read_text(encoding="utf-8").splitlines():
@@ -64,42 +61,57 @@ def shipped_texts() -> list[tuple[str, bool]]:
                     for key, value in row.items():
                         for text in value if isinstance(value, list) else [value]:
                             if isinstance(text, str) and len(text.strip()) > 1:
-                                texts.append((text, key in PROMPT_FIELDS))
+                                texts.append(text)
     return texts
 
 
-def training_sequences(target, texts: list[tuple[str, bool]], distill: int, max_tokens: int,
-                       deadline: float | None, progress: Callable[[str], None] = print
+def training_sequences(target, texts: list[str], distill: int, max_tokens: int,
+                       deadline: float | None, progress: Callable[[str], None] = print, batch: int = 16
                        ) -> tuple[list[list[int]], int]:
-    """Token sequences: each text, and each prompt with the target's greedy response when ``distill`` > 0 (stopped
-    once half the time budget is spent), with a progress line per tenth of the prompts. Also returns how many
-    tokens came from the target."""
+    """Token sequences: each text, and each text continued by the target's greedy response when ``distill`` > 0
+    (EAGLE's regenerated data: what the head must predict is the target's own text), generated ``batch`` texts at a
+    time (left-padded, shortest first) until half the time budget is spent, with a progress line per tenth. Also
+    returns how many tokens came from the target."""
     import torch
 
     from relaxbench.ui import clock
 
     tokenizer, sequences, generated = target.tokenizer, [], 0
-    prompts, done, start = sum(1 for _, is_prompt in texts if is_prompt) if distill else 0, 0, time.monotonic()
-    every = max(1, prompts // 10)
-    for text, is_prompt in texts:
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens]
-        sequences.append(ids)
-        if is_prompt and distill and (deadline is None or time.monotonic() < deadline):
-            prompt = torch.tensor([ids], device=target.device)
-            with torch.no_grad():
-                out = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=distill,
-                                            do_sample=False, pad_token_id=target.model.config.pad_token_id)
-            response = out[0].tolist()[:max_tokens]
-            generated += len(response) - len(ids)
-            sequences.append(response)
-            done += 1
-            if done % every == 0 or done == prompts:
-                elapsed = time.monotonic() - start
-                eta = elapsed / done * (prompts - done)
-                if deadline is not None:
-                    eta = min(eta, max(0.0, deadline - time.monotonic()))
-                progress(f"self-distilling {done}/{prompts} prompts ({generated} tokens)  elapsed "
-                         f"{clock(elapsed)}  eta {clock(eta)}")
+    encoded = [tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens] for text in texts]
+    sequences.extend(ids for ids in encoded)
+    if not distill:
+        return sequences, 0
+    config = target.model.config
+    pad = config.pad_token_id if config.pad_token_id is not None else (tokenizer.pad_token_id or 0)
+    eos = {config.eos_token_id} if isinstance(config.eos_token_id, int) else set(config.eos_token_id or ())
+    seeds = sorted((ids for ids in encoded if len(ids) >= 2), key=len)
+    batches = [seeds[i: i + batch] for i in range(0, len(seeds), batch)]
+    start, done, every = time.monotonic(), 0, max(1, len(batches) // 10)
+    for number, group in enumerate(batches, 1):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        width = max(len(ids) for ids in group)
+        ids = torch.tensor([[pad] * (width - len(x)) + x for x in group], device=target.device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in group], device=target.device)
+        with torch.no_grad():
+            out = target.model.generate(ids, attention_mask=mask, max_new_tokens=distill, do_sample=False,
+                                        pad_token_id=pad)
+        for seed, row in zip(group, out[:, width:].tolist()):
+            response = []
+            for token in row:
+                response.append(token)
+                if token in eos:
+                    break
+            sequences.append((seed + response)[:max_tokens])
+            generated += len(response)
+        done += len(group)
+        if number % every == 0 or number == len(batches):
+            elapsed = time.monotonic() - start
+            eta = elapsed / done * (len(seeds) - done)
+            if deadline is not None:
+                eta = min(eta, max(0.0, deadline - time.monotonic()))
+            progress(f"self-distilling {done}/{len(seeds)} texts ({generated} tokens)  elapsed "
+                     f"{clock(elapsed)}  eta {clock(eta)}")
     return sequences, generated
 
 
@@ -110,7 +122,7 @@ def run_train(args: argparse.Namespace) -> int:
         check_can_write(args.out, "--out", folder=True)
     device = runtime_from_args(args)
 
-    from relaxbench.decoding.drafters.head_training import TrainSettings, save, train
+    from relaxbench.decoding.drafters.head_training import TEACHER_TOP, TrainSettings, save, train
     from relaxbench.models import load_model
     from relaxbench.paths import trained_head_dir
     from relaxbench.ui import console
@@ -134,9 +146,10 @@ def run_train(args: argparse.Namespace) -> int:
     card = {**record, "target": args.target, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "data": {"source": "strings of the shipped JSONL files under tasks/ and tests/data/",
                      "texts": len(texts), "sequences": len(sequences), "self_distilled_tokens": generated,
-                     "self_distill_tokens_per_prompt": args.self_distill_tokens},
-            "recipe": "teacher-forced soft cross-entropy to the frozen target's next-token distribution on its own "
-                      "features; no training-time-test unrolling (relaxbench/decoding/drafters/head_training.py)"}
+                     "self_distill_tokens_per_text": args.self_distill_tokens},
+            "recipe": "teacher-forced soft cross-entropy to the frozen target's next-token distribution (its top "
+                      f"{TEACHER_TOP}, renormalised) on its own features; no training-time-test unrolling "
+                      "(relaxbench/decoding/drafters/head_training.py)"}
     path = save(head, args.kind, layer, target, out_dir, card)
     out.print(f"saved {args.kind} head to {path} (held-out acceptance {record['heldout_acceptance']:.3f}, "
               f"{record['steps']} steps); draft with it: --draft {args.kind} --drafter-knob "

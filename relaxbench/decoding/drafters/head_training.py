@@ -6,7 +6,9 @@ position t of a training sequence the head reads (token t+1, the target's featur
 own next-token distribution at t+1 (soft cross-entropy, teacher-forced on the target's features; EAGLE-3's draft
 vocabulary is the training data's most frequent tokens, the target's distribution restricted to it). Stated
 simplifications: no training-time-test unrolling (EAGLE-3 also trains on the head's own features over several
-steps), one sequence per step, AdamW at a constant rate, no data augmentation.
+steps), one sequence per step, AdamW at a constant rate, no data augmentation, and the target's distribution kept as
+its ``TEACHER_TOP`` most likely tokens, renormalised (the full rows of a 150k vocabulary over tens of thousands of
+positions would not fit in memory; the target's top-1, what exact match accepts, is always among them).
 
 The head is saved in speculators' layout (``config.json`` with ``speculators_config``, ``model.safetensors``), which
 the ``eagle3`` and ``mtp`` drafters read (``head_files``).
@@ -41,13 +43,18 @@ class TrainSettings:
     heldout_fraction: float = 0.1
 
 
+TEACHER_TOP = 64  # the target's most likely tokens kept per position as the head's soft label
+
+
 @dataclass
 class Example:
-    """A training sequence and the frozen target's view of it: the features and next-token logits at each position."""
+    """A training sequence and the frozen target's view of it: the features at each position and its next-token
+    distribution there, as its ``TEACHER_TOP`` largest logits and their token ids (the first: its top-1)."""
 
     ids: torch.Tensor  # [n]
     features: torch.Tensor  # [n, F] float32
-    logits: torch.Tensor  # [n, V] float32
+    top_logits: torch.Tensor  # [n, TEACHER_TOP] float32, descending
+    top_ids: torch.Tensor  # [n, TEACHER_TOP] long
 
 
 def target_layers(kind: str, config: Any) -> tuple[int, ...]:
@@ -66,7 +73,8 @@ def examples(target: Any, sequences: list[list[int]], layers: tuple[int, ...]) -
         tensor = torch.tensor(ids, device=target.device)
         result = target.model(input_ids=tensor[None], output_hidden_states=True)
         feats = torch.cat([result.hidden_states[i][0] for i in layers], dim=-1).float()
-        out.append(Example(tensor, feats, result.logits[0].float()))
+        top = result.logits[0].float().topk(min(TEACHER_TOP, int(result.logits.shape[-1])), dim=-1)
+        out.append(Example(tensor, feats, top.values, top.indices))
     return out
 
 
@@ -109,25 +117,32 @@ def new_head(kind: str, target: Any, kept: torch.Tensor | None) -> tuple[torch.n
     return head.float(), layer  # the target's own modules are not the head's (``Shared``): they stay as they are
 
 
-def _loss_and_hits(head: torch.nn.Module, kind: str, example: Example, kept: torch.Tensor | None
+def _loss_and_hits(head: torch.nn.Module, kind: str, example: Example, draft_index: torch.Tensor | None
                    ) -> tuple[torch.Tensor, int, int]:
-    """Soft cross-entropy of the head's distribution against the target's, teacher-forced, and how many of the
-    pairs' top-1 agree with the target's (its first draft's acceptance under exact match)."""
+    """Soft cross-entropy of the head's distribution against the target's (its top tokens, renormalised; for
+    EAGLE-3 those inside the draft vocabulary, ``draft_index`` mapping a target id to its draft id or -1),
+    teacher-forced, and how many of the pairs' top-1 agree with the target's (its first draft's acceptance under
+    exact match)."""
     n = int(example.ids.shape[0])
     positions = torch.arange(n - 2, device=example.ids.device)
     hidden = head(example.ids[1: n - 1], example.features[: n - 2], positions, None, True)
-    teacher = example.logits[1: n - 1]
+    top_logits, top_ids = example.top_logits[1: n - 1], example.top_ids[1: n - 1]
     if kind == "eagle3":
-        student = head.lm_head(head.norm(hidden))
-        teacher_reduced = teacher[:, kept]
-        loss = -(teacher_reduced.softmax(-1) * student.log_softmax(-1)).sum(-1).mean()
-        guess = kept[student.argmax(-1)]
+        assert draft_index is not None
+        student = head.lm_head(head.norm(hidden)).log_softmax(-1)
+        columns = draft_index[top_ids]
+        inside = columns >= 0
+        weights = top_logits.masked_fill(~inside, float("-inf")).softmax(-1).nan_to_num(0.0)
+        picked = student.gather(-1, columns.clamp(min=0))
+        guess = (student.argmax(-1) == draft_index[top_ids[:, 0]])
     else:
         student = torch.nn.functional.linear(hidden, head.output_weight().to(hidden.device, torch.float32))
-        loss = -(teacher.softmax(-1) * student.log_softmax(-1)).sum(-1).mean()
-        guess = student.argmax(-1)
-    hits = int((guess == teacher.argmax(-1)).sum())
-    return loss, hits, n - 2
+        student = student.log_softmax(-1)
+        weights = top_logits.softmax(-1)
+        picked = student.gather(-1, top_ids)
+        guess = student.argmax(-1) == top_ids[:, 0]
+    loss = -(weights * picked).sum(-1).mean()
+    return loss, int(guess.sum()), n - 2
 
 
 def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
@@ -140,6 +155,10 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     layers = target_layers(settings.kind, target.model.config)
     kept = (draft_vocabulary(sequences, int(target.logit_dim), settings.draft_vocab).to(target.device)
             if settings.kind == "eagle3" else None)
+    draft_index = None
+    if kept is not None:  # a target id's column in the draft vocabulary, -1 outside it
+        draft_index = torch.full((int(target.logit_dim),), -1, dtype=torch.long, device=target.device)
+        draft_index[kept] = torch.arange(kept.shape[0], device=target.device)
     data = examples(target, sequences, layers)
     if len(data) < 2:
         raise ValueError("need at least two training sequences of three or more tokens")
@@ -155,7 +174,7 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     every = max(1, settings.steps // 20)
     while step < settings.steps and (deadline is None or time.monotonic() < deadline):
         example = train_set[step % len(train_set)]
-        loss, _, _ = _loss_and_hits(head, settings.kind, example, kept)
+        loss, _, _ = _loss_and_hits(head, settings.kind, example, draft_index)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -165,8 +184,8 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
             progress(_progress_line(step, settings.steps, losses, start, deadline))
     head.eval()
     with torch.no_grad():
-        scored = [_loss_and_hits(head, settings.kind, ex, kept) for ex in held]
-        fitted = [_loss_and_hits(head, settings.kind, ex, kept) for ex in train_set[:64]]  # how well it fits
+        scored = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in held]
+        fitted = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in train_set[:64]]  # how well it fits
     tail = losses[-max(1, min(10, len(losses))):]
     record = {"kind": settings.kind, "target_layers": list(layers), "steps": step, "steps_asked": settings.steps,
               "stopped_by_time": step < settings.steps, "lr": settings.lr, "seed": settings.seed,
