@@ -13,7 +13,7 @@ RUN_SUITE := $(BENCH_SUITE)$(if $(filter vllm,$(ENGINE)),-vllm,)
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
-.PHONY: install install-vllm system-deps test test-fast check-policy bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
+.PHONY: install install-vllm system-deps test test-fast check-policy generated bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
 
 install: $(STAMP) install-vllm
 
@@ -83,11 +83,20 @@ test: install system-deps
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
-# the checks the policy registry generates for one rule (docs/extending.md): make check-policy POLICY=topk
+# the checks the policy registry generates for one rule (docs/extending.md): make check-policy POLICY=topk; then the
+# registration and catalog checks, which hold every rule at once (a new rule is in the catalog and the docs' tables)
 check-policy: install
 	@test -n "$(POLICY)" || { echo "name the rule: make check-policy POLICY=NAME"; exit 2; }
 	$(PY) -m pytest -q -k "$(POLICY)" tests/test_policies.py tests/test_batched_rules.py \
-	  tests/test_policy_interface.py tests/test_conformance.py tests/test_docs_tables.py
+	  tests/test_policy_interface.py tests/test_conformance.py
+	$(PY) -m pytest -q tests/test_docs_tables.py tests/test_catalog.py
+
+# every generated file derived from the code: relaxbench/catalog.json, the tables of docs/policies.md, metrics.md,
+# design.md and store.md, and performance.md's status lines (the golden tables and the run-key snapshot are not
+# derived: they change only deliberately, docs/testing.md)
+generated: $(STAMP)
+	PYTHONPATH=. $(PY) tests/test_docs_tables.py
+	PYTHONPATH=. $(PY) tests/test_round_fields.py
 
 test-fast: install system-deps
 	$(VENV)/bin/lint-imports

@@ -37,7 +37,7 @@ from relaxbench.validation import Finite, Flag, Integer, Number, PositiveInteger
 
 PACKAGE = Path(__file__).resolve().parent
 CATALOG = PACKAGE / "catalog.json"
-REGENERATE = "python tests/test_docs_tables.py"
+REGENERATE = "make generated"
 # the source the catalog describes: a change to any of these files makes the catalog stale (the registry answers)
 SOURCES = ("policies", "decoding/drafters")
 # kind -> (the package whose import registers the built-ins, the registry's name in it, the built-ins' module prefix)

@@ -9,7 +9,7 @@ with (or an upper bound on it)::
     <!-- end of status -->
 
 ``status_line`` says whether a commit after that one changed any of those paths: then the figures are **pending
-re-measurement** (the line names the paths, not the commits, so it stays true as more commits come). ``python tests/test_docs_tables.py`` rewrites every status line;
+re-measurement** (the line names the paths, not the commits, so it stays true as more commits come). ``make generated`` rewrites every status line;
 tests/test_docs_tables.py fails when one is out of date. Without git history (an exported tree, a shallow clone
 that lacks the commit) nothing can be told and the check is skipped.
 """

@@ -7,9 +7,10 @@ The same command regenerates ``relaxbench/catalog.json``, the built-in policies'
 ``relaxbench list`` and the early refusal of a bad rule or knob read without importing torch (a test here holds it
 to the registries).
 
-Regenerate them all after changing a policy, a drafter, a metric, or a module or its docstring:
+Regenerate them all after changing a policy, a drafter, a metric, or a module or its docstring (``make generated``
+runs this module's ``regenerate`` and docs/store.md's per-round table):
 
-    python tests/test_docs_tables.py
+    make generated
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = {"policies": ROOT / "docs" / "policies.md", "metrics": ROOT / "docs" / "metrics.md",
           "modules": ROOT / "docs" / "design.md"}
-REGENERATE = "python tests/test_docs_tables.py"
+REGENERATE = "make generated"
 
 
 def begin_marker(kind: str) -> str:

@@ -95,8 +95,7 @@ def test_a_generation_without_rounds_keeps_the_fields_that_cannot_be_none():
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE_DOC = ROOT / "docs" / "store.md"
-BEGIN = ("<!-- generated from decoding/records.ROUND_FIELDS; regenerate with `python tests/test_round_fields.py` "
-         "-->\n")
+BEGIN = "<!-- generated from decoding/records.ROUND_FIELDS; regenerate with `make generated` -->\n"
 END = "<!-- end of generated table -->"
 
 
@@ -118,7 +117,7 @@ def _split(text: str) -> tuple[str, str, str]:
 
 def test_the_store_doc_lists_every_declared_field():
     _, committed, _ = _split(STORE_DOC.read_text())
-    assert committed == rounds_table(), "docs/store.md is out of date: python tests/test_round_fields.py regenerates it"
+    assert committed == rounds_table(), "docs/store.md is out of date: `make generated` regenerates it"
 
 
 if __name__ == "__main__":

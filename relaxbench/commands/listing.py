@@ -1,7 +1,7 @@
 """``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, the
 metric definitions, and the package's modules. ``--markdown`` prints a Markdown table instead: the policy table of
 docs/policies.md, the metric table of docs/metrics.md and the module table of docs/design.md are this command's
-output (a test checks the committed copies are current; ``python tests/test_docs_tables.py`` rewrites them)."""
+output (a test checks the committed copies are current; ``make generated`` rewrites them)."""
 
 from __future__ import annotations
 
