@@ -88,7 +88,7 @@ def test_kept_memory_is_reused_without_page_faults_where_the_default_faults_it_i
 def test_bad_flags_are_one_line_errors(capsys):
     from relaxbench.cli import main
 
-    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"], ["--profile", "0"]):
+    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"], ["--top-ops", "0"]):
         assert main(["bench", "verify", "--quick", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
@@ -122,7 +122,7 @@ def test_the_profile_ranks_each_rules_operations_by_their_share_of_the_step():
 def test_the_profile_flag_prints_its_table_without_the_profilers_own_lines():
     """In a subprocess: the profiler's native library writes to the process's stderr, which the bench silences."""
     done = subprocess.run([sys.executable, "-m", "relaxbench", "bench", "verify", "--quick", "--policy", "exact",
-                           "--profile", "2"], capture_output=True, text=True, check=False)
+                           "--top-ops", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "where a step goes: B=4, V=64, k=4" in done.stdout and "operation" in done.stdout
     assert "profiler_start" not in done.stderr and "USDT" not in done.stderr

@@ -37,7 +37,7 @@ def register(bsub: argparse._SubParsersAction) -> None:
                         "frees (as a GPU's caching allocator and vLLM's preloaded tcmalloc do), so a step at a real "
                         "vocabulary times the rule, not the page faults of fresh 32 MiB+ mappings; it never gives "
                         "memory back, so keep --batch to 64 at V = 151,936 on a 24 GiB machine")
-    p.add_argument("--profile", type=int, default=None, metavar="N",
+    p.add_argument("--top-ops", type=int, default=None, metavar="N",
                    help="after the tables, the N aten operations that take most of each rule's step at the compare "
                         "batch (torch.profiler, run apart from the timing): where a step's time goes")
     p.set_defaults(handler=run, threads=1)
@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     repeats = args.repeats if args.repeats is not None else quick.get("repeats", 5)
     if repeats < 1:
         raise ConfigError("--repeats must be >= 1")
-    if args.profile is not None and args.profile < 1:
-        raise ConfigError("--profile N: N >= 1 operations per rule")
+    if args.top_ops is not None and args.top_ops < 1:
+        raise ConfigError("--top-ops N: N >= 1 operations per rule")
     for name in args.policy or ():
         POLICIES.get(name)  # an unknown name is a one-line error with a suggestion
     if "none" in (args.policy or ()):
@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
     misses = vb.misses(bench)
     print_verify(bench, misses, f"{device}, {torch.get_num_threads()} thread(s), {repeats} repeat(s), {allocator}")
     out.print(targets_note(bench), highlight=False)
-    if args.profile is not None:
+    if args.top_ops is not None:
         with err.status("bench verify: profiling"):
-            shares = vb.profile_verify(policies, modes, bench.compare_batch, ks, vocabs, repeats, args.profile,
+            shares = vb.profile_verify(policies, modes, bench.compare_batch, ks, vocabs, repeats, args.top_ops,
                                        device)
         print_profile(shares, f"{device}, {torch.get_num_threads()} thread(s), {repeats} step(s) profiled")
     if misses:
