@@ -22,7 +22,7 @@ from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.policies.batch import Batch
-from relaxbench.policies.verdict import Outcome
+from relaxbench.policies.verdict import VERDICT_FIELDS, Outcome
 from relaxbench.timing import Clock
 
 
@@ -104,8 +104,9 @@ class SpeculativeDecoder:
             verdict = self.policy.decide(Batch.of_blocks([block], self.policy.uniform_dtype, [uniforms]))
             host = torch.cat([verdict.stacked()[0], drafts]).tolist()  # the round's one synchronisation
             t4 = clock.now()
-            outcome = Outcome(host[0], host[1], host[2], *(None if v < 0 else v for v in host[3:5]))
-            new, stop_reason = self._truncate(host[5: 5 + outcome.n_accepted] + [outcome.next_token], output)
+            fields = len(VERDICT_FIELDS)
+            outcome = Outcome.from_host(host[:fields])
+            new, stop_reason = self._truncate(host[fields: fields + outcome.n_accepted] + [outcome.next_token], output)
             output += new
             context = torch.cat([context, torch.tensor(new, dtype=torch.long, device=context.device)])
             self.policy.observe(new)

@@ -20,7 +20,7 @@ import torch
 from relaxbench.ops.sampling import next_tokens
 from relaxbench.policies.batch import Batch
 
-__all__ = ["Judgement", "Outcome", "Verdict", "by_mode", "finish", "plain_verdict"]
+__all__ = ["VERDICT_FIELDS", "Judgement", "Outcome", "Verdict", "by_mode", "finish", "plain_verdict"]
 
 NextToken = Callable[[torch.Tensor], torch.Tensor]  # accepted length n [B] -> the token after it [B]
 
@@ -62,6 +62,18 @@ class Outcome:
     emitted_in_span: int | None = None
     relaxed_in_span: int | None = None
 
+    @classmethod
+    def from_host(cls, values: list[int]) -> Outcome:
+        """One request's row of ``Verdict.stacked()`` on the host, by the names ``VERDICT_FIELDS`` gives its columns
+        (a span count of −1: not gated)."""
+        row = dict(zip(VERDICT_FIELDS, values, strict=True))
+        return cls(row["accepted"], row["next_token"], row["relaxed"],
+                   *(None if row[name] < 0 else row[name] for name in ("emitted_in_span", "relaxed_in_span")))
+
+
+# the columns of ``Verdict.stacked()``, in order: the one place their positions are decided
+VERDICT_FIELDS = ("accepted", "next_token", "relaxed", "emitted_in_span", "relaxed_in_span")
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -93,16 +105,15 @@ class Verdict:
                        pick(self.relaxed_in_span, other.relaxed_in_span))
 
     def stacked(self) -> torch.Tensor:
-        """[B, 5] long: accepted, next token, relaxed and the span counts (−1: not gated), for one host copy."""
+        """[B, len(VERDICT_FIELDS)] long, the fields by ``VERDICT_FIELDS`` (a span count of −1: not gated), for one
+        host copy; ``Outcome.from_host`` reads a row back by name."""
         missing = torch.full_like(self.accepted, -1)
-        return torch.stack([self.accepted, self.next_token, self.relaxed,
-                            missing if self.emitted_in_span is None else self.emitted_in_span,
-                            missing if self.relaxed_in_span is None else self.relaxed_in_span], dim=-1)
+        columns = {name: getattr(self, name) for name in VERDICT_FIELDS}
+        return torch.stack([missing if columns[name] is None else columns[name] for name in VERDICT_FIELDS], dim=-1)
 
     def to_host(self) -> list[Outcome]:
         """Every request's verdict on the host, in one copy (the step's one synchronisation)."""
-        return [Outcome(a, t, r, None if e < 0 else e, None if s < 0 else s)
-                for a, t, r, e, s in self.stacked().tolist()]
+        return [Outcome.from_host(row) for row in self.stacked().tolist()]
 
 
 def accepted_prefix(accept: torch.Tensor) -> torch.Tensor:
