@@ -309,12 +309,20 @@ def test_the_head_state_after_partial_acceptance_equals_a_fresh_heads(tiny_targe
 
 @pytest.mark.parametrize("kind", ["eagle3", "mtp"])
 def test_drafter_train_writes_a_loadable_head_with_its_card(cli, tiny_target, tmp_path, kind):
-    out = tmp_path / kind
-    result = cli("drafter", "train", kind, "--target", "tiny-random-target", "--out", str(out), "--steps", "6",
-                 "--self-distill-tokens", "4", "--draft-vocab", "100", "--dtype", "float64")
+    out, cache = tmp_path / kind, {"RELAXBENCH_CACHE": str(tmp_path / "cache")}  # its own: no earlier run's text
+    argv = ("drafter", "train", kind, "--target", "tiny-random-target", "--out", str(out), "--steps", "6",
+            "--self-distill-tokens", "4", "--draft-vocab", "100", "--dtype", "float64")
+    result = cli(*argv, env=cache)
     assert result.returncode == 0, result.stderr
     assert "step 6/6" in result.stderr and "eta" in result.stderr
-    assert re.search(r"self-distilling (\d+)/\1 texts \(\d+ tokens\)  elapsed .*  eta ", result.stderr)
+    found = re.search(r"self-distilling (\d+)/\1 texts \((\d+) tokens\)  elapsed .*  eta ", result.stderr)
+    assert found
+    # a second head for the same target reuses the target's continuations from the cache instead of generating them
+    [kept] = (tmp_path / "cache" / "heads" / "tiny-random-target").glob("self-distilled-float64-4.json")
+    assert len(json.loads(kept.read_text())) == int(found.group(1))
+    again = cli(*argv, env=cache)
+    assert again.returncode == 0 and "self-distilling" not in again.stderr, again.stderr
+    assert f"self-distilled text from the cache: {found.group(1)} texts ({found.group(2)} tokens)" in again.stderr
     card = json.loads((out / "card.json").read_text())
     assert card["steps"] == 6 and card["data"]["sequences"] > 10 and card["data"]["self_distilled_tokens"] > 0
     assert 0.0 <= card["heldout_acceptance"] <= 1.0 and card["final_loss"] > 0

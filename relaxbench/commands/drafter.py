@@ -12,10 +12,12 @@ without ``--out`` it is cached for the target (``$RELAXBENCH_CACHE/heads/TARGET/
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from relaxbench.commands.args import add_runtime_args, count, finite_float, positive_int, runtime_from_args
 
@@ -66,25 +68,36 @@ def shipped_texts() -> list[str]:
 
 
 def training_sequences(target, texts: list[str], distill: int, max_tokens: int,
-                       deadline: float | None, progress: Callable[[str], None] = print, batch: int = 16
-                       ) -> tuple[list[list[int]], int]:
+                       deadline: float | None, progress: Callable[[str], None] = print, batch: int = 16,
+                       known: dict[str, list[int]] | None = None) -> tuple[list[list[int]], int]:
     """Token sequences: each text, and each text continued by the target's greedy response when ``distill`` > 0
     (EAGLE's regenerated data: what the head must predict is the target's own text), generated ``batch`` texts at a
     time (left-padded, shortest first) until half the time budget is spent, with a progress line per tenth. Also
-    returns how many tokens came from the target."""
+    returns how many tokens came from the target. ``known`` maps a text's ``seed_key`` to its response from an earlier
+    run (the cache); the responses generated now are added to it."""
     import torch
 
     from relaxbench.ui import clock
 
+    known = {} if known is None else known
     tokenizer, sequences, generated = target.tokenizer, [], 0
     encoded = [tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens] for text in texts]
     sequences.extend(ids for ids in encoded)
     if not distill:
         return sequences, 0
+    unique = {seed_key(ids): ids for ids in encoded if len(ids) >= 2}  # a text shipped twice is continued once
+    reused = 0
+    for key, ids in unique.items():
+        if key in known:
+            sequences.append((ids + known[key])[:max_tokens])
+            generated += len(known[key])
+            reused += 1
     config = target.model.config
     pad = config.pad_token_id if config.pad_token_id is not None else (tokenizer.pad_token_id or 0)
     eos = {config.eos_token_id} if isinstance(config.eos_token_id, int) else set(config.eos_token_id or ())
-    seeds = sorted((ids for ids in encoded if len(ids) >= 2), key=len)
+    seeds = sorted((ids for key, ids in unique.items() if key not in known), key=len)
+    if reused:
+        progress(f"self-distilled text from the cache: {reused} texts ({generated} tokens)")
     batches = [seeds[i: i + batch] for i in range(0, len(seeds), batch)]
     start, done, every = time.monotonic(), 0, max(1, len(batches) // 10)
     for number, group in enumerate(batches, 1):
@@ -104,6 +117,7 @@ def training_sequences(target, texts: list[str], distill: int, max_tokens: int,
                     break
             sequences.append((seed + response)[:max_tokens])
             generated += len(response)
+            known[seed_key(seed)] = response
         done += len(group)
         if number % every == 0 or number == len(batches):
             elapsed = time.monotonic() - start
@@ -113,6 +127,21 @@ def training_sequences(target, texts: list[str], distill: int, max_tokens: int,
             progress(f"self-distilling {done}/{len(seeds)} texts ({generated} tokens)  elapsed "
                      f"{clock(elapsed)}  eta {clock(eta)}")
     return sequences, generated
+
+
+def seed_key(ids: list[int]) -> str:
+    """A text's key in the self-distillation cache: its token ids."""
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+def distilled_cache(target: Any, distill: int) -> Path:
+    """Where a target's greedy continuations of the shipped texts are kept between runs (``drafter train`` of a
+    second head, or a longer run, reuses and extends them): under the target's heads folder, by dtype and length."""
+    from relaxbench.paths import cache_root, target_key
+
+    dtype = str(target.dtype).removeprefix("torch.")
+    return (cache_root() / "heads" / target_key(str(target.model.config.name_or_path))
+            / f"self-distilled-{dtype}-{distill}.json")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -136,8 +165,14 @@ def run_train(args: argparse.Namespace) -> int:
         check_can_write(out_dir, "the model cache ($RELAXBENCH_CACHE)", folder=True)
     budget = None if args.max_minutes is None else start + 30 * args.max_minutes  # half for the data
     texts = shipped_texts()
+    cached = distilled_cache(target, args.self_distill_tokens)
+    known = json.loads(cached.read_text()) if cached.is_file() else {}
     sequences, generated = training_sequences(target, texts, args.self_distill_tokens, args.max_sequence_tokens,
-                                              budget, lambda line: out.print(line, markup=False, highlight=False))
+                                              budget, lambda line: out.print(line, markup=False, highlight=False),
+                                              known=known)
+    if args.self_distill_tokens and known:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(known))
     left = None if args.max_minutes is None else max(0.05, args.max_minutes - (time.monotonic() - start) / 60)
     settings = TrainSettings(args.kind, steps=args.steps, max_minutes=left, lr=args.lr, seed=args.seed,
                              draft_vocab=args.draft_vocab)
