@@ -60,10 +60,22 @@ def snapshot() -> dict[str, Any]:
     from relaxbench.tasks import load_task, task_files
     from relaxbench.validation import PROJECT_ROOT
 
+    import os
+    import tempfile
+
     suites = {}
-    for name in shipped_suites():
-        spec, key = _suite_run_key(name)
-        suites[name] = {"spec": spec, "run_key": key}
+    kept = os.environ.get("RELAXBENCH_CACHE")
+    with tempfile.TemporaryDirectory() as empty:  # no trained draft heads: a key that holds on every machine
+        os.environ["RELAXBENCH_CACHE"] = empty
+        try:
+            for name in shipped_suites():
+                spec, key = _suite_run_key(name)
+                suites[name] = {"spec": spec, "run_key": key}
+        finally:
+            if kept is None:
+                os.environ.pop("RELAXBENCH_CACHE")
+            else:
+                os.environ["RELAXBENCH_CACHE"] = kept
     data = {
         "methods": {name: load_method(name).model_dump() for name in method_files()},
         "tasks": {name: {"spec": load_task(name).model_dump(), "record": load_task(name).to_record()}

@@ -126,3 +126,22 @@ def test_a_target_with_recurrent_layers_is_refused_before_loading(layer_types):
     with pytest.raises(ConfigError, match=f"{layer_types[0]} layers.*--engine vllm"):
         check_truncatable_cache("Qwen/Qwen3.5-27B", nested)
     check_truncatable_cache("plain", SimpleNamespace(layer_types=["full_attention", "sliding_attention"]))
+
+
+def test_a_head_trained_again_starts_a_new_run(tmp_path, monkeypatch):
+    """``head=trained`` names whatever head is cached now: the card of the head enters the run key, so training it
+    again (other weights) starts a new run instead of resuming one drafted by the old head."""
+    from relaxbench.harness.plan import build_arms, run_key
+    from relaxbench.paths import trained_head_dir
+
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(tmp_path))
+    suite = drafters_suite()
+    before = run_key(suite, build_arms(suite), [])
+    card = trained_head_dir(suite.target, "eagle3") / "card.json"
+    card.parent.mkdir(parents=True)
+    card.write_text('{"trained_at": "2026-12-06T18:00:00Z"}')
+    first = run_key(suite, build_arms(suite), [])
+    card.write_text('{"trained_at": "2026-12-06T19:00:00Z"}')
+    second = run_key(suite, build_arms(suite), [])
+    assert len({before, first, second}) == 3
+    assert run_key(suite, build_arms(suite), []) == second  # the same head: the same run, resumed

@@ -21,6 +21,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.methods import DrafterSpec, MethodSpec, load_method
 from relaxbench.ops.sampling_params import SamplingParams
+from relaxbench.paths import TRAINED, trained_head_dir
 from relaxbench.policies import POLICIES, make_policy
 from relaxbench.registry import did_you_mean
 from relaxbench.tasks import LoadRequest, TaskSource, load_sources, loader_for, source_prefix
@@ -280,13 +281,22 @@ def run_key(suite: SuiteSpec, arms: tuple[Arm, ...], sources: list[TaskSource]) 
     method and task records (so an edited YAML starts a new run instead of mixing results)."""
     payload: dict[str, Any] = {
         "suite": suite.key_fields(),
-        "arms": [_arm_identity(a) for a in arms],
+        "arms": [_arm_identity(a, suite.target) for a in arms],
         "tasks": [_task_identity(s.record()) for s in sources],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _arm_identity(arm: Arm) -> dict[str, Any]:
+def trained_head_card(target: str, drafter: DrafterSpec | None) -> str | None:
+    """The sha256 of the card of the head ``head=trained`` names for ``target`` (None for any other drafter, or
+    before one is trained): a head trained again has other weights, so the run it drafts for is a new one."""
+    if drafter is None or drafter.knobs.get("head") != TRAINED:
+        return None
+    card = trained_head_dir(target, drafter.kind) / "card.json"
+    return hashlib.sha256(card.read_bytes()).hexdigest()[:16] if card.is_file() else None
+
+
+def _arm_identity(arm: Arm, target: str) -> dict[str, Any]:
     method = arm.method.identity()
     identity = {"name": arm.name, "method": method, "k": arm.k,
                 "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
@@ -295,6 +305,9 @@ def _arm_identity(arm: Arm) -> dict[str, Any]:
         identity["policy_revision"] = revision
     if arm.provenance:  # a trained head: which one (its file's hash, pair, data) decides the verdicts
         identity["provenance"] = dict(arm.provenance)
+    card = trained_head_card(target, arm.drafter)
+    if card is not None:  # a draft head trained here: which training made its weights decides the drafts
+        identity["trained_head"] = card
     return identity
 
 
