@@ -104,9 +104,14 @@ def test_generate_checks_the_arm_before_loading(capsys):
 
 
 def test_prompt_and_max_new_tokens_beyond_the_context_are_refused(capsys, tmp_path: Path):
-    """The tiny target's context is 4096 positions: refused once its tokenizer is loaded, before the store."""
+    """The tiny target's context is 4096 positions: a budget over it alone is refused from its config before torch;
+    one that fits alone but not beside an item's prompt (85 tokens) and a verify block, once the tokenizer is loaded;
+    both before the store."""
     result = run_main(capsys, *compare(tmp_path / "run", "--draft", "ngram", "--max-new-tokens", "5000"))
-    assert_one_line_error(result, "item 'add'", "max_new_tokens (5000)", "context of 4096",
+    assert_one_line_error(result, "--max-new-tokens", "max_new_tokens (5000)", "context of 4096",
+                          "max_position_embeddings")
+    result = run_main(capsys, *compare(tmp_path / "run", "--draft", "ngram", "--max-new-tokens", "4050"))
+    assert_one_line_error(result, "item 'add'", "max_new_tokens (4050)", "context of 4096",
                           "max_position_embeddings")
     assert not (tmp_path / "run" / "results.sqlite").exists()
 
