@@ -41,8 +41,9 @@ TRAINED = "trained"  # a drafter's ``head=trained``: the head ``relaxbench draft
 
 
 def target_key(name_or_path: str) -> str:
-    """The folder name a target's trained heads are cached under: a local checkpoint's folder name (a packaged
-    alias converts to a folder named after it), else the hub id with ``/`` as ``--``."""
+    """The folder name a target's trained heads are cached under, from the target as the user names it (or its
+    preview's ``name_or_path``: a packaged alias converts to a folder named after it): a local checkpoint's folder
+    name, else the alias or the hub id with ``/`` as ``--``."""
     path = Path(name_or_path).expanduser()
     return path.name if path.is_dir() else name_or_path.replace("/", "--")
 

@@ -145,3 +145,17 @@ def test_a_head_trained_again_starts_a_new_run(tmp_path, monkeypatch):
     second = run_key(suite, build_arms(suite), [])
     assert len({before, first, second}) == 3
     assert run_key(suite, build_arms(suite), []) == second  # the same head: the same run, resumed
+
+
+def test_head_trained_is_found_by_the_targets_name_wherever_its_weights_load_from(cli, tiny_target, monkeypatch):
+    """A packaged target loaded in bf16 loads from a half-precision copy in another folder: the trained head is found
+    by the name the user gave, as the pre-load check and the run key find it."""
+    from relaxbench.arms import build_drafter
+    from relaxbench.methods import DrafterSpec
+
+    trained = cli("drafter", "train", "mtp", "--target", "tiny-random-target", "--steps", "2",
+                  "--self-distill-tokens", "0", "--dtype", "float64")
+    assert trained.returncode == 0, trained.stderr
+    monkeypatch.setattr(tiny_target.model.config, "name_or_path", "/elsewhere/tiny-random-target.bfloat16")
+    drafter = build_drafter(DrafterSpec(kind="mtp", knobs={"head": "trained"}), tiny_target, None)
+    assert drafter.spec.path.parts[-2:] == ("tiny-random-target", "mtp")

@@ -140,8 +140,7 @@ def distilled_cache(target: Any, distill: int) -> Path:
     from relaxbench.paths import cache_root, target_key
 
     dtype = str(target.dtype).removeprefix("torch.")
-    return (cache_root() / "heads" / target_key(str(target.model.config.name_or_path))
-            / f"self-distilled-{dtype}-{distill}.json")
+    return cache_root() / "heads" / target_key(target.name) / f"self-distilled-{dtype}-{distill}.json"
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -159,8 +158,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = console(stderr=True)
     start = time.monotonic()
     target = load_model(args.target, dtype=args.dtype, device=device, quiet=False)
-    out_dir = Path(args.out) if args.out is not None else trained_head_dir(str(target.model.config.name_or_path),
-                                                                           args.kind)
+    out_dir = Path(args.out) if args.out is not None else trained_head_dir(args.target, args.kind)
     if args.out is None:
         check_can_write(out_dir, "the model cache ($RELAXBENCH_CACHE)", folder=True)
     budget = None if args.max_minutes is None else start + 30 * args.max_minutes  # half for the data

@@ -41,7 +41,9 @@ class FeatureHeadDrafter(Drafter):
         super().__init__(knobs, inputs)
         target = inputs.target
         source = knobs.head if knobs.head is not None else self._default_head(target.model.config)
-        path, hub_id = head_dir(source, self.name, str(target.model.config.name_or_path))
+        # the target as the user named it (a half-precision copy of a packaged model loads from another folder)
+        named = str(getattr(target, "name", None) or target.model.config.name_or_path)
+        path, hub_id = head_dir(source, self.name, named)
         self.spec = describe_head(path, target.model.config, int(target.logit_dim), self.name)
         self.spec.hub_id = hub_id
         self.hidden_layers = self.spec.aux_layers  # indices into transformers' ``hidden_states`` tuple
