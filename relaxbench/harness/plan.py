@@ -296,7 +296,7 @@ def trained_head_card(target: str, drafter: DrafterSpec | None) -> str | None:
     return hashlib.sha256(card.read_bytes()).hexdigest()[:16] if card.is_file() else None
 
 
-def _arm_identity(arm: Arm, target: str) -> dict[str, Any]:
+def _arm_identity(arm: Arm, target: str | None = None) -> dict[str, Any]:
     method = arm.method.identity()
     identity = {"name": arm.name, "method": method, "k": arm.k,
                 "drafter": None if arm.drafter is None else arm.drafter.model_dump()}
@@ -305,7 +305,7 @@ def _arm_identity(arm: Arm, target: str) -> dict[str, Any]:
         identity["policy_revision"] = revision
     if arm.provenance:  # a trained head: which one (its file's hash, pair, data) decides the verdicts
         identity["provenance"] = dict(arm.provenance)
-    card = trained_head_card(target, arm.drafter)
+    card = None if target is None else trained_head_card(target, arm.drafter)
     if card is not None:  # a draft head trained here: which training made its weights decides the drafts
         identity["trained_head"] = card
     return identity
