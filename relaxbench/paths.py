@@ -52,3 +52,16 @@ def trained_head_dir(target_name_or_path: str, kind: str) -> Path:
     """Where ``relaxbench drafter train KIND --target T`` saves its head when no ``--out`` is given (both engines
     find it there for ``head=trained``)."""
     return cache_root() / "heads" / target_key(target_name_or_path) / kind
+
+
+def trained_head(target: str, kind: str) -> Path:
+    """The folder of the ``kind`` head ``relaxbench drafter train`` cached for ``target`` (``head=trained``), or a
+    one-line refusal naming the command that trains it."""
+    from relaxbench.errors import ConfigError
+
+    folder = trained_head_dir(target, kind)
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"drafter {kind!r}: no trained head for target {target_key(target)!r} in the cache "
+                          f"({folder}); train one with `relaxbench drafter train {kind} --target "
+                          f"{target_key(target)}`, or give --drafter-knob head=PATH_OR_HUB_ID")
+    return folder

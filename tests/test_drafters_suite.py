@@ -69,7 +69,7 @@ def test_the_suite_runs_on_the_tiny_models_with_heads_trained_into_the_cache(cli
     exact of its own drafter."""
     from relaxbench.analysis import load_run, summarize_run
     from relaxbench.analysis.drafters import run_drafter_gains
-    from relaxbench.decoding.drafters.head_files import trained_head_dir
+    from relaxbench.paths import trained_head_dir
     from relaxbench.models import preview_model
 
     target_path = str(preview_model("tiny-random-target", quiet=True).config.name_or_path)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relaxbench.errors import ConfigError
-from relaxbench.paths import TRAINED, target_key, trained_head_dir
+from relaxbench.paths import TRAINED, trained_head
 from relaxbench.policies import Need, VerificationPolicy
 from relaxbench.validation import Spec
 
@@ -92,12 +92,7 @@ def speculative_config(kind: str, knobs: Mapping[str, Any], k: int, draft_model:
                               "head=PATH_OR_HUB_ID")
         config["model"] = str(knobs["head"])
         if knobs["head"] == TRAINED and target is not None:
-            head = trained_head_dir(target, kind)
-            if not (head / "config.json").is_file():
-                raise ConfigError(f"drafter {kind!r}: no trained head for target {target_key(target)!r} in the cache "
-                                  f"({head}); train one with `relaxbench drafter train {kind} --target "
-                                  f"{target_key(target)}`")
-            config["model"] = str(head)
+            config["model"] = str(trained_head(target, kind))
     else:
         if draft_model is None:
             raise ConfigError(f"drafter {kind!r} on the {ENGINE} engine needs a model: pass --draft PATH")

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from relaxbench.errors import ConfigError, ModelError
-from relaxbench.paths import TRAINED, target_key, trained_head_dir
+from relaxbench.paths import TRAINED, trained_head
 
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 CONFIG_PATTERNS = ["config.json", "*.safetensors.index.json"]  # fetched first: the fit is decided from these
@@ -56,12 +56,7 @@ def head_dir(head: str, kind: str | None = None, target: str | None = None) -> t
     None). The weights are fetched once the config fits (``read_weights``). ``trained`` is the head of ``kind``
     cached for ``target`` (its ``name_or_path``) by ``relaxbench drafter train``."""
     if head == TRAINED and kind is not None and target is not None:
-        folder = trained_head_dir(target, kind)
-        if not (folder / "config.json").is_file():
-            raise ConfigError(f"drafter {kind!r}: no trained head for target {target_key(target)!r} in the cache "
-                              f"({folder}); train one with `relaxbench drafter train {kind} --target "
-                              f"{target_key(target)}`, or give --drafter-knob head=PATH_OR_HUB_ID")
-        return folder, None
+        return trained_head(target, kind), None
     path = Path(head).expanduser()
     if path.is_dir():
         return path, None
