@@ -392,6 +392,100 @@ def test_the_top_k_teacher_is_the_full_soft_cross_entropy_when_it_covers_the_voc
     torch.testing.assert_close(loss, full, rtol=1e-4, atol=1e-5)
     assert (hits, n) == (want, len(ids) - 2)
 
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_packed_sequences_train_as_if_each_ran_alone(tiny_target, kind):
+    """The trainer packs several sequences into one forward (``packs``, ``packed_mask``): the packed loss is the
+    pair-weighted mean of each sequence's own loss and the hits their sum, so no sequence attends to another."""
+    import relaxbench.decoding.drafters.head_training as ht
+
+    vocab = int(tiny_target.logit_dim)
+    rng = torch.Generator().manual_seed(11)
+    sequences = [torch.randint(0, vocab, (n,), generator=rng).tolist() for n in (6, 9, 12)]
+    examples = ht.examples(tiny_target, sequences, ht.target_layers(kind, tiny_target.model.config))
+    kept = ht.draft_vocabulary(sequences, vocab, 100) if kind == "eagle3" else None
+    head, _ = ht.new_head(kind, tiny_target, kept)
+    index = None
+    if kept is not None:
+        index = torch.full((vocab,), -1, dtype=torch.long)
+        index[kept] = torch.arange(kept.shape[0])
+    with torch.no_grad():
+        alone = [ht._loss_and_hits(head, kind, ex, index) for ex in examples]
+        loss, hits, pairs = ht._loss_and_hits(head, kind, examples, index)
+    weighted = sum(float(a[0]) * a[2] for a in alone) / sum(a[2] for a in alone)
+    assert pairs == sum(a[2] for a in alone) == sum(len(s) - 2 for s in sequences)
+    assert hits == sum(a[1] for a in alone)
+    assert float(loss) == pytest.approx(weighted, rel=1e-4)
+    assert [len(g) for g in ht.packs(examples, 15)] == [2, 1]  # 4 + 7 pairs fit in 15, the 10 start a new step
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_an_unrolled_training_step_is_the_chain_the_drafter_runs(tiny_target, kind):
+    """Training-time test (``unroll``): step s of the packed, unrolled forward is, for each pair, the head's s-th
+    chained draft as the drafter computes it at inference (committed pairs in the cache, its own output fed back),
+    so the mask lets no pair see another sequence, a later pair or another chain."""
+    import relaxbench.decoding.drafters.head_training as ht
+    from transformers import DynamicCache
+
+    vocab = int(tiny_target.logit_dim)
+    rng = torch.Generator().manual_seed(13)
+    sequences = [torch.randint(0, vocab, (n,), generator=rng).tolist() for n in (7, 10)]
+    examples = ht.examples(tiny_target, sequences, ht.target_layers(kind, tiny_target.model.config))
+    kept = ht.draft_vocabulary(sequences, vocab, 100) if kind == "eagle3" else None
+    head, _ = ht.new_head(kind, tiny_target, kept)
+    head.eval()
+    lengths = [n - 2 for n in (7, 10)]
+    with torch.no_grad():
+        steps = ht.unrolled_hidden(head, examples, unroll=3)
+        assert [int(h.shape[0]) for h, _, _ in steps] == [sum(n - s + 1 for n in lengths) for s in (1, 2, 3)]
+        for seg, t in ((0, 1), (1, 0), (1, 4)):
+            ex = examples[seg]
+            cache = DynamicCache()
+            last = head(ex.ids[1: t + 2], ex.features[: t + 1], torch.arange(t + 1), cache, True)[-1:]
+            for s in (1, 2, 3):
+                if s > 1:
+                    last = head(ex.ids[t + s].view(1), last, torch.tensor([t + s - 1]), cache, False)
+                row = (0 if seg == 0 else lengths[0] - s + 1) + t
+                torch.testing.assert_close(steps[s - 1][0][row], last[0], rtol=1e-4, atol=1e-5)
+                torch.testing.assert_close(steps[s - 1][2][row], ex.top_ids[t + s])
+
+
+def test_more_training_text_is_read_from_files_and_folders(tmp_path):
+    """``drafter train --text``: a JSONL file gives its rows' strings, a source file its text in pieces cut at line
+    ends of at most about ``CHUNK_CHARS`` (nothing lost), a folder its files of those kinds; ``--text-limit`` draws
+    that many pieces; a missing path is refused."""
+    from relaxbench.commands.drafter import CHUNK_CHARS, extra_texts
+
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    lines = [f"def f{i}(x):\n    return x + {i}\n" for i in range(400)]
+    (folder / "sub" / "code.py").write_text("".join(lines))
+    (folder / "rows.jsonl").write_text(json.dumps({"q": "a question", "n": 3, "more": ["first", "second"]}) + "\n")
+    (folder / "image.png").write_bytes(b"\x89PNG")
+    pieces = extra_texts([str(folder)], None, 0)
+    code = [p for p in pieces if p not in ("a question", "first", "second")]
+    assert "".join(code) == "".join(lines)
+    assert len(code) > 1 and all(len(p) <= CHUNK_CHARS for p in code)
+    assert {"a question", "first", "second"} <= set(pieces) and not any("PNG" in p for p in pieces)
+    assert len(extra_texts([str(folder)], 2, 0)) == 2
+    with pytest.raises(ConfigError, match="--text .*nope: no such file or folder"):
+        extra_texts([str(tmp_path / "nope")], None, 0)
+
+
+def test_a_warm_started_eagle3_head_reads_the_targets_vocabulary_rows(tiny_target):
+    """``warm_start`` gives a new EAGLE-3 head the target's output rows of its draft vocabulary and the target's
+    final norm."""
+    import relaxbench.decoding.drafters.head_training as ht
+
+    vocab = int(tiny_target.logit_dim)
+    sequences = random_prompts(4, vocab - 8, seed=12)
+    kept = ht.draft_vocabulary(sequences, vocab, 50)
+    head, _ = ht.new_head("eagle3", tiny_target, kept)
+    ht.warm_start(head, "eagle3", tiny_target, kept)
+    rows = tiny_target.model.get_output_embeddings().weight.float()
+    torch.testing.assert_close(head.lm_head.weight, rows[kept])
+    torch.testing.assert_close(head.norm.weight, tiny_target.model.model.norm.weight.float())
+
+
 # ---- other on-disk forms of the same heads -----------------------------------------------------------------------
 
 @torch.inference_mode()

@@ -30,16 +30,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None,
                    help="folder for config.json, model.safetensors and card.json (default: the model cache, where "
                         "--drafter-knob head=trained finds it)")
-    t.add_argument("--steps", type=positive_int, default=200, help="optimizer steps, one sequence each "
-                                                                     "(default: %(default)s)")
+    t.add_argument("--steps", type=positive_int, default=200,
+                   help="optimizer steps, each on whole sequences packed up to --batch-tokens pairs "
+                        "(default: %(default)s)")
+    t.add_argument("--batch-tokens", type=positive_int, default=512,
+                   help="pairs per optimizer step (default: %(default)s)")
+    t.add_argument("--unroll", type=positive_int, default=1,
+                   help="chained steps trained per pair: EAGLE-3's training-time test, the head fed its own outputs "
+                        "as at drafting (1: teacher-forced only; default: %(default)s)")
+    t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                   help="eagle3: initialise the head's lm_head and norm at random instead of from the target's "
+                        "output rows and final norm")
     t.add_argument("--max-minutes", type=finite_float, default=None, help="stop training after M minutes")
-    t.add_argument("--lr", type=finite_float, default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    t.add_argument("--lr", type=finite_float, default=3e-4, help="AdamW learning rate (default: %(default)s)")
     t.add_argument("--seed", type=count, default=0)
     t.add_argument("--draft-vocab", type=positive_int, default=32000,
                    help="eagle3: size of the draft vocabulary, the data's most frequent tokens (default: %(default)s)")
     t.add_argument("--self-distill-tokens", type=count, default=64,
                    help="greedy tokens of the target's own continuation appended to each text (0: none; "
                         "default: %(default)s)")
+    t.add_argument("--text", action="append", default=[], metavar="PATH",
+                   help="more training text, not self-distilled: a file or folder (.jsonl rows' strings; .py, .txt, "
+                        ".md, .rst in pieces of about 2,000 characters) (repeatable)")
+    t.add_argument("--text-limit", type=positive_int, default=None,
+                   help="at most N pieces of --text, drawn at random (default: all)")
     t.add_argument("--max-sequence-tokens", type=positive_int, default=512,
                    help="cut each training sequence to N tokens (default: %(default)s)")
     add_runtime_args(t)
@@ -51,20 +65,64 @@ def shipped_texts() -> list[str]:
     from relaxbench.validation import PROJECT_ROOT, builtin_dir
 
     folders = [builtin_dir("tasks"), PROJECT_ROOT / "tests" / "data"]
+    return [text for folder in folders for file in (sorted(folder.rglob("*.jsonl")) if folder.is_dir() else [])
+            for text in jsonl_strings(file)]
+
+
+def jsonl_strings(file: Path) -> list[str]:
+    """Every string field (and string in a list field) of a JSONL file's rows; lines that are no JSON object are
+    skipped."""
     texts: list[str] = []
-    for folder in folders:
-        for file in sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []:
-            for line in file.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    for key, value in row.items():
-                        for text in value if isinstance(value, list) else [value]:
-                            if isinstance(text, str) and len(text.strip()) > 1:
-                                texts.append(text)
+    for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            for value in row.values():
+                for text in value if isinstance(value, list) else [value]:
+                    if isinstance(text, str) and len(text.strip()) > 1:
+                        texts.append(text)
     return texts
+
+
+TEXT_SUFFIXES = (".jsonl", ".py", ".txt", ".md", ".rst")
+CHUNK_CHARS = 2000  # a --text file is cut at line ends into pieces of about this size (~500 tokens)
+
+
+def extra_texts(paths: list[str], limit: int | None, seed: int) -> list[str]:
+    """The ``--text`` training text: files and folders (their files ending in ``TEXT_SUFFIXES``, recursively); a
+    JSONL file gives its rows' strings, any other file its text in pieces of about ``CHUNK_CHARS`` cut at line ends.
+    With ``limit``, that many pieces drawn at random (``seed``) from all of them."""
+    import random
+
+    from relaxbench.errors import ConfigError
+
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            files.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError(f"--text {raw}: no such file or folder")
+    pieces: list[str] = []
+    for file in files:
+        if file.suffix == ".jsonl":
+            pieces.extend(jsonl_strings(file))
+            continue
+        piece = ""
+        for line in file.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+            if piece and len(piece) + len(line) > CHUNK_CHARS:
+                pieces.append(piece)
+                piece = ""
+            piece += line
+        if len(piece.strip()) > 1:
+            pieces.append(piece)
+    if limit is not None and len(pieces) > limit:
+        pieces = random.Random(seed).sample(pieces, limit)
+    return pieces
 
 
 def training_sequences(target, texts: list[str], distill: int, max_tokens: int,
@@ -148,6 +206,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check_can_write(args.out, "--out", folder=True)
+    extra = extra_texts(args.text, args.text_limit, args.seed)  # a missing path fails here, before torch loads
     device = runtime_from_args(args)
 
     from relaxbench.decoding.drafters.head_training import TEACHER_TOP, TrainSettings, save, train
@@ -168,20 +227,26 @@ def run_train(args: argparse.Namespace) -> int:
     sequences, generated = training_sequences(target, texts, args.self_distill_tokens, args.max_sequence_tokens,
                                               budget, lambda line: out.print(line, markup=False, highlight=False),
                                               known=known)
+    sequences += [target.tokenizer(text, add_special_tokens=False)["input_ids"][: args.max_sequence_tokens]
+                  for text in extra]
     if args.self_distill_tokens and known:
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(known))
     left = None if args.max_minutes is None else max(0.05, args.max_minutes - (time.monotonic() - start) / 60)
     settings = TrainSettings(args.kind, steps=args.steps, max_minutes=left, lr=args.lr, seed=args.seed,
-                             draft_vocab=args.draft_vocab)
+                             draft_vocab=args.draft_vocab, batch_tokens=args.batch_tokens,
+                             warm_start=args.warm_start, unroll=args.unroll)
     head, layer, record = train(target, sequences, settings,
                                 lambda line: out.print(line, markup=False, highlight=False))
     card = {**record, "target": args.target, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "data": {"source": "strings of the shipped JSONL files under tasks/ and tests/data/",
-                     "texts": len(texts), "sequences": len(sequences), "self_distilled_tokens": generated,
+            "data": {"source": "strings of the shipped JSONL files under tasks/ and tests/data/"
+                               + (f", and {len(extra)} pieces of --text {', '.join(args.text)}" if extra else ""),
+                     "texts": len(texts) + len(extra), "sequences": len(sequences), "self_distilled_tokens": generated,
                      "self_distill_tokens_per_text": args.self_distill_tokens},
-            "recipe": "teacher-forced soft cross-entropy to the frozen target's next-token distribution (its top "
-                      f"{TEACHER_TOP}, renormalised) on its own features; no training-time-test unrolling "
+            "recipe": "soft cross-entropy to the frozen target's next-token distribution (its top "
+                      f"{TEACHER_TOP}, renormalised) from its features, over {args.unroll} chained step(s) "
+                      f"(training-time test), {args.batch_tokens} pairs per step"
+                      f"{', lm_head and norm from the target' if args.warm_start and args.kind == 'eagle3' else ''} "
                       "(relaxbench/decoding/drafters/head_training.py)"}
     path = save(head, args.kind, layer, target, out_dir, card)
     out.print(f"saved {args.kind} head to {path} (held-out acceptance {record['heldout_acceptance']:.3f}, "

@@ -171,8 +171,9 @@ class Eagle3Head(nn.Module):
             self.target_embed = Shared(target_embedding)
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, cache,
-                from_target: bool) -> torch.Tensor:
-        """[n, H]: the midlayer's output for the pairs (tokens[i], features[i]) at ``positions``."""
+                from_target: bool, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[n, H]: the midlayer's output for the pairs (tokens[i], features[i]) at ``positions`` (``mask``: an
+        additive mask for the training's packed and unrolled sequences; else causal)."""
         hidden = self.fc(features) if from_target else features
         embeds = (self.embed_tokens(tokens) if self.embed_tokens is not None else
                   self.target_embed(tokens, hidden)).to(hidden.dtype)
@@ -185,9 +186,9 @@ class Eagle3Head(nn.Module):
         x = torch.cat([layer.input_layernorm(embeds), hidden], dim=-1)[None]
         past = 0 if cache is None else cache.get_seq_length()  # no cache: a whole sequence at once (training)
         rope = self.rotary(x, positions[None])
-        attn, _ = layer.self_attn(x, position_embeddings=rope, past_key_values=cache,
-                                  attention_mask=causal_mask(x.shape[1], past, x.dtype, x.device,
-                                                             mask_width(cache, past, x.shape[1])))
+        if mask is None:
+            mask = causal_mask(x.shape[1], past, x.dtype, x.device, mask_width(cache, past, x.shape[1]))
+        attn, _ = layer.self_attn(x, position_embeddings=rope, past_key_values=cache, attention_mask=mask)
         hidden = residual + attn[0]
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
@@ -240,8 +241,9 @@ class MTPHead(nn.Module):
         _load(self, weights, "MTP", skip=("rotary.", "embed_tokens.", "lm_head."))
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, cache,
-                from_target: bool) -> torch.Tensor:
-        """[n, H]: the next step's feature for the pairs (tokens[i], features[i]) at ``positions``."""
+                from_target: bool, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[n, H]: the next step's feature for the pairs (tokens[i], features[i]) at ``positions`` (``mask`` as
+        for ``Eagle3Head.forward``)."""
         embeds = (self.embed_tokens(tokens) if self.embed_tokens is not None else
                   self.target_embed(tokens, features)).to(features.dtype)
         if self.layout == "deepseek":
@@ -251,8 +253,9 @@ class MTPHead(nn.Module):
             x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(features)], dim=-1))
         x = x[None]
         past = 0 if cache is None else cache.get_seq_length()
-        width = mask_width(cache, past, x.shape[1])
-        out = self.layer(x, attention_mask=causal_mask(x.shape[1], past, x.dtype, x.device, width),
+        if mask is None:
+            mask = causal_mask(x.shape[1], past, x.dtype, x.device, mask_width(cache, past, x.shape[1]))
+        out = self.layer(x, attention_mask=mask,
                          position_ids=positions[None], past_key_values=cache, use_cache=cache is not None,
                          position_embeddings=self.rotary(x, positions[None]))
         out = (out[0] if isinstance(out, tuple) else out)[0]
