@@ -339,7 +339,7 @@ def test_drafter_train_writes_a_loadable_head_with_its_card(cli, tiny_target, tm
 
 def test_training_generalises_to_held_out_sequences(tiny_target):
     """The trainer learns more than its training set: on the tiny target's own greedy outputs of 240 random prompts,
-    an MTP head trained 1,000 steps has a lower loss and a higher top-1 agreement with the target on the held-out
+    an MTP head trained 150 steps (512 pairs each, about nine passes over the data) has a lower loss and a higher top-1 agreement with the target on the held-out
     sequences than the untrained head (the tiny target is a random function, so the gain is modest; on the training
     sequences themselves it is large)."""
     from relaxbench.decoding.drafters.head_training import TrainSettings, train
@@ -350,11 +350,13 @@ def test_training_generalises_to_held_out_sequences(tiny_target):
                                                do_sample=False, pad_token_id=0).tolist()
     lines: list[str] = []
     _, _, untrained = train(tiny_target, sequences, TrainSettings("mtp", steps=1, lr=1e-9), lines.append)
-    _, _, trained = train(tiny_target, sequences, TrainSettings("mtp", steps=1000, lr=2e-3), lines.append)
+    _, _, trained = train(tiny_target, sequences, TrainSettings("mtp", steps=150, lr=2e-3), lines.append)
     assert trained["heldout_loss"] < untrained["heldout_loss"] - 0.5
     assert trained["heldout_acceptance"] > untrained["heldout_acceptance"]
     assert trained["train_acceptance"] > untrained["train_acceptance"] + 0.02
-    assert any(line.startswith("step 1000/1000") for line in lines)
+    assert any(line.startswith("step 150/150") for line in lines)
+    total = sum(len(s) for s in sequences)  # the target's pass over the data reports its progress too, to the end
+    assert any(line.startswith(f"target features {total}/{total} tokens") for line in lines)
 
 
 
@@ -372,10 +374,7 @@ def test_the_top_k_teacher_is_the_full_soft_cross_entropy_when_it_covers_the_voc
     [example] = ht.examples(tiny_target, [ids], layers)
     kept = ht.draft_vocabulary([ids], vocab, 100) if kind == "eagle3" else None
     head, _ = ht.new_head(kind, tiny_target, kept)
-    index = None
-    if kept is not None:
-        index = torch.full((vocab,), -1, dtype=torch.long)
-        index[kept] = torch.arange(kept.shape[0])
+    index = None if kept is None else ht.draft_columns(kept, vocab)
     with torch.no_grad():
         loss, hits, n = ht._loss_and_hits(head, kind, example, index)
         out = tiny_target.model(torch.tensor([ids]))
@@ -404,10 +403,7 @@ def test_packed_sequences_train_as_if_each_ran_alone(tiny_target, kind):
     examples = ht.examples(tiny_target, sequences, ht.target_layers(kind, tiny_target.model.config))
     kept = ht.draft_vocabulary(sequences, vocab, 100) if kind == "eagle3" else None
     head, _ = ht.new_head(kind, tiny_target, kept)
-    index = None
-    if kept is not None:
-        index = torch.full((vocab,), -1, dtype=torch.long)
-        index[kept] = torch.arange(kept.shape[0])
+    index = None if kept is None else ht.draft_columns(kept, vocab)
     with torch.no_grad():
         alone = [ht._loss_and_hits(head, kind, ex, index) for ex in examples]
         loss, hits, pairs = ht._loss_and_hits(head, kind, examples, index)
@@ -449,11 +445,26 @@ def test_an_unrolled_training_step_is_the_chain_the_drafter_runs(tiny_target, ki
                 torch.testing.assert_close(steps[s - 1][2][row], ex.top_ids[t + s])
 
 
+def test_a_run_cut_by_time_reports_progress_as_it_goes(tiny_target, monkeypatch):
+    """With --max-minutes far below --steps (the suite's heads: 100,000 steps asked, minutes given), progress lines
+    still come every ``PROGRESS_EVERY_S``, not only at each twentieth of the steps asked."""
+    import relaxbench.decoding.drafters.head_training as ht
+
+    monkeypatch.setattr(ht, "PROGRESS_EVERY_S", 0.0)
+    sequences = random_prompts(12, int(tiny_target.logit_dim) - 8, seed=14)
+    lines: list[str] = []
+    _, _, record = ht.train(tiny_target, sequences, ht.TrainSettings("eagle3", steps=100_000, max_minutes=0.02,
+                                                                     draft_vocab=64), lines.append)
+    steps = [line for line in lines if line.startswith("step ")]
+    assert record["stopped_by_time"] and 0 < record["steps"] < 100_000
+    assert len(steps) == record["steps"] and steps[-1].startswith(f"step {record['steps']}/100000")
+
+
 def test_more_training_text_is_read_from_files_and_folders(tmp_path):
     """``drafter train --text``: a JSONL file gives its rows' strings, a source file its text in pieces cut at line
     ends of at most about ``CHUNK_CHARS`` (nothing lost), a folder its files of those kinds; ``--text-limit`` draws
-    that many pieces; a missing path is refused."""
-    from relaxbench.commands.drafter import CHUNK_CHARS, extra_texts
+    that many pieces; ``stdlib`` reads the standard library's source; a missing path is refused."""
+    from relaxbench.commands.drafter import CHUNK_CHARS, extra_texts, stdlib_sources
 
     folder = tmp_path / "corpus"
     (folder / "sub").mkdir(parents=True)
@@ -469,6 +480,11 @@ def test_more_training_text_is_read_from_files_and_folders(tmp_path):
     assert len(extra_texts([str(folder)], 2, 0)) == 2
     with pytest.raises(ConfigError, match="--text .*nope: no such file or folder"):
         extra_texts([str(tmp_path / "nope")], None, 0)
+    sources = stdlib_sources()  # --text stdlib: the standard library's own modules, not its tests or packages
+    names = {f.name for f in sources}
+    assert {"json/__init__.py", "collections/__init__.py"} <= {f"{f.parent.name}/{f.name}" for f in sources}
+    assert "test_json.py" not in names and not any("site-packages" in f.parts for f in sources)
+    assert len(extra_texts(["stdlib"], 3, 0)) == 3
 
 
 def test_a_warm_started_eagle3_head_reads_the_targets_vocabulary_rows(tiny_target):

@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: %(default)s)")
     t.add_argument("--text", action="append", default=[], metavar="PATH",
                    help="more training text, not self-distilled: a file or folder (.jsonl rows' strings; .py, .txt, "
-                        ".md, .rst in pieces of about 2,000 characters) (repeatable)")
+                        ".md, .rst in pieces of about 2,000 characters), or 'stdlib' for this Python's standard "
+                        "library source (repeatable)")
     t.add_argument("--text-limit", type=positive_int, default=None,
                    help="at most N pieces of --text, drawn at random (default: all)")
     t.add_argument("--max-sequence-tokens", type=positive_int, default=512,
@@ -90,8 +91,22 @@ TEXT_SUFFIXES = (".jsonl", ".py", ".txt", ".md", ".rst")
 CHUNK_CHARS = 2000  # a --text file is cut at line ends into pieces of about this size (~500 tokens)
 
 
+STDLIB = "stdlib"  # --text stdlib: this Python's standard library source (./stdlib for a folder of that name)
+
+
+def stdlib_sources() -> list[Path]:
+    """The ``.py`` files of the running Python's standard library, without its tests and installed packages: code
+    every Python ships, in-domain text for a code target."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"}
+    return sorted(f for f in root.rglob("*.py") if not skip & set(f.relative_to(root).parts[:-1]))
+
+
 def extra_texts(paths: list[str], limit: int | None, seed: int) -> list[str]:
-    """The ``--text`` training text: files and folders (their files ending in ``TEXT_SUFFIXES``, recursively); a
+    """The ``--text`` training text: files and folders (their files ending in ``TEXT_SUFFIXES``, recursively, or
+    ``stdlib``: ``stdlib_sources``); a
     JSONL file gives its rows' strings, any other file its text in pieces of about ``CHUNK_CHARS`` cut at line ends.
     With ``limit``, that many pieces drawn at random (``seed``) from all of them."""
     import random
@@ -101,7 +116,9 @@ def extra_texts(paths: list[str], limit: int | None, seed: int) -> list[str]:
     files: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser()
-        if path.is_dir():
+        if raw == STDLIB:
+            files.extend(stdlib_sources())
+        elif path.is_dir():
             files.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES))
         elif path.is_file():
             files.append(path)

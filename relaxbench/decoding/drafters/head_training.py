@@ -51,6 +51,7 @@ class TrainSettings:
     warm_start: bool = True  # EAGLE-3: start from the target's output rows and final norm (``warm_start``)
 
 
+PROGRESS_EVERY_S = 30.0  # a training run cut by --max-minutes long before --steps still reports as it goes
 TEACHER_TOP = 64  # the target's most likely tokens kept per position as the head's soft label
 
 
@@ -72,17 +73,25 @@ def target_layers(kind: str, config: Any) -> tuple[int, ...]:
 
 
 @torch.no_grad()
-def examples(target: Any, sequences: list[list[int]], layers: tuple[int, ...]) -> list[Example]:
-    """Run the frozen target once over every sequence (at least three tokens: one pair and its label)."""
+def examples(target: Any, sequences: list[list[int]], layers: tuple[int, ...],
+             progress: Callable[[str], None] | None = None) -> list[Example]:
+    """Run the frozen target once over every sequence (at least three tokens: one pair and its label), with a
+    progress line per tenth of the tokens (this is minutes for a 1.5B target on a CPU)."""
     out = []
+    total, done, start, shown = sum(len(ids) for ids in sequences), 0, time.monotonic(), 0
     for ids in sequences:
-        if len(ids) < 3:
-            continue
-        tensor = torch.tensor(ids, device=target.device)
-        result = target.model(input_ids=tensor[None], output_hidden_states=True)
-        feats = torch.cat([result.hidden_states[i][0] for i in layers], dim=-1).float()
-        top = result.logits[0].float().topk(min(TEACHER_TOP, int(result.logits.shape[-1])), dim=-1)
-        out.append(Example(tensor, feats, top.values, top.indices))
+        if len(ids) >= 3:
+            tensor = torch.tensor(ids, device=target.device)
+            result = target.model(input_ids=tensor[None], output_hidden_states=True)
+            feats = torch.cat([result.hidden_states[i][0] for i in layers], dim=-1).float()
+            top = result.logits[0].float().topk(min(TEACHER_TOP, int(result.logits.shape[-1])), dim=-1)
+            out.append(Example(tensor, feats, top.values, top.indices))
+        done += len(ids)
+        if progress is not None and done * 10 // max(total, 1) > shown:
+            shown = done * 10 // max(total, 1)
+            elapsed = time.monotonic() - start
+            progress(f"target features {done}/{total} tokens  elapsed {clock(elapsed)}  "
+                     f"eta {clock(elapsed / done * (total - done))}")
     return out
 
 
@@ -92,6 +101,13 @@ def draft_vocabulary(sequences: list[list[int]], vocab: int, size: int) -> torch
     counts = Counter(t for seq in sequences for t in seq)
     order = sorted(range(vocab), key=lambda t: (-counts.get(t, 0), t))
     return torch.tensor(sorted(order[: min(size, vocab)]), dtype=torch.long)
+
+
+def draft_columns(kept: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[vocab]: each target id's column in the draft vocabulary ``kept``, -1 outside it."""
+    index = torch.full((vocab,), -1, dtype=torch.long, device=kept.device)
+    index[kept] = torch.arange(kept.shape[0], device=kept.device)
+    return index
 
 
 def new_head(kind: str, target: Any, kept: torch.Tensor | None) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -278,11 +294,8 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     layers = target_layers(settings.kind, target.model.config)
     kept = (draft_vocabulary(sequences, int(target.logit_dim), settings.draft_vocab).to(target.device)
             if settings.kind == "eagle3" else None)
-    draft_index = None
-    if kept is not None:  # a target id's column in the draft vocabulary, -1 outside it
-        draft_index = torch.full((int(target.logit_dim),), -1, dtype=torch.long, device=target.device)
-        draft_index[kept] = torch.arange(kept.shape[0], device=target.device)
-    data = examples(target, sequences, layers)
+    draft_index = None if kept is None else draft_columns(kept, int(target.logit_dim))
+    data = examples(target, sequences, layers, progress)
     held, train_set = heldout_split(data, settings.heldout_fraction, rng)
     head, layer = new_head(settings.kind, target, kept.cpu() if kept is not None else None)
     if settings.warm_start:
@@ -292,7 +305,7 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr)
     start, losses, step = time.monotonic(), [], 0
     deadline = None if settings.max_minutes is None else start + 60 * settings.max_minutes
-    every = max(1, settings.steps // 20)
+    every, shown = max(1, settings.steps // 20), start  # a line per twentieth of the steps, and at least every 30 s
     groups: list[list[Example]] = []
     while step < settings.steps and (deadline is None or time.monotonic() < deadline):
         if not groups:  # a new epoch: the training set in a new order, packed again
@@ -304,8 +317,9 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
         optimizer.step()
         losses.append(float(loss.detach()))
         step += 1
-        if step % every == 0 or step == settings.steps:
+        if step % every == 0 or step == settings.steps or time.monotonic() - shown >= PROGRESS_EVERY_S:
             progress(_progress_line(step, settings.steps, losses, start, deadline))
+            shown = time.monotonic()
     head.eval()
     with torch.no_grad():
         scored = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in held]
