@@ -487,6 +487,26 @@ def test_more_training_text_is_read_from_files_and_folders(tmp_path):
     assert len(extra_texts(["stdlib"], 3, 0)) == 3
 
 
+def test_a_text_and_its_continuation_are_held_out_together(tiny_target):
+    """``heldout_split`` keeps a text and the same text continued by the target on one side, whether the text is
+    shorter than ``SOURCE_PREFIX`` tokens or longer; unrelated texts are separate sources."""
+    import random
+
+    import relaxbench.decoding.drafters.head_training as ht
+
+    vocab = int(tiny_target.logit_dim)
+    rng = torch.Generator().manual_seed(15)
+    texts = [torch.randint(0, vocab, (n,), generator=rng).tolist() for n in (5, 8, 30, 40, 6, 9)]
+    continued = [t + torch.randint(0, vocab, (12,), generator=rng).tolist() for t in texts]
+    data = ht.examples(tiny_target, texts + continued, ht.target_layers("mtp", tiny_target.model.config))
+    for seed in range(5):
+        held, train = ht.heldout_split(data, 0.3, random.Random(seed))
+        held_ids = {tuple(ex.ids.tolist()) for ex in held}
+        assert held and train
+        for text, longer in zip(texts, continued):
+            assert (tuple(text) in held_ids) == (tuple(longer) in held_ids)
+
+
 def test_a_warm_started_eagle3_head_reads_the_targets_vocabulary_rows(tiny_target):
     """``warm_start`` gives a new EAGLE-3 head the target's output rows of its draft vocabulary and the target's
     final norm."""

@@ -169,8 +169,11 @@ def heldout_split(data: list[Example], fraction: float, rng: random.Random) -> t
     sequences opening with the same ``SOURCE_PREFIX`` tokens) fall on the same side, so the held-out acceptance is
     measured on text the head never saw."""
     sources: dict[tuple[int, ...], list[Example]] = {}
-    for example in data:
-        sources.setdefault(tuple(example.ids[:SOURCE_PREFIX].tolist()), []).append(example)
+    for example in sorted(data, key=lambda ex: int(ex.ids.shape[0])):  # a text before its continuations
+        opening = tuple(example.ids[:SOURCE_PREFIX].tolist())
+        # a text shorter than SOURCE_PREFIX is its own key: its continuation opens with all of it
+        key = next((opening[:n] for n in range(1, len(opening)) if opening[:n] in sources), opening)
+        sources.setdefault(key, []).append(example)
     if len(sources) < 2:
         raise ValueError("need training sequences from at least two texts of three or more tokens")
     keys = list(sources)
