@@ -460,6 +460,26 @@ def test_a_run_cut_by_time_reports_progress_as_it_goes(tiny_target, monkeypatch)
     assert len(steps) == record["steps"] and steps[-1].startswith(f"step {record['steps']}/100000")
 
 
+def test_the_time_budget_counts_the_feature_pass(tiny_target, monkeypatch):
+    """``max_minutes`` bounds the whole of ``train``: a feature pass that uses up the budget leaves one step (a head
+    is still saved), where a budget counted from the first step would have trained on for the full minutes."""
+    import time
+
+    import relaxbench.decoding.drafters.head_training as ht
+
+    features = ht.examples
+
+    def slow_features(*args, **kwargs):
+        time.sleep(1.5)  # past the 1.2 s budget below
+        return features(*args, **kwargs)
+
+    monkeypatch.setattr(ht, "examples", slow_features)
+    sequences = random_prompts(12, int(tiny_target.logit_dim) - 8, seed=15)
+    _, _, record = ht.train(tiny_target, sequences, ht.TrainSettings("eagle3", steps=100_000, max_minutes=0.02,
+                                                                     draft_vocab=64), lambda line: None)
+    assert record["steps"] == 1 and record["stopped_by_time"]
+
+
 def test_more_training_text_is_read_from_files_and_folders(tmp_path):
     """``drafter train --text``: a JSONL file gives its rows' strings, a source file its text in pieces cut at line
     ends of at most about ``CHUNK_CHARS`` (nothing lost), a folder its files of those kinds; ``--text-limit`` draws

@@ -41,7 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                    help="eagle3: initialise the head's lm_head and norm at random instead of from the target's "
                         "output rows and final norm")
-    t.add_argument("--max-minutes", type=finite_float, default=None, help="stop training after M minutes")
+    t.add_argument("--max-minutes", type=finite_float, default=None,
+                   help="the whole command's minutes: self-distillation (at most half), the target's features, then "
+                        "training for what is left (at least one step)")
     t.add_argument("--lr", type=finite_float, default=3e-4, help="AdamW learning rate (default: %(default)s)")
     t.add_argument("--seed", type=count, default=0)
     t.add_argument("--draft-vocab", type=positive_int, default=32000,

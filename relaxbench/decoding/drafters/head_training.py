@@ -41,7 +41,7 @@ from relaxbench.ui import clock
 class TrainSettings:
     kind: str  # 'eagle3' or 'mtp'
     steps: int = 200
-    max_minutes: float | None = None
+    max_minutes: float | None = None  # train()'s whole call: the feature pass and the steps (at least one)
     lr: float = 3e-4
     seed: int = 0
     draft_vocab: int = 32000  # EAGLE-3: the draft vocabulary's size (cut to the target's)
@@ -290,6 +290,8 @@ def _loss_and_hits(head: torch.nn.Module, kind: str, example: Example | list[Exa
 def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
           progress: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
     """Train a head for ``target`` on ``sequences``; returns the head, its layer config and the training record."""
+    called = time.monotonic()  # max_minutes counts from here: the target's feature pass is inside the budget
+    deadline = None if settings.max_minutes is None else called + 60 * settings.max_minutes
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     for p in target.model.parameters():
@@ -307,10 +309,9 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr)
     start, losses, step = time.monotonic(), [], 0
-    deadline = None if settings.max_minutes is None else start + 60 * settings.max_minutes
     every, shown = max(1, settings.steps // 20), start  # a line per twentieth of the steps, and at least every 30 s
     groups: list[list[Example]] = []
-    while step < settings.steps and (deadline is None or time.monotonic() < deadline):
+    while step < settings.steps and (step == 0 or deadline is None or time.monotonic() < deadline):
         if not groups:  # a new epoch: the training set in a new order, packed again
             rng.shuffle(train_set)
             groups = packs(train_set, settings.batch_tokens)[::-1]
