@@ -16,6 +16,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM's CPU engine binds one spinning OpenMP thread to every core it is given ("auto": all of them), so the engines
+# of two workers fought over both cores (the vLLM module's setup took 1.8x its time alone); each worker's engines
+# get one core of their own
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and hasattr(os, "sched_getaffinity"):
+    _CORES = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_CORES[int(_WORKER[2:]) % len(_CORES)]))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 

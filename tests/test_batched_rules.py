@@ -4,8 +4,11 @@ batch contract every registered rule keeps.
 * Equivalence: per rule, mode and knob setting, random blocks (mixed k including 0, ties at the top, −inf logits,
   per-request temperature/top-k/top-p under sampling) decided in batches of 2,000 by the rule and one block at a time
   by the oracle, each side drawing its uniforms from an identically seeded generator per block: identical verdicts.
-  20,000 blocks per rule and mode at its default knobs and 4,000 at each further setting (its strict end, each
+  6,000 blocks per rule and mode at its default knobs and 1,500 at each further setting (its strict end, each
   ladder's loosest step) at a small vocabulary, and a few at V = 151,936 (Qwen's vocabulary) per rule and mode.
+  The power: a rule that parts from the oracle on a fraction f of blocks fails with probability 1 − (1 − f)^n,
+  at least 0.95 for f ≥ 5.0e-4 at its defaults and for f ≥ 2.0e-3 at each further setting; every pattern the
+  blocks cycle through (a tie every 7th, a mask every 5th, five sampling settings) appears over 150 times per rule.
 * Distribution: per sampling rule, a χ² test of the joint (accepted length, next token) of the batched rule against
   the oracle's, each with its own random numbers.
 * The contract: inside ``decide`` no host synchronisation and an operation count that does not grow with the batch,
@@ -17,6 +20,7 @@ batch contract every registered rule keeps.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,8 +34,8 @@ from tests.oracle import Block as OracleBlock
 from tests.oracle import PolicyEnv as OraclePolicyEnv
 from tests.oracle import oracle_policy
 
-BLOCKS = 20_000  # per rule and mode at the rule's default knobs
-OTHER_SETTINGS = 4_000  # per further knob setting (the strict end, each ladder's loosest step)
+BLOCKS = 6_000  # per rule and mode at the rule's default knobs: 95 % power against f >= 5.0e-4 (docstring)
+OTHER_SETTINGS = 1_500  # per further knob setting (the strict end, each ladder's loosest step)
 CHUNK = 2_000  # blocks per batched call
 WIDE_V = 151_936
 HIDDEN = 64
@@ -435,7 +439,7 @@ def test_the_span_gate_equals_the_oracles_verdict_for_verdict_under_greedy_decod
     ours.bind(PolicyEnv(TagTokenizer(), 12, torch.device("cpu")))
     theirs.bind(OraclePolicyEnv(TagTokenizer(), 12, torch.device("cpu")))
     relaxed = 0
-    for i, context, drafts, target in span_cases(3000, seed=hash(inner) % 1000):
+    for i, context, drafts, target in span_cases(3000, seed=zlib.crc32(inner.encode()) % 1000):
         ours.reset()
         ours.observe(context)
         theirs.reset()

