@@ -55,19 +55,31 @@ def test_speculation_actually_accepts_drafts(tiny_target, tiny_draft):
     assert result.counters.mean_acceptance_length > 1.5
 
 
+SMOLLM_PROMPTS = [
+    "Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
+    "Write a Python function that returns the sum of a list of numbers.",
+    "List the days of the week, one per line.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm_ar(smollm):
+    """(prompt ids, AR's result) per prompt: computed once, since AR does not depend on the k under test."""
+    prompts = [encode_prompt(smollm.tokenizer, text) for text in SMOLLM_PROMPTS]
+    return [(prompt, generate(AR, smollm, None, prompt, 0, 48)) for prompt in prompts]
+
+
+@pytest.mark.slow
+def test_ar_on_smollm2_is_transformers_greedy(smollm, smollm_ar):
+    for prompt, reference in smollm_ar:
+        assert reference.output_ids == hf_greedy(smollm, prompt, 48)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [2, 5])
-def test_exact_ngram_on_smollm2(smollm, k):
-    prompts = [
-        "Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
-        "Write a Python function that returns the sum of a list of numbers.",
-        "List the days of the week, one per line.",
-    ]
+def test_exact_ngram_on_smollm2(smollm, smollm_ar, k):
     accepted = 0
-    for text in prompts:
-        prompt = encode_prompt(smollm.tokenizer, text)
-        reference = generate(AR, smollm, None, prompt, 0, 48)
-        assert reference.output_ids == hf_greedy(smollm, prompt, 48)
+    for prompt, reference in smollm_ar:
         result = generate(EXACT_NGRAM, smollm, None, prompt, k, 48)
         assert result.output_ids == reference.output_ids
         accepted += sum(result.rounds.accepted)
