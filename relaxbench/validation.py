@@ -98,6 +98,46 @@ class Spec(BaseModel):
 S = TypeVar("S", bound=BaseModel)
 
 
+FORMS = ("value", "switch", "csv", "append", "assign")
+KEY_ROLES = ("yes", "no", "when-set", "off-default")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A spec field's one declaration of how it is set and what it changes, written with the field
+    (``Annotated[Integer, Option(...)]``): the command line's flag is built from it (``commands/options.py``), a
+    refused value names that flag, and the run key reads ``key``.
+
+    ``form``: ``value`` (one value, typed as the field), ``switch`` (given or not), ``csv`` (a comma-separated
+    string, split by the field's validator), ``append`` (repeatable, a list), ``assign`` (repeatable ``KEY=VALUE``,
+    merged over the suite file's mapping). ``key``: whether the field is part of the run's identity — ``yes``;
+    ``no`` (raising it extends a run); ``when-set`` (added after runs were stored: in the key only when set);
+    ``off-default`` (in the key only away from its default). ``flag=None``: a field no flag sets."""
+
+    help: str = ""
+    flag: str | None = ""  # "" = --field-name; None = no flag
+    short: str = ""
+    metavar: str | None = None
+    form: str = "value"
+    key: str = "yes"
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS or self.key not in KEY_ROLES:
+            raise ValueError(f"Option: form must be one of {FORMS} and key one of {KEY_ROLES}")
+
+    def flag_name(self, field_name: str) -> str:
+        return self.flag or "--" + field_name.replace("_", "-")
+
+
+def spec_options(model: type[BaseModel]) -> dict[str, Option]:
+    """Every field of ``model`` with its ``Option`` declaration, in field order (a field without one: ``Option()``,
+    no help, a flag of its own name, part of the key)."""
+    out = {}
+    for name, info in model.model_fields.items():
+        out[name] = next((m for m in info.metadata if isinstance(m, Option)), Option())
+    return out
+
+
 def validate(model: type[S], data: Any, where: str, what: str = "field") -> S:
     """``model`` validated from ``data``; any failure is a ``ConfigError`` of one line, prefixed with ``where``
     (``"policy 'fly'"``, ``"methods/fly.yaml"``) and naming the offending ``what`` (``knob``, ``field``, ...).
@@ -138,9 +178,14 @@ def one_line(exc: ValidationError, model: type[BaseModel], where: str, what: str
     elif kind in BOUNDS:
         bound = next(iter(error.get("ctx", {}).values()), "?")
         message = f"must be {BOUNDS[kind]} {bound}, got {error.get('input')!r}"
-    if what == "flag":  # a command-line flag, named as it was typed
-        flag = loc[0].replace("_", "-")
-        return f"{where}: {'-' if len(flag) == 1 else '--'}{flag} {message}"
+    if what == "flag":  # a command-line flag, named as its declaration (``Option``) names it
+        option = spec_options(model).get(loc[0]) if loc[0] in model.model_fields else None
+        if option is not None and option.flag is not None:
+            flag = option.short or option.flag_name(loc[0])
+        else:
+            flag = loc[0].replace("_", "-")
+            flag = ("-" if len(flag) == 1 else "--") + flag
+        return f"{where}: {flag} {message}"
     return f"{where}: {what} {name!r} {message}"
 
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-from collections.abc import Collection, Mapping
-from pathlib import Path
 from typing import NoReturn
 
 
@@ -85,22 +82,6 @@ def add_graphs_args(p: argparse.ArgumentParser) -> None:
                         "length change); auto: static with graphs, else dynamic")
 
 
-def check_graphs_early(graphs: str, device: str | None, engine: str | None = "transformers",
-                       device_map: str | None = None) -> None:
-    """What ``--graphs`` settles before torch loads: ``on`` with ``--device cpu``, with ``--device-map``, or with the
-    vLLM engine (which captures its own graphs), is one line."""
-    from relaxbench.errors import ConfigError
-
-    if graphs == "on" and str(device or "auto") == "cpu":
-        raise ConfigError("--graphs on needs a CUDA device (captured graphs are CUDA graphs); this run is on cpu")
-    if graphs == "on" and device_map:
-        raise ConfigError("--graphs on cannot be used with --device-map (a target spread over GPUs is not captured "
-                          "as one graph); use --graphs off")
-    if graphs != "auto" and engine == "vllm":
-        raise ConfigError("--graphs applies to the transformers engine (vLLM captures its own: "
-                          "--engine-arg enforce_eager=...)")
-
-
 def configure_decode_path(kv_cache: str, graphs: str, device: str) -> None:
     """Apply ``--kv-cache``/``--graphs`` to this process for ``device`` (``decoding.cache.resolve_kv_settings``)."""
     from relaxbench.decoding.cache import configure_kv, resolve_kv_settings
@@ -133,22 +114,3 @@ def runtime_from_args(args: argparse.Namespace) -> str:
     if hasattr(args, "graphs"):
         configure_decode_path(args.kv_cache, args.graphs, device)
     return device
-
-
-def check_files_early(target: str | None, draft: str | None, data_files: Mapping[str, str] | None = None,
-                      tasks: Collection[str] = ()) -> None:
-    """What the files on disk settle, before torch is imported: a target (or a draft given as a path) that is a cut
-    or foreign GGUF file, or a path that is not there; a data file that is a folder, a pipe or a device, or that is
-    missing for a task of the run named as in ``tasks`` (the data file of a task not in the run is left to the
-    plan, which says so)."""
-    from relaxbench.data.load import check_data_file
-    from relaxbench.models.resolve import resolve_model
-
-    if target:
-        resolve_model(target)
-    if draft and (draft.endswith(".gguf") or os.path.sep in draft):  # a drafter's name is no path
-        resolve_model(draft)
-    for task, name in (data_files or {}).items():
-        path = Path(name).expanduser()
-        if os.path.lexists(path) or (task in tasks and ":" not in task):
-            check_data_file(path)

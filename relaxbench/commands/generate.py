@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from relaxbench.commands.args import (add_decoding_args, add_graphs_args, add_runtime_args, check_files_early,
-                                     check_graphs_early, runtime_from_args)
+from relaxbench.commands.args import add_decoding_args, add_graphs_args, add_runtime_args, runtime_from_args
+from relaxbench.harness.preflight import check_files_early, check_graphs_early
 from relaxbench.validation import parse_assignments
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,62 +73,6 @@ def grader_from_args(args: argparse.Namespace) -> Any:
     fields: dict[str, Any] = {TUNING[option]: value for option, value in given.items()}
     fields.update({"kind": "local", "model": local} if local else {"kind": "endpoint", "url": url})
     return make_grader(validate(GraderSettings, fields, "command line", "grader option"))
-
-
-GRADER_HINT = ("(--grader MODEL, or --grader-endpoint URL --grader-model NAME; or later: relaxbench rescore DIR "
-               "--grader MODEL)")
-
-
-def ungraded_notes(jobs: Sequence[Any]) -> list[str]:
-    """What ``compare`` says once when tasks with a grading protocol run without a grader: which are scored for
-    fidelity to AR only (MT-Bench), and which by their own scorer's classifier (refusal: the pattern list)."""
-    fidelity: list[str] = []
-    by_own: dict[str, list[str]] = {}
-    for job in jobs:
-        if job.source.grader_scorer() is None:
-            continue
-        scorer = job.source.scorer()
-        if scorer.measure == "fidelity":
-            fidelity.append(job.name)
-        else:
-            by_own.setdefault(scorer.name, []).append(job.name)
-    notes = []
-    if fidelity:
-        notes.append(f"{', '.join(fidelity)}: scored for fidelity to AR only (agreement with AR's output), not "
-                     f"capability, since no grader was given {GRADER_HINT}")
-    for scorer, names in by_own.items():
-        notes.append(f"{', '.join(names)}: scored by {scorer}'s own classifier, not by an LLM grader, since no grader "
-                     f"was given {GRADER_HINT}")
-    return notes
-
-
-def check_grading(grader: Any, tasks: Sequence[Any], device: str) -> None:
-    """Before any generation: every grader prompt and reference answer the tasks need exists (fetched now), and the
-    grader can work (its model resolves; its endpoint answers and the API key variable is set)."""
-    for task in tasks:
-        task.check()
-    grader.check(device)
-
-
-def grade_and_announce(store: Any, run_id: int, tasks: Sequence[Any], grader: Any, device: str, progress: Any) -> Any:
-    """Run the grading pass and say on stderr what it did and how long it took; its tally."""
-    from relaxbench.grading.step import grade_tasks
-    from relaxbench.ui import console
-
-    start = time.perf_counter()
-    with progress:
-        tally = grade_tasks(store, run_id, tasks, grader, device, progress)
-    wall = time.perf_counter() - start
-    err = console(stderr=True)
-    text = (f"grader {grader.label()}: {tally.asked} verdicts asked, {tally.cached} found in the store, "
-            f"{tally.unparseable} without a rating, {tally.failed} failed; {wall:.1f} s "
-            f"(grader calls {tally.seconds:.1f} s)")
-    if tally.skipped:
-        text += f"; {tally.skipped} samples outside the tasks' grading protocols (not graded)"
-    if tally.failed:
-        text += f"; failures: {'; '.join(tally.errors)} (relaxbench rescore asks again)"
-    err.print(text, markup=False, highlight=False)
-    return tally
 
 
 IDENTITY_FREE = ("origin", "description")  # task record fields that do not decide what was generated

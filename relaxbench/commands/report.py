@@ -6,6 +6,8 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
+from relaxbench import pipeline
+
 
 def add_report_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """The report options, shared with ``compare`` (there prefixed ``--report-``)."""
@@ -73,15 +75,6 @@ def check_agree(run_dir: str, run_id: int | None, values: list[str]) -> tuple[tu
     return parse_pairs(values, arms)
 
 
-def check_profile_args(profiles: list[str], x_axis: str | None) -> None:
-    """Every --profile and --x-axis names a profile (one-line errors, before anything runs)."""
-    from relaxbench.analysis.proxy import MEASURED_AXIS
-    from relaxbench.profiles.resolve import check_profile_ref
-
-    for ref in [*profiles, *([x_axis] if x_axis not in (None, MEASURED_AXIS) else [])]:
-        check_profile_ref(ref)
-
-
 def check_has_samples(run_dir: str, run_id: int | None) -> None:
     """A stored run without a single sample (stopped before its first one) is said in one line: its tables would
     be empty and its report would compare nothing."""
@@ -113,23 +106,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(handler=run)
 
 
-def write_and_announce(run_dir, formats: str, out: str | None, budget: float | None,  # noqa: ANN001
-                       run_id: int | None = None, profiles: list[str] | tuple[str, ...] = (),
-                       x_axis: str | None = None, agree: tuple[tuple[str, str], ...] = ()) -> dict:
-    from relaxbench.report import parse_formats, write_report
-    from relaxbench.ui import console
-
-    written = write_report(run_dir, parse_formats(formats), out, budget, run_id, profiles, x_axis, agree)
-    for fmt, path in written.items():
-        console().print(f"report ({fmt}): {path}", highlight=False, soft_wrap=True)
-    return written
-
-
 def run(args: argparse.Namespace) -> int:
-    check_profile_args(args.profiles, args.x_axis)
+    from relaxbench.report import parse_formats
+
+    pipeline.check_profile_args(args.profiles, args.x_axis)
     check_has_samples(args.run_dir, args.run_id)
     agree = check_agree(args.run_dir, args.run_id, args.agree)
+    outputs = pipeline.Outputs(report_formats=tuple(parse_formats(args.report_format)), report_out=args.report_out,
+                              budget=args.budget, x_axis=args.x_axis)
     with engine_arms_known():
-        write_and_announce(args.run_dir, args.report_format, args.report_out, args.budget, args.run_id,
-                           args.profiles, args.x_axis, agree)
+        pipeline.report(args.run_dir, args.run_id, outputs, args.profiles, agree)
     return 0

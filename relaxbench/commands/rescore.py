@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from relaxbench.commands.args import add_wide_arg, positive_int, runtime_from_args
-from relaxbench.commands.grading import add_grader_args, check_grading, grade_and_announce, grader_from_args
+from relaxbench.commands.grading import add_grader_args, grader_from_args
 from relaxbench.commands.report import add_report_args
 from relaxbench.errors import ConfigError, DataError
+from relaxbench import pipeline
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +40,6 @@ def store_path(run_dir: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relaxbench.commands.compare import print_tables, report_formats_of, run_progress
     from relaxbench.commands.grading import stored_graded_tasks
     from relaxbench.harness.store import Store
     from relaxbench.sqlite_file import WriterLock
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     grader = grader_from_args(args)
     if grader is None:
         raise ConfigError("rescore needs a grader: --grader MODEL, or --grader-endpoint URL --grader-model NAME")
-    report_formats = report_formats_of(args)
+    outputs = pipeline.Outputs(report_formats=pipeline.report_formats(args.report_format, args.report_out, args.budget),
+                              report_out=args.report_out, budget=args.budget, wide=args.wide)
     path = store_path(args.run_dir)
     device = runtime_from_args(args)
     with Store(path, read_only=True) as store:  # a damaged or empty store is refused here, untouched
@@ -63,14 +64,11 @@ def run(args: argparse.Namespace) -> int:
             names = sorted({r["task"] for r in store.rows("SELECT task FROM cells WHERE run_id=?", (run_id,))})
             raise ConfigError(f"run {run_id} has no task with a grading protocol (its tasks: {', '.join(names)}); "
                               "MT-Bench and the jbb tasks have one")
-    check_grading(grader, tasks, device)
+    pipeline.check_grading(grader, tasks, device)
     with WriterLock(path, "relaxbench rescore"), Store(path) as store:  # the verdicts are written here, alone
-        tally = grade_and_announce(store, run_id, tasks, grader, device, run_progress())
-    print_tables(path, run_id, wide=args.wide)
-    if report_formats:
-        from relaxbench.commands.report import write_and_announce
-
-        write_and_announce(path.parent, ",".join(report_formats), args.report_out, args.budget, run_id)
+        tally = pipeline.grade_and_announce(store, run_id, tasks, grader, device, pipeline.run_progress())
+    pipeline.summarise(path, run_id, wide=outputs.wide)
+    pipeline.report(path.parent, run_id, outputs)
     if tally.failed:  # the tables show what was graded; the exit status says the grading is incomplete
         print(f"relaxbench: error: {tally.failed} of the {tally.asked} verdicts asked failed; run rescore again "
               "to ask for them", file=sys.stderr)

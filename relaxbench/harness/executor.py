@@ -1,11 +1,18 @@
-"""Where a run's jobs execute. An executor loads the model pair where its workers run (``start``, before the store
-is opened, so a model that cannot load costs nothing stored), then runs every job's missing units (``run``) and
-lets go of what it holds (``close``).
+"""Where a run's jobs execute, and with which engine. An executor loads the model pair where its workers run
+(``start``, before the store is opened, so a model that cannot load costs nothing stored), then runs every job's
+missing units (``run``) and lets go of what it holds (``close``).
 
 Whatever the executor, the unit of work keeps the pairing (a task's arms interleaved on one worker, runner.py) and
-the driver process is the store's one writer. The in-process executor here is the default; others are plug-ins
-registered through the ``relaxbench.executors`` entry-point group and loaded by name (Ray's:
-``relaxbench.integrations.ray_executor``), each with its own ``Options`` spec (a suite's ``executor_options``).
+the driver process is the store's one writer.
+
+Every executor is declared by an ``ExecutorCard`` in one registry, ``EXECUTORS``: the decoding engine it runs, the
+suite options it honours (``SUPPORTS``), the checks its engine makes from the files alone before torch loads, and
+whether its models load in this process. The run's pipeline (``relaxbench.pipeline``) asks the registry and every
+"is this supported" refusal comes from these declarations, here. The cards are light (no torch): the executor
+class itself is imported when a run starts. The in-process card is built in; the others are plug-ins of the
+``relaxbench.executors`` entry-point group, loaded by name (Ray's: ``relaxbench.integrations.ray_executor``, the
+vLLM engine's: ``relaxbench.integrations.vllm_engine``), each executor with its own ``Options`` spec (a suite's
+``executor_options``).
 """
 
 from __future__ import annotations
@@ -13,15 +20,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from relaxbench.errors import ConfigError
 from relaxbench.harness.environment import describe_environment
-from relaxbench.harness.plan import RunPlan
-from relaxbench.harness.runner import ProgressSink, Worker, check_prompts_fit, run_job
-from relaxbench.harness.store import Store
+from relaxbench.harness.suite import SuiteSpec
 from relaxbench.registry import Registry
 from relaxbench.validation import Spec
+
+if TYPE_CHECKING:  # the runner and the plan bring torch: imported when a run starts, not when a card is read
+    from relaxbench.harness.plan import RunPlan
+    from relaxbench.harness.runner import ProgressSink
+    from relaxbench.harness.store import Store
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,76 @@ class Executor(ABC):
         self.close()
 
 
-EXECUTORS: Registry[type[Executor]] = Registry("executor", "relaxbench.executors")
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line sets beside the suite that an engine may not take: the transformers engine's decode
+    path (``--graphs``), which is recorded in the environment, not in the run key."""
+
+    graphs: str = "auto"
+
+
+# the options an executor may support: (is it asked for by this suite and these options, how the refusal names it)
+SUPPORTS: dict[str, tuple[Callable[[SuiteSpec, RunOptions], bool], Callable[[SuiteSpec, RunOptions], str]]] = {
+    "concurrency": (lambda suite, _: suite.concurrency != (1,), lambda suite, _: "--concurrency"),
+    "engine_args": (lambda suite, _: bool(suite.engine_args),
+                    lambda suite, _: f"--engine-arg {next(iter(suite.engine_args))}=..."),
+    "device_map": (lambda suite, _: suite.device_map is not None, lambda suite, _: "--device-map"),
+    "graphs": (lambda _, options: options.graphs != "auto", lambda _, options: f"--graphs {options.graphs}"),
+}
+
+
+def no_early_check(suite: SuiteSpec) -> SuiteSpec:
+    return suite
+
+
+@dataclass(frozen=True)
+class ExecutorCard:
+    """An executor as the pipeline sees it before anything loads: a declaration, light to import."""
+
+    name: str  # --executor NAME; an engine with an executor of its own has it under the engine's name
+    engine: str  # the decoding engine its workers run (--engine)
+    load: Callable[[], type[Executor]]  # the executor class, imported when a run starts (torch comes with it)
+    about: str  # one line: where and how it decodes, for refusals and listings
+    supports: frozenset[str] = field(default_factory=frozenset)  # keys of SUPPORTS it honours
+    # the engine's refusals from the files alone (names, knobs, budgets), before torch loads; may return the suite
+    # with values normalised (vLLM's engine arguments as the installed vLLM types them)
+    check_early: Callable[[SuiteSpec], SuiteSpec] = no_early_check
+    loads_in_driver: bool = False  # the models load in this process: prompts and heads are fitted before the lock
+
+    def check_supported(self, suite: SuiteSpec, options: RunOptions) -> None:
+        """The first option this suite asks for that this executor does not honour, refused in one line."""
+        for option, (asked, flag) in SUPPORTS.items():
+            if option not in self.supports and asked(suite, options):
+                raise ConfigError(f"{flag(suite, options)} {APPLIES_TO[option]}")
+
+
+# where an option applies, said when an executor that lacks it refuses it
+APPLIES_TO = {
+    "concurrency": "applies to --engine vllm (vLLM's requests in flight; the transformers engine runs one request at "
+                   "a time)",
+    "engine_args": "applies to --engine vllm (vLLM's engine arguments); the transformers engine takes --device, "
+                   "--dtype and --device-map",
+    "device_map": "applies to the transformers engine (accelerate's placement); vLLM spreads a model with "
+                  "--engine-arg tensor_parallel_size=N",
+    "graphs": "applies to the transformers engine (vLLM captures its own: --engine-arg enforce_eager=...)",
+}
+
+EXECUTORS: Registry[ExecutorCard] = Registry("executor", "relaxbench.executors")
+DEFAULT_EXECUTOR = "in-process"
+
+
+def executor_card(suite: SuiteSpec, options: RunOptions) -> ExecutorCard:
+    """The executor a suite runs on: its ``executor`` when that runs its engine, or the engine's own executor (the
+    one registered under the engine's name) when the suite leaves the executor at the default; every option the
+    card does not support is refused here, in one line."""
+    card = EXECUTORS.get(suite.executor)
+    if card.engine != suite.engine:
+        if suite.executor != DEFAULT_EXECUTOR:
+            raise ConfigError(f"--executor {suite.executor} runs the {card.engine} engine, not --engine "
+                              f"{suite.engine}: leave out --executor {suite.executor}, or use --engine {card.engine}")
+        card = EXECUTORS.get(suite.engine)
+    card.check_supported(suite, options)
+    return card
 
 
 @contextmanager
@@ -117,18 +197,21 @@ def session_outcome(finish: Callable[[str], None]) -> Iterator[None]:
         finish(status)
 
 
-@EXECUTORS.register("in-process")
 class InProcessExecutor(Executor):
     """Jobs one after another in this process, on one copy of the models, as one session."""
 
     name = "in-process"
 
     def start(self, setup: ModelSetup, plan: RunPlan) -> None:
+        from relaxbench.harness.runner import check_prompts_fit
+
         self.setup = setup
         self.device, self.target, self.draft = setup.load(quiet=False)
         check_prompts_fit(plan, self.target)
 
     def run(self, context: RunContext, progress: ProgressSink) -> None:
+        from relaxbench.harness.runner import Worker, run_job
+
         store = context.store
         session_id = store.start_session(context.run_id, self.setup.describe(self.target, self.draft, self.device,
                                                                              self.name))
@@ -143,3 +226,24 @@ class InProcessExecutor(Executor):
 
         self.target = self.draft = None
         gc.collect()
+
+
+def check_transformers_early(suite: SuiteSpec) -> SuiteSpec:
+    """The transformers engine's refusals before torch loads: every method's names and knobs, and a
+    --max-new-tokens over the context the target's files on disk state (every prompt is fitted before loading)."""
+    from relaxbench.decoding.prompts import check_positions
+    from relaxbench.methods import check_methods
+    from relaxbench.models.preview import files_on_disk
+
+    check_methods(suite.methods, suite.draft)
+    if suite.max_new_tokens is not None:
+        facts = files_on_disk(suite.target)
+        if facts is not None:
+            check_positions(facts.context, "--max-new-tokens", 1, suite.max_new_tokens, 0, at_least=True)
+    return suite
+
+
+EXECUTORS.add(DEFAULT_EXECUTOR, ExecutorCard(
+    DEFAULT_EXECUTOR, "transformers", lambda: InProcessExecutor,
+    "the transformers engine (relaxbench's loop, one request at a time, in this process)",
+    frozenset({"device_map", "graphs"}), check_transformers_early, loads_in_driver=True))

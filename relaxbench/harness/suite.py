@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from relaxbench.errors import ConfigError
 from relaxbench.models.device import DEVICE_MAPS
 from relaxbench.registry import did_you_mean
-from relaxbench.validation import (Finite, Flag, Integer, Spec, SpecKind, Text, check_runnable, resolve_extends, validate,
-                                   yaml_files)
+from relaxbench.validation import (Finite, Flag, Integer, Option, Spec, SpecKind, Text, check_runnable, resolve_extends,
+                                   spec_options, validate, yaml_files)
 
-# fields that do not change what a sample's result is: raising them extends a run instead of starting a new one
-VOLATILE_FIELDS = ("limit", "repeats", "warmup", "data_files", "num_fewshot", "include_paths", "apply_chat_template",
-                   "limits", "task_repeats", "executor", "executor_options", "device_map", "profiles")
-
-# fields added to the suite after runs were stored: part of the key only when set
-ADDED_KEY_FIELDS = ("chat_template_args", "override_task_sampling", "thinking_budget", "thinking_budget_text",
-                    "engine_args")
 
 # vLLM engine arguments relaxbench sets itself, and what sets each
 OWNED_ENGINE_ARGS = {"model": "--target", "tokenizer": "the target's own, --target", "dtype": "--dtype",
@@ -41,8 +34,6 @@ def check_not_owned(engine_args: Mapping[str, Any]) -> None:
         raise ValueError(f"{owned[0]!r} is set by relaxbench ({OWNED_ENGINE_ARGS[owned[0]]})")
 
 
-# fields added with a default: part of the key only away from it, so every run stored before them keeps its key
-DEFAULT_KEY_FIELDS: dict[str, Any] = {"engine": "transformers", "concurrency": (1,)}
 
 ENGINES = ("transformers", "vllm")
 
@@ -64,51 +55,97 @@ class SuiteSpec(Spec):
     sample (its own seed, from ``seed`` and the sample's key); under greedy decoding it re-times the same output.
     ``chat_template_args`` go to the target's chat template for every task (over a task's own)."""
 
-    target: Text
-    draft: Text | None = None
-    methods: tuple[Text, ...]
-    tasks: tuple[Text, ...]
-    limit: Integer | None = Field(None, ge=1)
-    repeats: Integer = Field(1, ge=1)
-    max_new_tokens: Integer | None = Field(None, ge=1)  # overrides every task's own
-    k: Integer | None = Field(None, ge=1)  # overrides every method's own
-    temperature: Finite = Field(0.0, ge=0)
-    top_k: Integer = Field(0, ge=0)
-    top_p: Finite = Field(1.0, gt=0, le=1)
-    seed: Integer = Field(0, ge=0)
+    target: Annotated[Text, Option("target model: local dir, .gguf, packaged alias or hub id")]
+    draft: Annotated[Text | None, Option("draft model name, or 'ngram' for prompt lookup")] = None
+    methods: Annotated[tuple[Text, ...], Option(
+        "comma-separated methods (methods/*.yaml names, YAML paths, or policy names); each sweep point is its own arm",
+        form="csv")]
+    tasks: Annotated[tuple[Text, ...], Option(
+        "comma-separated tasks (tasks/*.yaml names or YAML paths, or lm_eval:NAME for an lm-evaluation-harness task)",
+        form="csv")]
+    limit: Annotated[Integer | None, Option("first N items of each task (default: all)", key="no")] = Field(
+        None, ge=1)
+    repeats: Annotated[Integer, Option(
+        "R samples per item and turn, arms interleaved (default 1): independent samples under sampling (scored as "
+        "avg@R), the same output re-timed under greedy decoding", key="no")] = Field(1, ge=1)
+    max_new_tokens: Annotated[Integer | None, Option("override every task's max_new_tokens")] = Field(None, ge=1)
+    k: Annotated[Integer | None, Option("draft tokens per round (default: each method's, else 5)", short="-k")] = Field(
+        None, ge=1)
+    temperature: Annotated[Finite, Option("0 = greedy (default)")] = Field(0.0, ge=0)
+    top_k: Annotated[Integer, Option("keep the k likeliest tokens when sampling (default 0: all)")] = Field(0, ge=0)
+    top_p: Annotated[Finite, Option("nucleus sampling's p (default 1: off)")] = Field(1.0, gt=0, le=1)
+    seed: Annotated[Integer, Option("the run's seed (each sample's own comes from it and the sample's key)")] = Field(
+        0, ge=0)
     # the run's sampling for every task, over a task's own (an lm-eval task's generation kwargs, MT-Bench's
     # temperature per category), which otherwise applies whenever the run leaves temperature, top_k, top_p unset
-    override_task_sampling: Flag = False
+    override_task_sampling: Annotated[Flag, Option(
+        "decode every task with the run's sampling (greedy unless --temperature), over a task's own (MT-Bench's "
+        "temperature per category, an lm-eval task's generation kwargs)", form="switch", key="when-set")] = False
     # Xia et al.'s thinking-budget forcing (decoding/budget.py): at this many new tokens a sample still thinking gets
     # the closing text and </think> appended, then its answer is generated (0: off)
-    thinking_budget: Integer = Field(0, ge=0)
-    thinking_budget_text: Text | None = None  # the closing text (default: Xia et al.'s, ending in </think>)
-    device: Text = "auto"
-    dtype: Text = "auto"
-    draft_dtype: Text = "auto"
-    warmup: Integer = Field(1, ge=0)
-    data_files: dict[str, str] = Field(default_factory=dict)
+    thinking_budget: Annotated[Integer, Option(
+        "Xia et al.'s thinking-budget forcing: at N new tokens a sample still thinking gets their closing text and "
+        "</think> appended, then its answer is generated (0: off; on in the xia-paper suites)", metavar="N",
+        key="when-set")] = Field(0, ge=0)
+    # the closing text (default: Xia et al.'s, ending in </think>)
+    thinking_budget_text: Annotated[Text | None, Option(flag=None, key="when-set")] = None
+    device: Annotated[Text, Option("cpu, cuda, cuda:1 ... (default: cuda if available)")] = "auto"
+    dtype: Annotated[Text, Option("target dtype (default: per device; see docs/performance.md)")] = "auto"
+    draft_dtype: Annotated[Text, Option("draft model dtype (default: per device)")] = "auto"
+    warmup: Annotated[Integer, Option("untimed warm-up generations per arm (default 1)", key="no")] = Field(1, ge=0)
+    data_files: Annotated[dict[str, str], Option(
+        "a local JSONL file for TASK (repeatable)", flag="--data-file", metavar="TASK=PATH", form="assign",
+        key="no")] = Field(default_factory=dict)
     # lm_eval:NAME tasks: overrides the task's few-shot count (lm-eval's rules)
-    num_fewshot: Integer | None = Field(None, ge=0)
-    include_paths: tuple[Text, ...] = ()  # lm_eval:NAME tasks: more folders of lm-eval task YAMLs
-    apply_chat_template: Flag = False  # lm_eval:NAME tasks: render prompts with the target's chat template
-    limits: dict[str, Integer] = Field(default_factory=dict)  # per-task item limits (task name -> N)
-    task_repeats: dict[str, Integer] = Field(default_factory=dict)  # per-task repeats, over ``repeats``
-    chat_template_args: dict[str, Any] = Field(default_factory=dict)  # over every task's own (enable_thinking)
+    num_fewshot: Annotated[Integer | None, Option(
+        "lm_eval:NAME tasks: few-shot examples (lm-eval's rules: a task that sets 0 keeps 0)", key="no")] = Field(
+        None, ge=0)
+    include_paths: Annotated[tuple[Text, ...], Option(
+        "lm_eval:NAME tasks: a folder of lm-eval task YAMLs, searched first (repeatable)", flag="--include-path",
+        metavar="DIR", form="append", key="no")] = ()
+    apply_chat_template: Annotated[Flag, Option(
+        "lm_eval:NAME tasks: render prompts with the target's chat template, few-shot examples as turns (as "
+        "lm-eval's --apply_chat_template)", form="switch", key="no")] = False
+    limits: Annotated[dict[str, Integer], Option(
+        "first N items of TASK, over --limit (repeatable)", flag="--task-limit", metavar="TASK=N", form="assign",
+        key="no")] = Field(default_factory=dict)
+    task_repeats: Annotated[dict[str, Integer], Option(
+        "R repeats for TASK, over --repeats (repeatable)", flag="--task-repeats", metavar="TASK=R", form="assign",
+        key="no")] = Field(default_factory=dict)
+    chat_template_args: Annotated[dict[str, Any], Option(
+        "an argument of the target's chat template for every task, over the tasks' own (e.g. enable_thinking=false; "
+        "repeatable)", flag="--chat-template-arg", metavar="KEY=VALUE", form="assign", key="when-set")] = Field(
+        default_factory=dict)
     # where the run executes (not part of the run key: a run started in-process resumes on Ray and back)
-    executor: Text = "in-process"  # a registered executor: in-process, ray
-    executor_options: dict[str, Any] = Field(default_factory=dict)  # checked by the executor's own Options spec
-    device_map: Text | None = None  # spread the target over the GPUs (accelerate's strategy: models.DEVICE_MAPS)
+    executor: Annotated[Text, Option(
+        "where jobs run: in-process (default) or ray (docs/cluster.md; needs relaxbench[ray])", key="no")] = \
+        "in-process"
+    # checked by the executor's own Options spec; set by the executor's flags (--ray-address, --workers, ...)
+    executor_options: Annotated[dict[str, Any], Option(flag=None, key="no")] = Field(default_factory=dict)
+    device_map: Annotated[Text | None, Option(
+        "spread the target over the GPUs a worker has (auto, balanced, balanced_low_0, sequential: accelerate's "
+        "placement); the draft stays on the first", metavar="STRATEGY", key="no")] = None
     # cost profiles the tables and the report price proxy speed-ups with (device names, profile files): recorded
     # with the run, they change no sample, so they are not part of its key
-    profiles: tuple[Text, ...] = ()
+    profiles: Annotated[tuple[Text, ...], Option(
+        "price proxy speed-ups on a cost profile: a device (relaxbench profile --list), a profile file (relaxbench "
+        "profile ... --out FILE) or this-machine; repeatable; recorded with the run, so summary and report use it "
+        "too", flag="--profile", metavar="NAME|FILE", form="append", key="no")] = ()
     # the decoding engine: relaxbench's own loop (transformers, batch 1) or vLLM (docs/engines.md); and the
     # requests vLLM keeps in flight (its max_num_seqs), one run per value
-    engine: Text = "transformers"
-    concurrency: tuple[Integer, ...] = (1,)
+    engine: Annotated[Text, Option(
+        "decoding engine: relaxbench's own loop (transformers, default) or vLLM (docs/engines.md; `make install` "
+        "sets it up)", key="off-default")] = "transformers"
+    concurrency: Annotated[tuple[Integer, ...], Option(
+        "vllm: requests in flight (vLLM's max_num_seqs), one run per value (default 1)", metavar="N[,M,...]",
+        form="csv", key="off-default")] = (1,)
     # vLLM's engine arguments (EngineArgs fields: tensor_parallel_size, max_model_len, quantization ...), checked
     # against the installed vLLM before a run starts; the vLLM engine only
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_args: Annotated[dict[str, Any], Option(
+        "vllm: an argument of vLLM's engine (tensor_parallel_size=2, gpu_memory_utilization=0.9, max_model_len=8192, "
+        "quantization=fp8, enforce_eager=false), checked against the installed vLLM before anything starts "
+        "(repeatable; docs/engines.md)", flag="--engine-arg", metavar="KEY=VALUE", form="assign",
+        key="when-set")] = Field(default_factory=dict)
 
     @field_validator("engine")
     @classmethod
@@ -201,22 +238,30 @@ class SuiteSpec(Spec):
         return next((self.task_repeats[n] for n in names if n in self.task_repeats), self.repeats)
 
     def key_fields(self) -> dict[str, Any]:
-        """The fields that identify the run. The lm-eval options are left out: what they change is in the tasks'
-        records (lm-eval's resolved task config), which the run key includes."""
+        """The fields that identify the run, as each field's declaration (``Option.key``) says. The lm-eval options
+        are left out: what they change is in the tasks' records (lm-eval's resolved task config), which the run key
+        includes. vLLM's engine arguments that only size memory are left out too."""
         data = self.model_dump()
-        for volatile in VOLATILE_FIELDS:
-            data.pop(volatile)
-        data["engine_args"] = {k: v for k, v in data["engine_args"].items() if k not in MEMORY_ENGINE_ARGS}
-        for added in ADDED_KEY_FIELDS:  # fields added later stay out of the key at their default: old runs resume
-            if not data[added]:
-                data.pop(added)
-        for name, default in DEFAULT_KEY_FIELDS.items():
-            if data[name] == default:
+        if "engine_args" in data:
+            data["engine_args"] = {k: v for k, v in data["engine_args"].items() if k not in MEMORY_ENGINE_ARGS}
+        for name, option in spec_options(type(self)).items():
+            if (option.key == "no" or (option.key == "when-set" and not data[name])
+                    or (option.key == "off-default" and data[name] == type(self).model_fields[name].default)):
                 data.pop(name)
         return data
 
     def record(self) -> dict[str, Any]:
         return self.model_dump()
+
+
+# what each field changes in the run key, read from its declaration (``Option.key``): the fields that do not change
+# what a sample's result is (raising them extends a run instead of starting a new one); those added after runs were
+# stored (part of the key only when set); those added with a default (part of the key only away from it), so every
+# run stored before them keeps its key
+VOLATILE_FIELDS = tuple(name for name, option in spec_options(SuiteSpec).items() if option.key == "no")
+ADDED_KEY_FIELDS = tuple(name for name, option in spec_options(SuiteSpec).items() if option.key == "when-set")
+DEFAULT_KEY_FIELDS: dict[str, Any] = {name: SuiteSpec.model_fields[name].default
+                                      for name, option in spec_options(SuiteSpec).items() if option.key == "off-default"}
 
 
 # ``extends:`` for suites: the per-task and argument mappings merge key by key (a child suite changes one task's

@@ -41,7 +41,8 @@ except ImportError as exc:  # the registry turns this into one line: executor 'r
 from pydantic import Field
 
 from relaxbench.errors import ConfigError, DataError, ModelError, RelaxbenchError, UnknownNameError
-from relaxbench.harness.executor import Executor, ModelSetup, RunContext, session_outcome
+from relaxbench.harness.executor import (ExecutorCard, Executor, ModelSetup, RunContext, check_transformers_early,
+                                         session_outcome)
 from relaxbench.harness.plan import RunPlan
 from relaxbench.harness.runner import ProgressSink, missing_items
 from relaxbench.harness.shard import Shard, Write, cut_shards, shard_size
@@ -404,3 +405,9 @@ class Dispatcher:
         if not slot.ended:
             self.context.store.finish_session(slot.session_id, status)
             slot.ended = True
+
+
+CARD = ExecutorCard(
+    "ray", "transformers", lambda: RayExecutor,
+    "the transformers engine on Ray workers (relaxbench's loop, one request at a time per worker)",
+    frozenset({"device_map", "graphs"}), check_transformers_early)

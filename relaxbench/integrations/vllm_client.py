@@ -21,6 +21,8 @@ from relaxbench.integrations.vllm_arg_table import ArgTableCache, NotSettled, ch
 from relaxbench.integrations.vllm_arg_table import Refused as ArgRefused
 from relaxbench.models.zoo import cache_root
 
+ENGINE = "vllm"  # --engine vllm: the name of its executor, and the device its records give
+
 PYTHON_VARIABLE = "RELAXBENCH_VLLM_PYTHON"  # the vLLM environment's interpreter, if not the checkout's .venv-vllm
 INSTALL_HINT = "run `make install-vllm` (it builds .venv-vllm)"
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relaxbench.errors import ConfigError
+from relaxbench.integrations.vllm_client import ENGINE
 from relaxbench.paths import TRAINED, trained_head
 from relaxbench.policies import Need, VerificationPolicy
 from relaxbench.validation import Spec
@@ -20,7 +21,6 @@ NATIVE = "native"  # the rule name that asks for vLLM's own rejection sampler
 VLLM_VERSION = "0.32.0"  # the vLLM release relaxbench's adapter is pinned to (the plug-in refuses any other)
 FLY_NATIVE = "fly-native"  # the rule name that asks for vLLM's own FLy (rejection_sample_method="fly")
 FLY_SINCE = (0, 33, 0)  # the first vLLM release that ships FLy (on a GPU only: docs/conformance.md)
-ENGINE = "vllm"
 
 # what vLLM's verification step cannot give a policy: it runs the verify forward itself, without extra tokens,
 # and hands the sampler logits only

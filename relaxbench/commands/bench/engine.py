@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from relaxbench.commands.args import add_graphs_args, add_runtime_args, check_graphs_early, runtime_from_args
+from relaxbench.commands.args import add_graphs_args, add_runtime_args, runtime_from_args
+from relaxbench.harness.preflight import check_graphs_early
 from relaxbench.commands.bench.output import figure, print_table, table, text, verdict
 
 if TYPE_CHECKING:

@@ -1,0 +1,184 @@
+"""A compare run is one pipeline over one registry of executors:
+
+* every executor is declared by a card (its engine, the options it supports, its engine's early checks), and every
+  "not supported" refusal comes from those declarations: an option a card lacks is one line naming the flag, an
+  option it has passes;
+* the cards are light: reading them (the built-in one and the vLLM engine's) imports no torch;
+* an executor added as a card in a test — no other edit — is what ``compare --executor NAME`` runs, through every
+  step of the pipeline: the store gets its samples and the tables are printed;
+* a suite field declared once (``validation.Option``) in a test is a flag with its help, a suite-file key, a
+  validation that names its flag, and part of the run key as declared — with no other edit; and every flag of
+  ``compare`` that sets a suite field comes from such a declaration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+
+from relaxbench.cli import build_parser, main
+from relaxbench.commands.options import add_spec_flags, given_values
+from relaxbench.errors import ConfigError
+from relaxbench.harness.executor import (DEFAULT_EXECUTOR, EXECUTORS, SUPPORTS, ExecutorCard, InProcessExecutor,
+                                         RunOptions, executor_card)
+from relaxbench.harness.suite import SuiteSpec, suite_file_fields
+from relaxbench.validation import Integer, Option, Text, load_yaml, spec_options, validate
+from tests.store_query import rows
+
+DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
+
+# a suite and options that ask for each option of SUPPORTS, and the flag its refusal names
+ASKS = {"concurrency": ({"concurrency": (1, 4)}, RunOptions(), "--concurrency"),
+        "engine_args": ({"engine_args": {"max_model_len": 4096}}, RunOptions(), "--engine-arg max_model_len=..."),
+        "device_map": ({"device_map": "auto"}, RunOptions(), "--device-map"),
+        "graphs": ({}, RunOptions(graphs="on"), "--graphs on")}
+
+
+def suite_for(card: ExecutorCard, **fields) -> SuiteSpec:
+    executor = card.name if card.engine == "transformers" else DEFAULT_EXECUTOR
+    return SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",), engine=card.engine, executor=executor,
+                     **fields)
+
+
+def test_every_option_of_supports_is_asked_for_by_this_test():
+    assert set(ASKS) == set(SUPPORTS)
+
+
+@pytest.mark.parametrize("name", ["in-process", "ray", "vllm"])
+def test_a_card_refuses_exactly_the_options_it_does_not_declare(name):
+    card = EXECUTORS.get(name)
+    assert executor_card(suite_for(card), RunOptions()) is card
+    for option, (fields, options, flag) in ASKS.items():
+        suite = suite_for(card, **fields)
+        if option in card.supports:
+            assert executor_card(suite, options) is card
+        else:
+            with pytest.raises(ConfigError) as refused:
+                executor_card(suite, options)
+            assert str(refused.value).startswith(f"{flag} applies to "), str(refused.value)
+            assert "\n" not in str(refused.value)
+
+
+def test_the_declarations_are_the_engines_own():
+    assert EXECUTORS.get("vllm").supports == {"concurrency", "engine_args"}
+    assert EXECUTORS.get("in-process").supports == {"device_map", "graphs"}
+    assert EXECUTORS.get("in-process").loads_in_driver and not EXECUTORS.get("vllm").loads_in_driver
+
+
+def test_an_engine_without_an_executor_of_that_name_and_a_mismatched_executor_are_one_line():
+    with pytest.raises(ConfigError, match="--executor ray runs the transformers engine, not --engine vllm"):
+        executor_card(SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",), engine="vllm", executor="ray"),
+                      RunOptions())
+    with pytest.raises(ConfigError, match="--executor vllm runs the vllm engine, not --engine transformers"):
+        executor_card(SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",), executor="vllm"), RunOptions())
+    # the default executor with --engine vllm is the engine's own
+    vllm = SuiteSpec(target="t", methods=("exact",), tasks=("jsonl",), engine="vllm")
+    assert executor_card(vllm, RunOptions()).name == "vllm"
+
+
+def test_reading_the_cards_imports_no_torch():
+    code = ("import sys\nfrom relaxbench.harness.executor import EXECUTORS\n"
+            "cards = [EXECUTORS.get('in-process'), EXECUTORS.get('vllm')]\n"
+            "print(sorted(c.engine for c in cards), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["['transformers',", "'vllm']", "False"]
+
+
+class RecordingExecutor(InProcessExecutor):
+    """The in-process executor, recording that the pipeline called it."""
+
+    name = "recording"
+    calls: list[str] = []
+
+    def start(self, setup, plan) -> None:
+        RecordingExecutor.calls.append("start")
+        super().start(setup, plan)
+
+    def run(self, context, progress) -> None:
+        RecordingExecutor.calls.append("run")
+        super().run(context, progress)
+
+
+@pytest.fixture
+def recording_card():
+    card = ExecutorCard("recording", "transformers", lambda: RecordingExecutor, "a test's recording executor",
+                        frozenset({"graphs"}))
+    EXECUTORS.add(card.name, card)
+    RecordingExecutor.calls = []
+    yield card
+    EXECUTORS.remove(card.name)
+
+
+def test_an_executor_added_as_a_card_runs_a_compare_through_the_pipeline(recording_card, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["compare", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--dtype", "float64",
+                 "--draft-dtype", "float64", "--methods", "exact", "--tasks", "jsonl", "--data-file",
+                 f"jsonl={DATA}", "--limit", "2", "--max-new-tokens", "6", "--out", str(out), "--report-format", "none",
+                 "--executor", "recording"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert RecordingExecutor.calls == ["start", "run"]
+    assert "(recording)" in captured.err  # the execute step names the executor the card loaded
+    sessions = rows(out / "results.sqlite", "SELECT environment_json FROM environment")
+    assert len(sessions) == 1 and '"executor": "recording"' in sessions[0]["environment_json"]
+    assert len(rows(out / "results.sqlite", "SELECT 1 FROM samples")) == 4  # 2 items × (AR, exact)
+    assert "jsonl" in captured.out  # the summarise step printed the task's table
+    # an option the card does not declare is refused before anything loads
+    code = main(["compare", "--target", "tiny-random-target", "--methods", "exact", "--tasks", "jsonl",
+                 "--data-file", f"jsonl={DATA}", "--executor", "recording", "--device-map", "auto",
+                 "--out", str(tmp_path / "refused")])
+    assert code == 2 and "--device-map applies to the transformers engine" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
+
+class ExtendedSuite(SuiteSpec):
+    """A suite with two fields a test declares, once each."""
+
+    window_size: Annotated[Integer, Option("a window a test declares", metavar="W")] = 4
+    note: Annotated[Text | None, Option("a note that changes no sample", key="no")] = None
+
+
+def test_a_field_declared_once_is_a_flag_a_suite_key_a_check_and_part_of_the_run_key(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_spec_flags(parser, ExtendedSuite)
+    assert "a window a test declares" in parser.format_help() and "--window-size W" in parser.format_help()
+    args = parser.parse_args(["--target", "t", "--methods", "exact", "--tasks", "jsonl", "--window-size", "9",
+                              "--note", "hello"])
+    given = given_values(args, ExtendedSuite)
+    assert given == {"target": "t", "methods": "exact", "tasks": "jsonl", "window_size": 9, "note": "hello"}
+    suite = validate(ExtendedSuite, given, "command line")
+    assert suite.window_size == 9 and suite.key_fields()["window_size"] == 9
+    assert "note" not in suite.key_fields()  # key="no": raising it extends a run
+    other = suite.model_copy(update={"window_size": 5, "note": "other"})
+    assert other.key_fields() != suite.key_fields()  # the declared field is part of the run's identity
+    assert suite.model_copy(update={"note": "other"}).key_fields() == suite.key_fields()
+    # the suite-file key, read as a suite file's fields are
+    path = tmp_path / "suite.yaml"
+    path.write_text("target: t\nmethods: [exact]\ntasks: [jsonl]\nwindow_size: 7\n")
+    assert validate(ExtendedSuite, load_yaml(path), str(path)).window_size == 7
+    # a refused value names the flag as declared
+    with pytest.raises(ConfigError, match=r"^compare: --window-size must be an integer, got 'x'$"):
+        validate(ExtendedSuite, {"target": "t", "methods": ["exact"], "tasks": ["jsonl"], "window_size": "x"},
+                 "compare", "flag")
+
+
+def test_every_suite_flag_of_compare_comes_from_a_declaration():
+    compare = next(action for action in build_parser()._subparsers._group_actions[0].choices.items()
+                   if action[0] == "compare")[1]
+    dests = {action.dest: action for action in compare._actions}
+    for name, option in spec_options(SuiteSpec).items():
+        if option.flag is None:
+            assert name not in dests
+            continue
+        action = dests[name]
+        assert option.flag_name(name) in action.option_strings and action.help == (option.help or None), name
+        assert action.default is None  # typed or not: the suite file's value stands when not typed
+    # a suite file sets the same fields by the same names
+    assert set(suite_file_fields({"target": "t", "methods": ["exact"], "tasks": ["jsonl"], "limit": 2},
+                                 "test")) == {"target", "methods", "tasks", "limit"}
