@@ -13,7 +13,7 @@ RUN_SUITE := $(BENCH_SUITE)$(if $(filter vllm,$(ENGINE)),-vllm,)
 SYSTEM_PACKAGES := chromium poppler-utils fonts-dejavu-core
 SYSTEM_TOOLS := chromium pdftoppm pdftotext pdfinfo
 
-.PHONY: install install-vllm system-deps test test-fast check-policy generated bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
+.PHONY: install install-vllm system-deps test test-fast check-policy generated baselines bench bench-full gpu-check gpu-check-dry gpu-kit-bundle gpu-kit-size clean
 
 install: $(STAMP) install-vllm
 
@@ -87,9 +87,8 @@ test: install system-deps
 # registration and catalog checks, which hold every rule at once (a new rule is in the catalog and the docs' tables)
 check-policy: install
 	@test -n "$(POLICY)" || { echo "name the rule: make check-policy POLICY=NAME"; exit 2; }
-	$(PY) -m pytest -q -k "$(POLICY)" tests/test_policies.py tests/test_batched_rules.py \
-	  tests/test_policy_interface.py tests/test_conformance.py
-	$(PY) -m pytest -q tests/test_docs_tables.py tests/test_catalog.py
+	$(PY) -m pytest -q -n 2 --dist loadfile -k "$(POLICY)" tests/
+	$(PY) -m pytest -q tests/test_docs_tables.py tests/test_catalog.py tests/test_specs.py
 
 # every generated file derived from the code: relaxbench/catalog.json, the tables of docs/policies.md, metrics.md,
 # design.md and store.md, and performance.md's status lines (the golden tables and the run-key snapshot are not
@@ -97,6 +96,12 @@ check-policy: install
 generated: $(STAMP)
 	PYTHONPATH=. $(PY) tests/test_docs_tables.py
 	PYTHONPATH=. $(PY) tests/test_round_fields.py
+
+# the baselines the tests hold behaviour to: the golden summary/report tables and the resolved specs with their run
+# keys. They are not derived: retake them only for a deliberate change, and say in CHANGELOG.md what changed
+baselines: $(STAMP)
+	PYTHONPATH=. $(PY) tests/test_tables_unchanged.py
+	PYTHONPATH=. $(PY) tests/spec_snapshot.py tests/data/resolved_specs.json
 
 test-fast: install system-deps
 	$(VENV)/bin/lint-imports

@@ -34,10 +34,11 @@ def before() -> dict:
 def test_every_shipped_spec_resolves_as_the_snapshot(kind, now, before):
     """Each method, task and suite (and each suite's run key) equals the snapshot: a rewrite of the YAML files or
     of their loading changed no resolved field, no stored record and no run key. A deliberate change retakes the
-    snapshot (``tests/spec_snapshot.py``) and says in CHANGELOG.md what changed, run keys included."""
+    snapshot (``make baselines``) and says in CHANGELOG.md what changed, run keys included."""
     assert set(now[kind]) == set(before[kind])
     for name in before[kind]:
-        assert now[kind][name] == before[kind][name], name
+        assert now[kind][name] == before[kind][name], (f"{kind} {name!r} resolves differently from the snapshot; if "
+                                                       "deliberate, retake it with `make baselines`")
 
 
 def test_list_shows_the_same_runnable_entries(now, before):

@@ -95,7 +95,9 @@ def captured(tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("name", FILES)
 def test_summary_and_report_tables_are_unchanged(captured, name):
     expected = (EXPECTED / name).read_text()
-    assert captured[name] == expected, f"{name} differs from tests/data/tables_before/{name}"
+    assert captured[name] == expected, (f"{name} differs from tests/data/tables_before/{name}; if the change is "
+                                        "deliberate, retake the baselines with `make baselines` (and say so in "
+                                        "CHANGELOG.md)")
 
 
 def regenerate() -> None:
