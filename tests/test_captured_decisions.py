@@ -6,6 +6,8 @@ eager verdicts for every rule and mode (skipped here)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -69,6 +71,29 @@ def test_a_verdict_is_a_copy_not_the_graphs_output():
     kept = first.to_host()
     captured.decide(batches[1])
     assert first.to_host() == kept
+
+
+class _Reporting:
+    """Exact match reporting one per-round fact with its verdict (``Verdict.facts``)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def decide(self, batch):
+        verdict = self.inner.decide(batch)
+        return dataclasses.replace(verdict, facts={"rejected": batch.num_drafts - verdict.accepted})
+
+
+def test_a_rules_facts_are_replayed_by_name():
+    policy = _Reporting(bound("exact", 64, "cpu"))
+    captured = CapturedDecisions(policy, replay_capture)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(2):
+        batch = random_batch(policy.inner, 4, 3, 64, sampling=False, generator=gen, mixed_k=True)
+        eager, replayed = policy.decide(batch), captured.decide(batch)
+        assert replayed.columns() == eager.columns() and replayed.columns()[-1] == "rejected"
+        assert replayed.to_host() == eager.to_host()
+        assert [o.facts["rejected"] for o in replayed.to_host()] == (batch.num_drafts - eager.accepted).tolist()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: real graph capture of a decision")

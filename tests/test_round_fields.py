@@ -1,15 +1,24 @@
 """Per-round records by declaration: a round's facts are declared once (``decoding/records.ROUND_FIELDS``), filled
 by name (the loop, the vLLM executor), stored in the sample's one ``rounds`` column and read back by name. A new
-fact declared here, in the test, is stored and read back with no other change."""
+fact declared here, in the test, is stored and read back with no other change; and a fact a rule reports with its
+verdict (``Verdict.facts``) reaches the rounds of the transformers loop, and the vLLM adapter's step log, by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from relaxbench.analysis import load_run
+from relaxbench.arms import build_decoder
+from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
+from relaxbench.errors import ConfigError
+from relaxbench.integrations.vllm_client import vllm_python
+from relaxbench.methods import load_method
+from relaxbench.policies import make_policy
 from relaxbench.decoding import records
 from relaxbench.decoding.records import GenerationResult, RoundField, RoundLog, Rounds
 from relaxbench.harness.store import SampleRow, Store
@@ -68,6 +77,64 @@ def test_the_vllm_executor_keeps_every_declared_field_the_adapter_reports(bonus_
         assert log.draft_forwards == [(1, 1, 1), ()]  # the tokens committed last round, then one per draft
         assert "adapter_only" not in log.columns
     assert engine_rounds(by_round(columns), "ngram").lookups == [1, 0]
+
+
+class ReportingBonus:
+    """A rule that reports one more per-round fact with its verdict: the drafts it did not accept. Everything else
+    is exact match's."""
+
+    def __init__(self) -> None:
+        self.inner = make_policy("exact", {})
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def decide(self, batch):
+        verdict = self.inner.decide(batch)
+        return dataclasses.replace(verdict, facts={"bonus": batch.num_drafts - verdict.accepted})
+
+
+def test_a_fact_a_rule_reports_is_a_round_field_of_the_loop(bonus_field: RoundField, tiny_target, tiny_draft):
+    config = DecodeConfig(k=3, max_new_tokens=24)
+    exact = build_decoder(load_method("exact"), tiny_target, tiny_draft, config, "tiny-random-draft")
+    decoder = SpeculativeDecoder(tiny_target, exact.drafter, ReportingBonus(), config)
+    rounds = decoder.generate(tiny_target.tokenizer.encode("def f(x):")).rounds
+    assert len(rounds) > 1 and any(rounds.drafted)
+    assert rounds.bonus == [d - a for d, a in zip(rounds.drafted, rounds.accepted, strict=True)]
+    assert any(rounds.bonus)  # the tiny random pair disagrees: some drafts are rejected
+
+
+ADAPTER_LOG = """
+import sys, types, torch
+from relaxbench.integrations.vllm_adapter import STEP_COLUMNS, PendingStep, StepLog
+layout = types.SimpleNamespace(req_ids=("a", "b"), tags=["t0", "t1"], logs=[sys.argv[1], sys.argv[1]])
+names = STEP_COLUMNS + ("bonus",)
+records = torch.tensor([[4, 3, 1, 4, 1], [2, 0, 0, 1, -1]])  # the second request's rule reports no bonus
+StepLog([PendingStep(layout, names, records, None, [([0, 1], 0.25)])]).write()
+"""
+
+
+@pytest.mark.slow
+def test_a_fact_a_rule_reports_reaches_the_vllm_adapters_log_and_the_executors_rounds(tmp_path: Path,
+                                                                                      bonus_field: RoundField):
+    """The adapter's step records travel by name: a fact column is written under its name for the requests whose
+    rule reports it, and the worker's trim and the executor keep it as a declared round field."""
+    from relaxbench.integrations.vllm_executor import by_round, engine_rounds
+    from relaxbench.integrations.vllm_worker import trim_rounds
+
+    try:
+        python = vllm_python()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    log = tmp_path / "steps.jsonl"
+    subprocess.run([str(python), "-c", ADAPTER_LOG, str(log)], check=True, capture_output=True, text=True,
+                   timeout=300)
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    assert steps == [{"tag": "t0", "drafted": 4, "accepted": 3, "relaxed": 1, "emitted": 4, "bonus": 1,
+                      "t_policy": 0.25},
+                     {"tag": "t1", "drafted": 2, "accepted": 0, "relaxed": 0, "emitted": 1, "t_policy": 0.25}]
+    rounds = engine_rounds(by_round(trim_rounds(list(range(5)), steps[:1], True)), "model")
+    assert rounds.bonus == [0, 1]  # the prefill's round takes the declared default; the step reports its bonus
 
 
 def test_rounds_are_filled_by_declared_names_only():

@@ -57,7 +57,8 @@ def layout_key(batch: Batch) -> str:
 class _Captured:
     inputs: list[torch.Tensor]
     graph: Graph
-    outputs: tuple[torch.Tensor | None, ...]
+    outputs: tuple[torch.Tensor | None, ...]  # the verdict's tensor fields, then its facts
+    facts: tuple[str, ...] = ()  # the names of the rule's facts, in the order of the outputs
 
 
 class CapturedDecisions:
@@ -78,20 +79,29 @@ class CapturedDecisions:
             for static, fresh in zip(entry.inputs, _leaves(batch), strict=True):
                 static.copy_(fresh)
         entry.graph.replay()
-        return Verdict(*(None if t is None else t.clone() for t in entry.outputs))
+        values = [None if t is None else t.clone() for t in entry.outputs]
+        fixed = len(values) - len(entry.facts)
+        return Verdict(*values[:fixed], facts=dict(zip(entry.facts, values[fixed:], strict=True)))
 
 
     def _capture(self, batch: Batch) -> _Captured:
         inputs = [t.clone() for t in _leaves(batch)]
         device = batch.drafts.device
 
+        facts: list[str] = []
+
         def decide() -> tuple[torch.Tensor, ...]:
             it = iter(inputs)
             static_batch = _map(batch, lambda _: next(it))  # a new Batch each call: no cached reduction reused
             verdict = self.policy.decide(static_batch)
+            facts[:] = list(verdict.facts)
             # a field the rule leaves None (no span counts) travels as an empty tensor (a real one has B >= 1 rows)
             return tuple(torch.empty(0, dtype=torch.long, device=device) if t is None else t
-                         for t in (getattr(verdict, f.name) for f in dataclasses.fields(Verdict)))
+                         for t in (*(getattr(verdict, name) for name in TENSOR_FIELDS), *verdict.facts.values()))
 
         graph, outputs = self.capture(decide)
-        return _Captured(inputs, graph, tuple(None if t.numel() == 0 else t for t in outputs))
+        return _Captured(inputs, graph, tuple(None if t.numel() == 0 else t for t in outputs), tuple(facts))
+
+
+# the verdict's fields that are one tensor each (its facts, a mapping of them, follow in a captured graph's outputs)
+TENSOR_FIELDS = tuple(f.name for f in dataclasses.fields(Verdict) if f.name != "facts")

@@ -22,7 +22,7 @@ from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.policies.batch import Batch
-from relaxbench.policies.verdict import VERDICT_FIELDS, Outcome
+from relaxbench.policies.verdict import Outcome
 from relaxbench.timing import Clock
 
 
@@ -104,8 +104,9 @@ class SpeculativeDecoder:
             verdict = self.policy.decide(Batch.of_blocks([block], self.policy.uniform_dtype, [uniforms]))
             host = torch.cat([verdict.stacked()[0], drafts]).tolist()  # the round's one synchronisation
             t4 = clock.now()
-            fields = len(VERDICT_FIELDS)
-            outcome = Outcome.from_host(host[:fields])
+            names = verdict.columns()
+            fields = len(names)
+            outcome = Outcome.from_host(host[:fields], names)
             new, stop_reason = self._truncate(host[fields: fields + outcome.n_accepted] + [outcome.next_token], output)
             output += new
             context = torch.cat([context, torch.tensor(new, dtype=torch.long, device=context.device)])
@@ -116,7 +117,8 @@ class SpeculativeDecoder:
             rounds.add(drafted=n_drafts, accepted=outcome.n_accepted, relaxed=outcome.n_relaxed, emitted=len(new),
                        t_draft=t1 - t0, t_verify=t2 - t1, t_policy=t4 - t3, extra=n_extra,
                        draft_forwards=proposal.forwards, lookups=proposal.lookups,
-                       emitted_in_span=outcome.emitted_in_span, relaxed_in_span=outcome.relaxed_in_span)
+                       emitted_in_span=outcome.emitted_in_span, relaxed_in_span=outcome.relaxed_in_span,
+                       **outcome.facts)
             if stop_reason != "length":
                 break
         t_total = clock.now() - t_start

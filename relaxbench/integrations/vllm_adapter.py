@@ -112,10 +112,16 @@ class Layout:
     logs: list[str | None]
 
 
+# what every step records per request; a rule's per-round facts (``Verdict.facts``) follow under their own names
+STEP_COLUMNS = ("drafted", "accepted", "relaxed", "emitted")
+NOT_REPORTED = -1  # a fact column's value for a request whose rule does not report that fact
+
+
 @dataclass
 class PendingStep:
     layout: Layout
-    records: torch.Tensor  # [B, 4] drafted, accepted, relaxed, emitted (host; filled when ``ready`` is)
+    names: tuple[str, ...]  # the columns of ``records``: STEP_COLUMNS, then the facts any rule of the step reported
+    records: torch.Tensor  # [B, len(names)] (host; filled when ``ready`` is)
     ready: Any  # a CUDA event, or None on the CPU
     times: list[tuple[list[int], float]]  # (rows of a group, each request's share of the group's host time)
 
@@ -135,11 +141,12 @@ class StepLog:
             for rows, share in step.times:
                 for row in rows:
                     t_policy[row] = share
-            for row, (drafted, accepted, relaxed, emitted) in enumerate(step.records.tolist()):
+            for row, values in enumerate(step.records.tolist()):
                 log = step.layout.logs[row]
                 if log:
-                    lines[log].append(json.dumps({"tag": step.layout.tags[row], "drafted": drafted,
-                                                  "accepted": accepted, "relaxed": relaxed, "emitted": emitted,
+                    record = {name: value for name, value in zip(step.names, values, strict=True)
+                              if name in STEP_COLUMNS or value != NOT_REPORTED}
+                    lines[log].append(json.dumps({"tag": step.layout.tags[row], **record,
                                                   "t_policy": t_policy[row]}) + "\n")
         self.pending.clear()
         for log, text in lines.items():
@@ -230,8 +237,8 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                              torch.zeros(size, int(counts.max(initial=0)), device=device),
                              torch.zeros(size, dtype=torch.float64, device=device), metadata.cu_num_draft_tokens)
         out = torch.full((size, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
-        records = torch.zeros(size, 4, dtype=torch.long, device=device)
-        records[:, 0] = batch.num_drafts
+        columns = {name: torch.zeros(size, dtype=torch.long, device=device) for name in STEP_COLUMNS}
+        columns["drafted"].copy_(batch.num_drafts)
         times: list[tuple[list[int], float]] = []
         for group in layout.groups:
             if group.policy is None:
@@ -239,8 +246,8 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                 rows = native.sampled_token_ids[group.rows].to(torch.int32)
                 emitted = (rows != PLACEHOLDER_TOKEN_ID).sum(dim=1)
                 out.index_copy_(0, group.rows, rows)
-                records.index_copy_(0, group.rows, torch.stack([batch.num_drafts[group.rows], emitted - 1,
-                                                                torch.zeros_like(emitted), emitted], dim=1))
+                columns["accepted"].index_copy_(0, group.rows, (emitted - 1).long())
+                columns["emitted"].index_copy_(0, group.rows, emitted.long())
                 continue
             t0 = time.perf_counter()
             part = select(batch, group.rows, counts[group.rows_host].tolist(), group.sampling)
@@ -249,14 +256,19 @@ class RelaxbenchRejectionSampler(RejectionSampler):
                                             group.policy.uniform_dtype)
             verdict = group.policy.decide(part)
             out.index_copy_(0, group.rows, output_tokens(part, verdict, width, PLACEHOLDER_TOKEN_ID))
-            records.index_copy_(0, group.rows, torch.stack([part.num_drafts, verdict.accepted, verdict.relaxed,
-                                                            verdict.emitted], dim=1).long())
+            reported = {"accepted": verdict.accepted, "relaxed": verdict.relaxed, "emitted": verdict.emitted,
+                        **verdict.facts}
+            for name, value in reported.items():  # by name: a fact a rule adds is recorded with no change here
+                column = columns.setdefault(name, torch.full((size,), NOT_REPORTED, dtype=torch.long, device=device))
+                column.index_copy_(0, group.rows, value.long())
             times.append((group.rows_host, (time.perf_counter() - t0) / len(group.rows_host)))
         self.steps.index_add_(0, layout.slots, torch.ones_like(layout.slots))
-        self._keep(layout, records, times)
+        names = tuple(columns)
+        self._keep(layout, names, torch.stack([columns[name] for name in names], dim=1), times)
         return SamplerOutput(sampled_token_ids=out, logprobs_tensors=None)
 
-    def _keep(self, layout: Layout, records: torch.Tensor, times: list[tuple[list[int], float]]) -> None:
+    def _keep(self, layout: Layout, names: tuple[str, ...], records: torch.Tensor,
+              times: list[tuple[list[int], float]]) -> None:
         """Copy the step's records off the device without waiting; write them every ``FLUSH_EVERY`` steps."""
         ready = None
         if records.is_cuda:
@@ -266,7 +278,7 @@ class RelaxbenchRejectionSampler(RejectionSampler):
             ready.record()
         else:
             host = records
-        self.log.pending.append(PendingStep(layout, host, ready, times))
+        self.log.pending.append(PendingStep(layout, names, host, ready, times))
         if len(self.log.pending) >= FLUSH_EVERY:
             self.log.write()
 

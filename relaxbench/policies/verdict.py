@@ -12,8 +12,8 @@ per-position judgement separate lets a wrapper (the span gate) choose per positi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -61,30 +61,35 @@ class Outcome:
     # token) those inside the thinking span, and of the relaxed acceptances those inside it (None: not gated)
     emitted_in_span: int | None = None
     relaxed_in_span: int | None = None
+    facts: Mapping[str, int] = field(default_factory=dict)  # the rule's declared per-round facts, by name
 
     @classmethod
-    def from_host(cls, values: list[int]) -> Outcome:
-        """One request's row of ``Verdict.stacked()`` on the host, by the names ``VERDICT_FIELDS`` gives its columns
-        (a span count of −1: not gated)."""
-        row = dict(zip(VERDICT_FIELDS, values, strict=True))
+    def from_host(cls, values: list[int], names: tuple[str, ...] = ()) -> Outcome:
+        """One request's row of ``Verdict.stacked()`` on the host, by the names its columns have
+        (``Verdict.columns()``: ``VERDICT_FIELDS``, then the rule's facts; a span count of −1: not gated)."""
+        row = dict(zip(names or VERDICT_FIELDS, values, strict=True))
         return cls(row["accepted"], row["next_token"], row["relaxed"],
-                   *(None if row[name] < 0 else row[name] for name in ("emitted_in_span", "relaxed_in_span")))
+                   *(None if row[name] < 0 else row[name] for name in ("emitted_in_span", "relaxed_in_span")),
+                   facts={name: value for name, value in row.items() if name not in VERDICT_FIELDS})
 
 
-# the columns of ``Verdict.stacked()``, in order: the one place their positions are decided
+# the columns of ``Verdict.stacked()``, in order: the one place their positions are decided (a rule's facts follow)
 VERDICT_FIELDS = ("accepted", "next_token", "relaxed", "emitted_in_span", "relaxed_in_span")
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Per request, on the device: ``accepted`` (0..k), ``next_token`` (correction or bonus), ``relaxed`` (accepted
-    drafts strict verification would have rejected), and for a span-gated rule the in-span counts."""
+    drafts strict verification would have rejected), for a span-gated rule the in-span counts, and any per-round
+    fact the rule reports (``facts``: [B] integers by a name declared in ``decoding/records.ROUND_FIELDS``), which
+    both engines record under that name with no other change."""
 
     accepted: torch.Tensor
     next_token: torch.Tensor
     relaxed: torch.Tensor
     emitted_in_span: torch.Tensor | None = None
     relaxed_in_span: torch.Tensor | None = None
+    facts: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def emitted(self) -> torch.Tensor:
@@ -102,18 +107,25 @@ class Verdict:
                        torch.where(mask, self.next_token, other.next_token),
                        torch.where(mask, self.relaxed, other.relaxed),
                        pick(self.emitted_in_span, other.emitted_in_span),
-                       pick(self.relaxed_in_span, other.relaxed_in_span))
+                       pick(self.relaxed_in_span, other.relaxed_in_span),
+                       {name: pick(self.facts.get(name), other.facts.get(name))
+                        for name in dict.fromkeys([*self.facts, *other.facts])})
+
+    def columns(self) -> tuple[str, ...]:
+        """The names of ``stacked()``'s columns, in order: ``VERDICT_FIELDS``, then the rule's facts."""
+        return VERDICT_FIELDS + tuple(self.facts)
 
     def stacked(self) -> torch.Tensor:
-        """[B, len(VERDICT_FIELDS)] long, the fields by ``VERDICT_FIELDS`` (a span count of −1: not gated), for one
-        host copy; ``Outcome.from_host`` reads a row back by name."""
+        """[B, len(columns())] long, the fields by ``columns()`` (a span count of −1: not gated), for one host copy;
+        ``Outcome.from_host`` reads a row back by name."""
         missing = torch.full_like(self.accepted, -1)
-        columns = {name: getattr(self, name) for name in VERDICT_FIELDS}
-        return torch.stack([missing if columns[name] is None else columns[name] for name in VERDICT_FIELDS], dim=-1)
+        values = [getattr(self, name) for name in VERDICT_FIELDS] + [self.facts[name] for name in self.facts]
+        return torch.stack([missing if v is None else v.to(self.accepted.dtype) for v in values], dim=-1)
 
     def to_host(self) -> list[Outcome]:
         """Every request's verdict on the host, in one copy (the step's one synchronisation)."""
-        return [Outcome.from_host(row) for row in self.stacked().tolist()]
+        names = self.columns()
+        return [Outcome.from_host(row, names) for row in self.stacked().tolist()]
 
 
 def accepted_prefix(accept: torch.Tensor) -> torch.Tensor:
