@@ -470,9 +470,9 @@ def test_a_failed_call_is_not_cached_and_the_next_pass_asks_only_for_it(run_copy
     assert not any(broken in j["messages_json"] for j in rows(db, "SELECT messages_json FROM verdicts"))
     [summary] = summarize_run(load_run(run_copy))
     assert summary.grader.not_graded > 0
-    from relaxbench.analysis.notices import GraderQuality, task_findings
+    from relaxbench.analysis.notices import GraderQuality, task_notices
 
-    [quality] = [f for f in task_findings(summary, load_run(run_copy).cells_of("mt-bench"))
+    [quality] = [f for f in task_notices(summary, load_run(run_copy).cells_of("mt-bench"))
                  if isinstance(f, GraderQuality)]
     assert quality.level == "warning"
 

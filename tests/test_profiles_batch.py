@@ -295,7 +295,7 @@ def test_a_large_batch_shrinks_an_h100_proxy_speedup_of_the_same_rounds(tmp_path
 
 def test_a_profile_file_without_the_runs_batch_size_cannot_price_it_and_the_report_says_why(tmp_path):
     from relaxbench.analysis import load_run, summarize_run
-    from relaxbench.analysis.notices import ProfileUnpriced, profile_findings
+    from relaxbench.analysis.notices import ProfileUnpriced, profile_notices
     from relaxbench.analysis.proxy import choose_profiles
     from relaxbench.profiles.analytic import analytic_profile
     from relaxbench.profiles.spec import write_profile
@@ -311,7 +311,7 @@ def test_a_profile_file_without_the_runs_batch_size_cannot_price_it_and_the_repo
     run = load_run(run_dir)
     summary = summarize_run(run, choose_profiles(run, (str(at_1_and_8),)).profiles)[0]
     assert {c.arm: c.proxy["h100-small"].total.value for c in summary.cells} == {"ar": None, "exact": None}
-    found = [f for f in profile_findings(summary) if isinstance(f, ProfileUnpriced)]
+    found = [f for f in profile_notices(summary) if isinstance(f, ProfileUnpriced)]
     assert [f.profile for f in found] == ["h100-small"] and {arm for arm, _ in found[0].arms} == {"ar", "exact"}
     assert all("no costs at batch 64" in why and "--batch 64" in why for _, why in found[0].arms)
     report = load_report(run_dir, profiles=(str(at_1_and_8),))

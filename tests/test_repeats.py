@@ -177,9 +177,9 @@ def test_capability_is_avg_at_n_with_intervals_over_items(tmp_path: Path):
     assert score_text(relaxed, summary.binary).startswith(f"{100 * relaxed.score:.1f}% [")
     row = main_table(summary).rows[1]
     assert any(c.metric == "truncated" and c.text == "3/12 (25%)" for c in row.cells)
-    from relaxbench.analysis.notices import Truncated, task_findings
+    from relaxbench.analysis.notices import Truncated, task_notices
 
-    [truncated] = [f for f in task_findings(summary, load_run(tmp_path).cells_of("t")) if isinstance(f, Truncated)]
+    [truncated] = [f for f in task_notices(summary, load_run(tmp_path).cells_of("t")) if isinstance(f, Truncated)]
     assert truncated.level == "warning" and truncated.more_than_ar[0][0] == "relaxed"
 
 

@@ -257,19 +257,19 @@ def test_notices_say_what_a_reader_needs_to_trust_the_figures(written):
 
 def test_each_finding_carries_its_level_and_words_and_the_report_lists_them(fixture_run, summaries):
     """A notice is one record in ``relaxbench.analysis.notices`` (its facts, level and words); the report lists the
-    words of the findings that apply, in order."""
-    from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_findings, task_findings
-    from relaxbench.report.content import task_notices
+    words of the notices that apply, in order."""
+    from relaxbench.analysis.notices import FewUnits, LosslessCheck, UnfinishedSession, run_notices, task_notices
+    from relaxbench.report.content import task_notice_texts
 
     run = load_run(fixture_run)
-    found = task_findings(summaries["tiny-code"], run.cells_of("tiny-code"))
+    found = task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))
     assert FewUnits(12, paired=True) in found
     [check] = [f for f in found if isinstance(f, LosslessCheck)]
     assert (check.arm, check.divergences.reproduced, check.divergences.near_tie, check.level) == ("exact", 11, 1,
                                                                                                    "info")
-    assert [(n.level, n.text) for n in task_notices(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
+    assert [(n.level, n.text) for n in task_notice_texts(summaries["tiny-code"], run.cells_of("tiny-code"))] == [
         (f.level, f.words()) for f in found]
-    [unfinished] = [f for f in run_findings(run) if isinstance(f, UnfinishedSession)]
+    [unfinished] = [f for f in run_notices(run) if isinstance(f, UnfinishedSession)]
     assert unfinished.status == "interrupted" and unfinished.level == "info"
 
 
@@ -279,16 +279,16 @@ def test_the_busy_machine_notice_judges_other_processes_only(fixture_run):
     average and says what it counts."""
     from dataclasses import replace
 
-    from relaxbench.analysis.notices import BusyMachine, run_findings
+    from relaxbench.analysis.notices import BusyMachine, run_notices
 
     run = load_run(fixture_run)
     env = run.environment[-1]
     assert env["load_average"][0] / env["cpu_count"] > 0.5 and env["others_busy_cpus"] == 0.2
-    assert not [f for f in run_findings(run) if isinstance(f, BusyMachine)]
+    assert not [f for f in run_notices(run) if isinstance(f, BusyMachine)]
 
     def busy(**changes):
         session = {k: v for k, v in {**env, **changes}.items() if v is not ...}
-        return [f for f in run_findings(replace(run, environment=(session,))) if isinstance(f, BusyMachine)]
+        return [f for f in run_notices(replace(run, environment=(session,))) if isinstance(f, BusyMachine)]
 
     [found] = busy(others_busy_cpus=1.4)
     assert (found.load, found.cpus, found.others, found.window_s, found.level) == (1.4, 2, True, 1.0, "warning")
@@ -304,13 +304,13 @@ def test_sessions_that_differ_are_named(fixture_run):
     """A run whose sessions differ in setup (e.g. Ray workers on different nodes) says which session has which."""
     from dataclasses import replace
 
-    from relaxbench.analysis.notices import SessionsDiffer, run_findings
+    from relaxbench.analysis.notices import SessionsDiffer, run_notices
 
     run = load_run(fixture_run)
     node_a = {**run.environment[-1], "hostname": "node-a", "gpu": "NVIDIA H100", "gpu_driver": "550.54"}
     workers = ({**node_a, "session_id": 1}, {**node_a, "session_id": 2},
                {**node_a, "session_id": 3, "hostname": "node-b", "gpu": "NVIDIA A100", "gpu_driver": "535.104"})
-    found = {f.key: f for f in run_findings(replace(run, environment=workers)) if isinstance(f, SessionsDiffer)}
+    found = {f.key: f for f in run_notices(replace(run, environment=workers)) if isinstance(f, SessionsDiffer)}
     assert set(found) == {"hostname", "gpu", "gpu_driver"}
     assert found["hostname"].sessions == ((1, 2), (3,))
     assert '("node-a": sessions 1, 2; "node-b": session 3)' in found["hostname"].words()
@@ -320,17 +320,17 @@ def test_a_machine_proxy_far_from_the_measured_speedup_is_flagged(fixture_run, s
     from dataclasses import replace
 
     from relaxbench.analysis.metrics import Estimate
-    from relaxbench.report.content import task_notices
+    from relaxbench.report.content import task_notice_texts
 
     run = load_run(fixture_run)
     summary = summaries["tiny-code"]
-    calm = [n.text for n in task_notices(summary, run.cells_of("tiny-code"))]
+    calm = [n.text for n in task_notice_texts(summary, run.cells_of("tiny-code"))]
     assert not any("this machine's proxy differ" in text for text in calm)
     exact = summary.cells[1]
     far = replace(exact.proxy["this-machine"], total=Estimate(exact.speedup_total.value / 3))
     noisy = replace(summary, cells=(summary.cells[0], replace(exact, proxy={**exact.proxy, "this-machine": far}),
                                     *summary.cells[2:]))
-    flagged = [n for n in task_notices(noisy, run.cells_of("tiny-code")) if "this machine's proxy differ" in n.text]
+    flagged = [n for n in task_notice_texts(noisy, run.cells_of("tiny-code")) if "this machine's proxy differ" in n.text]
     assert len(flagged) == 1 and flagged[0].level == "warning" and "exact (" in flagged[0].text
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import relaxbench.integrations.endpoint_grader  # noqa: F401  (registers the endpoint grader)
 from relaxbench.analysis import load_run, summarize_run
-from relaxbench.analysis.notices import GraderQuality, task_findings
+from relaxbench.analysis.notices import GraderQuality, task_notices
 from relaxbench.cli import main
 from relaxbench.data.formats import FORMATS
 from relaxbench.grading.llm_grader import UNPARSEABLE
@@ -127,7 +127,7 @@ def test_compare_grades_the_mt_bench_questions_and_skips_the_other_subtasks(tmp_
     table = grader_table(summary)
     cells = dict(zip(table.columns, table.rows[0].cells))
     assert (cells["graded"].text, cells["outside protocol"].text, cells["not graded"].text) == ("12", "20", "0")
-    [quality] = [f for f in task_findings(summary, run.cells_of("spec-bench")) if isinstance(f, GraderQuality)]
+    [quality] = [f for f in task_notices(summary, run.cells_of("spec-bench")) if isinstance(f, GraderQuality)]
     assert "graded: 12 samples of mt_bench, 20 samples of the other categories are outside" in quality.words()
     assert quality.level == "warning"  # half the verdicts have no rating
     assert "on mt_bench only (20 samples of the other categories not graded" in measured_by(summary)

@@ -1,6 +1,6 @@
 """Analysis: typed records read from the store (records.py), the metric schema (schema.py), pure metric functions
 (metrics.py), acceptance by item category (categories.py), the agreement of two arms on the same samples
-(agreement.py), the arms a report singles out (selection.py) and the findings a reader must know, each with its words
+(agreement.py), the arms a report singles out (selection.py) and the notices a reader must know, each with its words
 (notices.py). No table is built here: the report and the terminal (``relaxbench.report``) present these results.
 
 The package's names load on first use: the schema alone (``relaxbench list metrics``) needs neither the metric

@@ -2,9 +2,9 @@
 speed-up far from this machine's proxy, profiles that did not cover or could not price a run, truncated outputs,
 lossless arms that did not reproduce AR, a busy machine, sessions that differ.
 
-Each notice is one record beside its finding: a small frozen class of the facts behind it, its severity (``level``:
+Each notice is one record: a small frozen class (``Notice``) of the facts behind it, its severity (``level``:
 "warning", a figure may mislead, or "info") and its words (``words()``, what the report and the terminal say); the
-condition under which it applies is in ``task_findings`` / ``run_findings`` next to the thresholds it names. A new
+condition under which it applies is in ``task_notices`` / ``run_notices`` next to the thresholds it names. A new
 notice is one class here and one condition there; the report only lists ``words()``.
 """
 
@@ -30,7 +30,7 @@ SESSION_KEYS = ("device", "target_dtype", "draft_dtype", "threads", "cpu_model",
                 "torch", "transformers", "git_revision", "hostname")  # sessions that differ here pooled setups
 
 
-class Finding:
+class Notice:
     """A fact about a run that a reader must weigh: its numbers, its severity and its words."""
 
     level: ClassVar[str] = "warning"
@@ -79,7 +79,7 @@ def _sessions_text(ids: Sequence[int]) -> str:
 
 
 @dataclass(frozen=True)
-class TargetAlone(Finding):
+class TargetAlone(Notice):
     """Scored by the target's likelihoods: methods equal AR by definition, no speed figures."""
 
     level: ClassVar[str] = "info"
@@ -91,7 +91,7 @@ class TargetAlone(Finding):
 
 
 @dataclass(frozen=True)
-class FidelityOnly(Finding):
+class FidelityOnly(Notice):
     """The task's score is fidelity to AR (agreement), not capability: no grader graded it, so no rule is ranked by
     it."""
 
@@ -106,7 +106,7 @@ class FidelityOnly(Finding):
 
 
 @dataclass(frozen=True)
-class GraderQuality(Finding):
+class GraderQuality(Notice):
     """Which grader gave the capability scores, and how far to trust it."""
 
     grader: GraderSummary
@@ -137,7 +137,7 @@ class GraderQuality(Finding):
 
 
 @dataclass(frozen=True)
-class NoUnits(Finding):
+class NoUnits(Notice):
     """No unit finished by every arm: no figures."""
 
     def words(self) -> str:
@@ -145,7 +145,7 @@ class NoUnits(Finding):
 
 
 @dataclass(frozen=True)
-class FewUnits(Finding):
+class FewUnits(Notice):
     n_units: int
     paired: bool  # False for a target-alone task (AR's units only)
 
@@ -157,7 +157,7 @@ class FewUnits(Finding):
 
 
 @dataclass(frozen=True)
-class UnitsLeftOut(Finding):
+class UnitsLeftOut(Notice):
     left_out: int
     stored: int
     level: ClassVar[str] = "info"
@@ -168,7 +168,7 @@ class UnitsLeftOut(Finding):
 
 
 @dataclass(frozen=True)
-class WideSpeedups(Finding):
+class WideSpeedups(Notice):
     arms: tuple[str, ...]
 
     def words(self) -> str:
@@ -177,7 +177,7 @@ class WideSpeedups(Finding):
 
 
 @dataclass(frozen=True)
-class WideDeltas(Finding):
+class WideDeltas(Notice):
     arms: tuple[str, ...]
 
     def words(self) -> str:
@@ -185,7 +185,7 @@ class WideDeltas(Finding):
 
 
 @dataclass(frozen=True)
-class LosslessCheck(Finding):
+class LosslessCheck(Notice):
     """How a lossless arm compared with AR token by token (None: not compared, as under sampling)."""
 
     arm: str
@@ -200,7 +200,7 @@ class LosslessCheck(Finding):
 
 
 @dataclass(frozen=True)
-class Truncated(Finding):
+class Truncated(Notice):
     """Outputs cut at the token budget. A warning when AR itself is often cut, or when an arm is cut more often
     than AR: relaxation can lengthen a reasoning model's thinking, and an answer cut inside it is lost."""
 
@@ -227,7 +227,7 @@ class Truncated(Finding):
 
 
 @dataclass(frozen=True)
-class ModelGaps(Finding):
+class ModelGaps(Notice):
     """Measured speed-ups far from what this machine's own profile predicts from the counters."""
 
     arms: tuple[tuple[str, float, float], ...]  # (arm, measured, this-machine proxy)
@@ -241,7 +241,7 @@ class ModelGaps(Finding):
 
 
 @dataclass(frozen=True)
-class NoMachineProfile(Finding):
+class NoMachineProfile(Notice):
     """The run stored no profile of its machine (made before relaxbench measured one): no this-machine proxy."""
 
     level: ClassVar[str] = "info"
@@ -252,7 +252,7 @@ class NoMachineProfile(Finding):
 
 
 @dataclass(frozen=True)
-class ProfileUnpriced(Finding):
+class ProfileUnpriced(Notice):
     """A profile cannot price some arms (a cost they need is not in it)."""
 
     profile: str
@@ -264,7 +264,7 @@ class ProfileUnpriced(Finding):
 
 
 @dataclass(frozen=True)
-class ProfileExtended(Finding):
+class ProfileExtended(Notice):
     """Some forwards were priced beyond a profile's grid (its last segment extended)."""
 
     profile: str
@@ -278,7 +278,7 @@ class ProfileExtended(Finding):
 
 
 @dataclass(frozen=True)
-class ProfileApproximate(Finding):
+class ProfileApproximate(Notice):
     """Samples stored before per-round drafter work was recorded: their proxy times are estimates."""
 
     profile: str
@@ -289,9 +289,9 @@ class ProfileApproximate(Finding):
                 "was recorded (one 1-token draft forward per drafted token, no extra verify tokens).")
 
 
-def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Finding]:
-    """The findings of one task, in the order a reader should see them."""
-    found: list[Finding] = []
+def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Notice]:
+    """The notices of one task, in the order a reader should see them."""
+    found: list[Notice] = []
     baseline = next(c for c in cells if c.is_baseline)
     stored_units = len(by_unit(baseline.samples))
     if summary.target_alone:
@@ -335,12 +335,12 @@ def task_findings(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Fin
         found.append(ModelGaps(apart))
     if MACHINE_PROFILE not in summary.profiles:
         found.append(NoMachineProfile())
-    return found + profile_findings(summary)
+    return found + profile_notices(summary)
 
 
-def profile_findings(summary: TaskSummary) -> list[Finding]:
+def profile_notices(summary: TaskSummary) -> list[Notice]:
     """Per profile: arms it cannot price, forwards it priced beyond its grid, estimates from older stores."""
-    found: list[Finding] = []
+    found: list[Notice] = []
     for name in summary.profiles:
         priced = [(c.arm, c.proxy[name]) for c in summary.cells if name in c.proxy]
         unpriced = tuple((arm, p.unpriced) for arm, p in priced if p.unpriced)
@@ -358,7 +358,7 @@ def profile_findings(summary: TaskSummary) -> list[Finding]:
 
 
 @dataclass(frozen=True)
-class NoEnvironment(Finding):
+class NoEnvironment(Notice):
     """No session recorded its environment."""
 
     def words(self) -> str:
@@ -366,7 +366,7 @@ class NoEnvironment(Finding):
 
 
 @dataclass(frozen=True)
-class UnfinishedSession(Finding):
+class UnfinishedSession(Notice):
     session_id: int | None
     started_at: str | None
     status: str | None
@@ -378,7 +378,7 @@ class UnfinishedSession(Finding):
 
 
 @dataclass(frozen=True)
-class BusyMachine(Finding):
+class BusyMachine(Notice):
     """Other processes kept the CPUs busy as the session started. Sessions recorded before that was measured have
     only the 1-min load average, which counts relaxbench's own preparation too (``others`` False)."""
 
@@ -400,7 +400,7 @@ class BusyMachine(Finding):
 
 
 def busy_machine(env: Mapping[str, Any]) -> BusyMachine | None:
-    """The busy-machine finding of one session, judged on other processes' CPU use when it was recorded (the
+    """The busy-machine notice of one session, judged on other processes' CPU use when it was recorded (the
     session's own process tree left out), else on the load average."""
     cpus = env.get("cpu_count")
     if not cpus:
@@ -418,7 +418,7 @@ def busy_machine(env: Mapping[str, Any]) -> BusyMachine | None:
 
 
 @dataclass(frozen=True)
-class SessionsDiffer(Finding):
+class SessionsDiffer(Notice):
     key: str
     values: tuple[str, ...]  # JSON of each distinct value, sorted
     sessions: tuple[tuple[int, ...], ...] = ()  # the sessions with each value (a Ray run: one per worker)
@@ -430,11 +430,11 @@ class SessionsDiffer(Finding):
                 "setups are pooled.")
 
 
-def run_findings(run: RunRecord) -> list[Finding]:
+def run_notices(run: RunRecord) -> list[Notice]:
     sessions: Sequence[Mapping[str, Any]] = run.environment
     if not sessions:
         return [NoEnvironment()]
-    found: list[Finding] = []
+    found: list[Notice] = []
     for env in sessions:
         if env.get("status") != "finished":
             found.append(UnfinishedSession(env.get("session_id"), env.get("started_at"), env.get("status")))

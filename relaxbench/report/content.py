@@ -22,7 +22,7 @@ from relaxbench.analysis.agreement import Agreement, ArmPair, run_agreements
 from relaxbench.analysis.concurrency import concurrency_points, concurrency_runs, run_concurrency
 from relaxbench.analysis.drafters import DrafterGain, run_drafter_gains
 from relaxbench.analysis.metrics import CellSummary, report_definitions
-from relaxbench.analysis.notices import run_findings, task_findings
+from relaxbench.analysis.notices import run_notices, task_notices
 from relaxbench.analysis.proxy import choose_profiles
 from relaxbench.analysis.records import CellRecord
 from relaxbench.analysis.selection import (
@@ -61,7 +61,9 @@ from relaxbench.report.tables import (
 
 
 @dataclass(frozen=True)
-class Notice:
+class NoticeText:
+    """A notice as the report shows it: its level and its words (``analysis.notices.Notice.words()``)."""
+
     level: str  # "warning" (a reader must know this to trust a figure) or "info"
     text: str
 
@@ -75,7 +77,7 @@ class TaskSection:
     headline: str
     tables: tuple[Table, ...]
     figures: tuple[FigureArt, ...]
-    notices: tuple[Notice, ...]
+    notices: tuple[NoticeText, ...]
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class Report:
     tasks_table: Table
     environment_table: Table
     sessions_table: Table
-    notices: tuple[Notice, ...]
+    notices: tuple[NoticeText, ...]
     figure_methods: tuple[tuple[str, str], ...]
     definitions: tuple[tuple[str, str], ...]
     profiles_table: Table | None = None  # the cost profiles of the proxy columns (shown under Setup)
@@ -279,12 +281,12 @@ def profiles_table(profiles: Sequence[Profile]) -> Table | None:
 # ------------------------------------------------------------------------------------------------ notices
 
 
-def task_notices(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[Notice]:
-    return [Notice(f.level, f.words()) for f in task_findings(summary, cells)]
+def task_notice_texts(summary: TaskSummary, cells: Sequence[CellRecord]) -> list[NoticeText]:
+    return [NoticeText(f.level, f.words()) for f in task_notices(summary, cells)]
 
 
-def run_notices(run: RunRecord) -> list[Notice]:
-    return [Notice(f.level, f.words()) for f in run_findings(run)]
+def run_notice_texts(run: RunRecord) -> list[NoticeText]:
+    return [NoticeText(f.level, f.words()) for f in run_notices(run)]
 
 
 # ------------------------------------------------------------------------------------------------ definitions
@@ -477,7 +479,7 @@ def task_section(run: RunRecord, summary: TaskSummary, palette: Mapping[str, str
                        scorer=summary.scorer, n_units=summary.n_units, headline=headline(summary, budget, ranking),
                        tables=task_tables(summary, agreements, gains),
                        figures=() if summary.target_alone else tuple(task_figures(summary, palette, x_axis, gains)),
-                       notices=tuple(task_notices(summary, cells)))
+                       notices=tuple(task_notice_texts(summary, cells)))
 
 
 def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, profiles: Sequence[str] = (),
@@ -513,7 +515,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), budget=budget,
         summary_lines=tuple(lines), summary_table=summary_table(summaries, budget, ranking), tasks=tasks,
         methods_table=methods_table(run, summaries), setup_table=setup, tasks_table=tasks_table,
-        environment_table=environment, sessions_table=sessions, notices=tuple(run_notices(run)),
+        environment_table=environment, sessions_table=sessions, notices=tuple(run_notice_texts(run)),
         figure_methods=tuple(methods), definitions=report_definitions(),
         profiles_table=profiles_table(choice.profiles), ranking=ranking, concurrency=concurrency,
         sections=_sections(concurrency is not None))

@@ -33,7 +33,7 @@ from reportlab.platypus import (
 from reportlab.platypus import Table as PdfTable
 
 from relaxbench import __version__
-from relaxbench.report.content import Notice, Report
+from relaxbench.report.content import NoticeText, Report
 from relaxbench.report.figures import FigureArt
 from relaxbench.report.tables import Table
 
@@ -161,7 +161,7 @@ def _table(table: Table, styles: dict[str, ParagraphStyle], available: float) ->
     return flow
 
 
-def _notices(notices: tuple[Notice, ...], styles: dict[str, ParagraphStyle]) -> list[Flowable]:
+def _notices(notices: tuple[NoticeText, ...], styles: dict[str, ParagraphStyle]) -> list[Flowable]:
     return [Paragraph(f'<font color="{LEVEL_COLORS.get(n.level, "#000000")}"><b>{n.level}:</b> {escape(n.text)}</font>',
                       styles["body"], bulletText="•") for n in notices]
 
