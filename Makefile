@@ -90,7 +90,7 @@ check-policy: install
 	$(PY) -m pytest -q -n 2 --dist loadfile -k "$(POLICY)" tests/
 	$(PY) -m pytest -q tests/test_docs_tables.py tests/test_catalog.py tests/test_specs.py
 
-# every generated file derived from the code: relaxbench/catalog.json, the tables of docs/policies.md, metrics.md,
+# every generated file derived from the code: the tables of docs/policies.md, metrics.md,
 # design.md and store.md, and performance.md's status lines (the golden tables and the run-key snapshot are not
 # derived: they change only deliberately, docs/testing.md)
 generated: $(STAMP)

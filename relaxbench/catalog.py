@@ -1,20 +1,23 @@
-"""The built-in policies' and drafters' declarations as data (``catalog.json``), so that ``relaxbench list`` and the
+"""The built-in policies' and drafters' declarations as data (the catalog), so that ``relaxbench list`` and the
 refusal of a misspelt rule, drafter or knob answer without importing torch.
 
 Every rule module imports torch at its top (a rule is tensor code), and importing the registry imports every rule:
 a second or more before a command could say "unknown policy". The catalog is what the registries declare — each
 rule's summary, source, modes, strict setting, aliases and knobs (type, bounds, default), each drafter's summary,
-knobs and whether it needs a draft model — generated from the live registries by ``python
-tests/test_docs_tables.py`` (``write_catalog``), and a test holds it equal to them.
+knobs and whether it needs a draft model. It is computed on first use and cached, never committed: the first
+command that needs it builds it from the live registries in a child interpreter (``python -m relaxbench.catalog
+PATH``, so the caller stays free of torch) and writes it to ``$RELAXBENCH_CACHE/catalog/<fingerprint>.json``, where
+the fingerprint is a digest of the rule and drafter modules' source; an edit of a rule makes a new fingerprint, so a
+stale catalog is never read. A test holds what it builds equal to the registries.
 
-Correctness never rests on the catalog: it answers only while it describes the code beside it (its fingerprint, a
-digest of the rule and drafter modules' source, matches), only while the registry itself is not imported (then the
-registry answers, rules registered in-process included), and only for the built-in names — a name it does not know
-goes to the live registry when a plug-in could provide it (an entry point of the registry's group), and a listing
-with plug-ins installed is the registry's. Knob checks rebuild each spec from its fields with the same types of
-``relaxbench.validation``, so a refusal reads exactly as the registry's; what a field declaration cannot carry (a
-model validator, a field of another type) is checked by the registry when the run is assembled, before any model
-loads, and a spec with such a field asks the registry for the wording of any refusal.
+Correctness never rests on the catalog: it answers only while it describes the code beside it (its fingerprint
+matches), only while the registry itself is not imported (then the registry answers, rules registered in-process
+included), and only for the built-in names — a name it does not know goes to the live registry when a plug-in could
+provide it (an entry point of the registry's group), and a listing with plug-ins installed is the registry's. Where
+the cache cannot be written or the build fails, the registry answers. Knob checks rebuild each spec from its fields
+with the same types of ``relaxbench.validation``, so a refusal reads exactly as the registry's; what a field
+declaration cannot carry (a model validator, a field of another type) is checked by the registry when the run is
+assembled, before any model loads, and a spec with such a field asks the registry for the wording of any refusal.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import subprocess
 import sys
 import types
 import typing
@@ -32,12 +37,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from relaxbench.errors import ConfigError
+from relaxbench.paths import cache_root
 from relaxbench.registry import unknown_name
 from relaxbench.validation import Finite, Flag, Integer, Number, PositiveInteger, Spec, Text, validate
 
 PACKAGE = Path(__file__).resolve().parent
-CATALOG = PACKAGE / "catalog.json"
-REGENERATE = "make generated"
+BUILD_TIMEOUT_S = 300  # the child interpreter that imports the registries and writes the catalog
 # the source the catalog describes: a change to any of these files makes the catalog stale (the registry answers)
 SOURCES = ("policies", "decoding/drafters")
 # kind -> (the package whose import registers the built-ins, the registry's name in it, the built-ins' module prefix)
@@ -98,7 +103,12 @@ def fingerprint(root: Path = PACKAGE) -> str:
     return digest.hexdigest()
 
 
-def read_catalog(path: Path = CATALOG, root: Path = PACKAGE) -> dict[str, Any] | None:
+def catalog_path(root: Path = PACKAGE) -> Path:
+    """Where the catalog of the source under ``root`` is cached (named by its fingerprint: an edit makes another)."""
+    return cache_root() / "catalog" / f"{fingerprint(root)[:24]}.json"
+
+
+def read_catalog(path: Path, root: Path = PACKAGE) -> dict[str, Any] | None:
     """The catalog at ``path`` while it describes the source under ``root``; None when it is missing, unreadable or
     stale (its fingerprint is not the source's)."""
     try:
@@ -108,9 +118,24 @@ def read_catalog(path: Path = CATALOG, root: Path = PACKAGE) -> dict[str, Any] |
     return data if isinstance(data, dict) and data.get("fingerprint") == fingerprint(root) else None
 
 
+def build_catalog(path: Path) -> None:
+    """Write the catalog to ``path`` from the live registries in a child interpreter (this process stays free of
+    torch); a failure leaves no file (the registry answers)."""
+    subprocess.run([sys.executable, "-m", "relaxbench.catalog", str(path)], capture_output=True, check=False,
+                   timeout=BUILD_TIMEOUT_S)
+
+
 @functools.cache
 def _catalog() -> dict[str, Any] | None:
-    return read_catalog()
+    path = catalog_path()
+    data = read_catalog(path)
+    if data is None:
+        try:
+            build_catalog(path)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        data = read_catalog(path)
+    return data
 
 
 def _plugins(groups: list[str]) -> bool:
@@ -312,7 +337,7 @@ def _knobs(spec: type[Spec]) -> tuple[list[dict[str, Any]], bool]:
 def generate() -> dict[str, Any]:
     """The catalog of the live registries' built-in entries (rules registered elsewhere, by a plug-in, an
     integration or a test, are left out)."""
-    out: dict[str, Any] = {"fingerprint": fingerprint(), "regenerate": REGENERATE}
+    out: dict[str, Any] = {"fingerprint": fingerprint()}
     for kind, (_, _, prefix) in KINDS.items():
         registry = _registry(kind)
         entries: dict[str, Any] = {}
@@ -344,12 +369,13 @@ def render() -> str:
     return json.dumps(generate(), indent=1, ensure_ascii=False) + "\n"
 
 
-def write_catalog() -> bool:
-    """Rewrite ``catalog.json`` from the live registries; whether it changed."""
-    text = render()
-    if CATALOG.is_file() and CATALOG.read_text(encoding="utf-8") == text:
-        return False
-    CATALOG.write_text(text, encoding="utf-8")
-    _catalog.cache_clear()
-    _knob_model.cache_clear()
-    return True
+def write_catalog(path: Path) -> None:
+    """Write the catalog of the live registries to ``path`` (atomically: a reader sees the whole file or none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(render(), encoding="utf-8")
+    os.replace(partial, path)
+
+
+if __name__ == "__main__":  # the child interpreter of ``build_catalog``
+    write_catalog(Path(sys.argv[1]))

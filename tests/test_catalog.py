@@ -1,6 +1,7 @@
-"""The catalog (``relaxbench/catalog.json``) answers as the registries do: the same listings, the same knob refusals
-in the same words, and the registries themselves wherever it cannot know (stale, a plug-in, a rule registered in
-this process). tests/test_docs_tables.py holds the file equal to what the registries generate."""
+"""The catalog (built on first use into the cache, ``relaxbench/catalog.py``) answers as the registries do: the same
+listings, the same knob refusals in the same words, and the registries themselves wherever it cannot know (stale, a
+plug-in, a rule registered in this process). It is built once per source version, in a child interpreter, so the
+process that asks stays free of torch. tests/test_docs_tables.py holds what it builds equal to the registries."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from relaxbench.policies import POLICIES
 from relaxbench.validation import Integer, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = catalog.read_catalog()
+DATA = catalog._catalog()  # built into this run's cache on first use
 
 
 def test_the_catalog_describes_this_code():
-    assert DATA is not None, f"relaxbench/catalog.json is missing or stale; regenerate it with `{catalog.REGENERATE}`"
+    assert DATA is not None and DATA["fingerprint"] == catalog.fingerprint()
+    assert catalog.catalog_path().is_file()
 
 
 def test_every_listed_rule_reads_back_as_its_class_declares():
@@ -98,10 +100,12 @@ def test_a_change_to_a_rule_module_makes_the_catalog_stale(tmp_path):
     copy = tmp_path / "relaxbench"
     for folder in catalog.SOURCES:
         shutil.copytree(catalog.PACKAGE / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    assert catalog.read_catalog(catalog.CATALOG, copy) is not None
+    cached = catalog.catalog_path()
+    assert catalog.read_catalog(cached, copy) is not None and catalog.catalog_path(copy) == cached
     fly = copy / "policies" / "fly.py"
     fly.write_text(fly.read_text().replace("Field(0.3, ge=0)", "Field(0.4, ge=0)"))
-    assert catalog.read_catalog(catalog.CATALOG, copy) is None  # the registry answers until it is regenerated
+    assert catalog.read_catalog(cached, copy) is None  # never read for the edited source
+    assert catalog.catalog_path(copy) != cached  # whose catalog is built anew, under another name
 
 
 def test_the_registry_answers_what_the_catalog_cannot_know(tmp_path):
@@ -183,3 +187,27 @@ def test_a_rule_registered_in_this_process_is_the_registrys(capsys, monkeypatch)
         check_method_spec("m", MethodSpec(name="m", policy="throwaway-rule", knobs={"depth": 1.5}), "tiny-random-draft")
     assert main(["list", "policies"]) == 0
     assert "throwaway-rule" in capsys.readouterr().out
+
+
+def test_a_fresh_cache_builds_the_catalog_once_and_the_asker_imports_no_torch(tmp_path):
+    """In a fresh interpreter with an empty cache: the first knob check builds the catalog (in a child interpreter)
+    and answers from it without importing torch; the second run reads the cached file and builds nothing."""
+    probe = textwrap.dedent('''
+        import json, sys, time
+        from relaxbench import catalog
+        from relaxbench.errors import ConfigError
+        start = time.perf_counter()
+        try:
+            catalog.check_knobs("policies", "fly", {"window": 0}, "policy 'fly'")
+        except ConfigError as exc:
+            refusal = str(exc)
+        print(json.dumps({"refusal": refusal, "torch": "torch" in sys.modules, "path": str(catalog.catalog_path()),
+                          "mtime": catalog.catalog_path().stat().st_mtime_ns}))
+    ''')
+    env = {**os.environ, "RELAXBENCH_CACHE": str(tmp_path / "cache")}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                      env=env, timeout=300).stdout) for _ in range(2)]
+    for run in runs:
+        assert run["refusal"] == "policy 'fly': knob 'window' must be >= 1, got 0" and run["torch"] is False
+        assert run["path"].startswith(str(tmp_path / "cache" / "catalog"))
+    assert runs[0]["mtime"] == runs[1]["mtime"]  # built once
