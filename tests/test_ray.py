@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from relaxbench.cli import main
 from tests.conftest import CliResult, assert_one_line_error
 from tests.store_query import rows
 from tests.test_compare import DATA, TINY, record_set
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RAY = ["--executor", "ray", "--workers", "2", "--cpus-per-worker", "1"]
 TIMING = ("speedup", "latency", "tokens_per_second", "policy_time", "policy_share")  # metrics that are timings
@@ -42,8 +45,8 @@ def entry_point_dir(tmp_path_factory) -> Path:
     info = root / "relaxbench_ray_entry_point-0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: relaxbench-ray-entry-point\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(
-        "[relaxbench.executors]\nray = relaxbench.integrations.ray_executor:RayExecutor\n")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["relaxbench.executors"]
+    (info / "entry_points.txt").write_text(f"[relaxbench.executors]\nray = {declared['ray']}\n")  # as declared there
     return root
 
 
