@@ -106,8 +106,7 @@ class RecordingExecutor(InProcessExecutor):
 
 @pytest.fixture
 def recording_card():
-    card = ExecutorCard("recording", "transformers", lambda: RecordingExecutor, "a test's recording executor",
-                        frozenset({"graphs"}))
+    card = ExecutorCard("recording", "transformers", lambda: RecordingExecutor, frozenset({"graphs"}))
     EXECUTORS.add(card.name, card)
     RecordingExecutor.calls = []
     yield card

@@ -139,7 +139,6 @@ class ExecutorCard:
     name: str  # --executor NAME; an engine with an executor of its own has it under the engine's name
     engine: str  # the decoding engine its workers run (--engine)
     load: Callable[[], type[Executor]]  # the executor class, imported when a run starts (torch comes with it)
-    about: str  # one line: where and how it decodes, for refusals and listings
     supports: frozenset[str] = field(default_factory=frozenset)  # keys of SUPPORTS it honours
     # the engine's refusals from the files alone (names, knobs, budgets), before torch loads; may return the suite
     # with values normalised (vLLM's engine arguments as the installed vLLM types them)
@@ -243,7 +242,6 @@ def check_transformers_early(suite: SuiteSpec) -> SuiteSpec:
     return suite
 
 
-EXECUTORS.add(DEFAULT_EXECUTOR, ExecutorCard(
-    DEFAULT_EXECUTOR, "transformers", lambda: InProcessExecutor,
-    "the transformers engine (relaxbench's loop, one request at a time, in this process)",
-    frozenset({"device_map", "graphs"}), check_transformers_early, loads_in_driver=True))
+EXECUTORS.add(DEFAULT_EXECUTOR, ExecutorCard(DEFAULT_EXECUTOR, "transformers", lambda: InProcessExecutor,
+                                             frozenset({"device_map", "graphs"}), check_transformers_early,
+                                             loads_in_driver=True))

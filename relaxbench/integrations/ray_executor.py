@@ -408,6 +408,4 @@ class Dispatcher:
 
 
 CARD = ExecutorCard(
-    "ray", "transformers", lambda: RayExecutor,
-    "the transformers engine on Ray workers (relaxbench's loop, one request at a time per worker)",
-    frozenset({"device_map", "graphs"}), check_transformers_early)
+    "ray", "transformers", lambda: RayExecutor, frozenset({"device_map", "graphs"}), check_transformers_early)

@@ -24,5 +24,4 @@ def executor() -> type[Executor]:
     return VllmExecutor
 
 
-CARD = ExecutorCard(ENGINE, ENGINE, executor, "the vllm engine (vLLM's scheduler and kernels, in its own worker)",
-                    frozenset({"concurrency", "engine_args"}), check_vllm_early)
+CARD = ExecutorCard(ENGINE, ENGINE, executor, frozenset({"concurrency", "engine_args"}), check_vllm_early)

@@ -75,9 +75,6 @@ def locate(name: str) -> tuple[Any, str]:
 
 def check_plan(plan: RunPlan) -> None:
     """Refuse, one line each, what the vLLM engine cannot run, before anything starts."""
-    if plan.suite.executor != "in-process":
-        raise ConfigError(f"--engine {ENGINE} runs in this process's vLLM worker; leave out --executor "
-                          f"{plan.suite.executor}")
     sampling = SamplingParams(plan.suite.temperature, plan.suite.top_k, plan.suite.top_p)
     for arm in plan.arms:
         if arm.is_baseline:
