@@ -228,7 +228,7 @@ def check_method_spec(name: str, method: MethodSpec, draft_name: str | None, pol
 def check_methods(names: list[str] | tuple[str, ...], draft_name: str | None) -> None:
     """Every sweep point of every method a run names, checked as ``check_method_spec`` (a knob refused in the words
     the run's own check uses, the rule's registered name first): ``compare`` calls it before anything heavy loads,
-    and the run checks everything again, modes and pairings included, when it assembles its arms."""
+    and the run checks everything again, modes and drafter compatibility included, when it assembles its arms."""
     for name in names:
         for point in load_method(name).expand():
             if point.policy != "none":

@@ -149,7 +149,7 @@ def check_before_loading(suite: SuiteSpec, run_plan: Any) -> None:
     """The draft's vocabulary against the target's, each arm's draft head against the target, and every first
     prompt against the target's context, from the tokenizers and configs alone: refused before the store is locked
     or any weight loads."""
-    from relaxbench.arms import check_drafter_fits, preview_pair
+    from relaxbench.decoders import check_drafter_fits, preview_pair
     from relaxbench.decoding.prompts import context_window
     from relaxbench.harness.runner import fit_prompt
     from relaxbench.tasks.yaml_tasks import YamlTask

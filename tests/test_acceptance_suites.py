@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relaxbench.analysis import load_run, summarize_run
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.harness.plan import build_plan
 from relaxbench.harness.runner import SilentProgress, Worker, register_job, run_job
 from relaxbench.harness.store import open_store

@@ -105,7 +105,7 @@ def test_with_bf16_units_or_in_fp32_the_forward_is_the_models_own(bf16_target, f
 
 def test_a_bf16_draft_without_bf16_units_keeps_exact_decoding_lossless(monkeypatch):
     """The draft's prefill in fp32 changes drafts at most, never the target's verdicts: exact still equals AR."""
-    from relaxbench.arms import build_decoder
+    from relaxbench.decoders import build_decoder
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.methods import DrafterSpec, MethodSpec
     from relaxbench.models import load_model

@@ -51,7 +51,7 @@ def test_a_sample_that_closed_its_thinking_continues_unforced(tiny_target):
 
 
 def test_lossless_arms_reproduce_ar_under_the_budget(tiny_target, tiny_draft):
-    from relaxbench.arms import build_decoder
+    from relaxbench.decoders import build_decoder
     from relaxbench.methods import load_method
 
     prompt = tiny_target.tokenizer("Solve it.")["input_ids"]

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import draft_heads as dh
-from relaxbench.arms import build_decoder, build_drafter
 from relaxbench.benchmarks.gpu.lossless import (AR, LENGTH, PROMPT, VOCAB, chi_square_pvalue, exact_joint,
                                                 random_prompts, small_vocab_model)
+from relaxbench.decoders import build_decoder, build_drafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError, ModelError
 from relaxbench.methods import DrafterSpec, MethodSpec

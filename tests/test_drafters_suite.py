@@ -118,7 +118,7 @@ def test_a_target_with_recurrent_layers_is_refused_before_loading(layer_types):
     """A hybrid target's recurrent state cannot be cut back after a rejected draft, as the KV cache is."""
     from types import SimpleNamespace
 
-    from relaxbench.arms import check_truncatable_cache
+    from relaxbench.decoders import check_truncatable_cache
     from relaxbench.errors import ConfigError
 
     nested = SimpleNamespace(architectures=["Qwen3_5ForConditionalGeneration"],
@@ -150,7 +150,7 @@ def test_a_head_trained_again_starts_a_new_run(tmp_path, monkeypatch):
 def test_head_trained_is_found_by_the_targets_name_wherever_its_weights_load_from(cli, tiny_target, monkeypatch):
     """A packaged target loaded in bf16 loads from a half-precision copy in another folder: the trained head is found
     by the name the user gave, as the pre-load check and the run key find it."""
-    from relaxbench.arms import build_drafter
+    from relaxbench.decoders import build_drafter
     from relaxbench.methods import DrafterSpec
 
     trained = cli("drafter", "train", "mtp", "--target", "tiny-random-target", "--steps", "2",

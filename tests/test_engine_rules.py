@@ -240,7 +240,7 @@ def test_outside_the_span_sampling_rules_are_strict_speculative_sampling():
 
 
 def test_relax_in_is_a_method_option_kept_out_of_old_keys(tiny_target, tiny_draft):
-    from relaxbench.arms import build_decoder
+    from relaxbench.decoders import build_decoder
     from relaxbench.errors import ConfigError
 
     plain = MethodSpec(name="m", policy="fly")

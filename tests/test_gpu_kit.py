@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.benchmarks.gpu.check import FILES
 from relaxbench.benchmarks.gpu.plan import STEPS
 from relaxbench.decoding.drafters import write_replay

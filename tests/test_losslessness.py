@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.benchmarks.gpu.lossless import AR, EXACT, random_prompts

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter, LayerSkipDrafter, NgramVerifiedByDraftLM
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError

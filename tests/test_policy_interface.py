@@ -21,7 +21,7 @@ from relaxbench.policies import (
     Origin,
     Outcome,
     VerificationPolicy,
-    check_arm,
+    check_compatibility,
     drafter_duties,
     lossless_verdict,
     make_policy,
@@ -135,20 +135,20 @@ def test_drafter_duties_read_an_instance_first():
 
 
 # -- compatibility from classes alone --------------------------------------------------------------------------------
-def test_check_arm_needs_no_loaded_model():
-    check_arm(POLICIES.get("cactus"), "sampling", DRAFTERS.get("model"))
-    check_arm(POLICIES.get("fly"), "greedy", DRAFTERS.get("ngram"))
-    check_arm(POLICIES.get("none"), T1, None)
+def test_check_compatibility_needs_no_loaded_model():
+    check_compatibility(POLICIES.get("cactus"), "sampling", DRAFTERS.get("model"))
+    check_compatibility(POLICIES.get("fly"), "greedy", DRAFTERS.get("ngram"))
+    check_compatibility(POLICIES.get("none"), T1, None)
     with pytest.raises(ConfigError, match="'cactus' needs draft-model probabilities.*'ngram'"):
-        check_arm(POLICIES.get("cactus"), "sampling", DRAFTERS.get("ngram"))
+        check_compatibility(POLICIES.get("cactus"), "sampling", DRAFTERS.get("ngram"))
     with pytest.raises(ConfigError, match="'contrastive' does not support greedy"):
-        check_arm(POLICIES.get("contrastive"), GREEDY, DRAFTERS.get("model"))
+        check_compatibility(POLICIES.get("contrastive"), GREEDY, DRAFTERS.get("model"))
     with pytest.raises(ConfigError, match="takes no drafter"):
-        check_arm(POLICIES.get("none"), "greedy", DRAFTERS.get("model"))
+        check_compatibility(POLICIES.get("none"), "greedy", DRAFTERS.get("model"))
     with pytest.raises(ConfigError, match="draft model's last hidden states.*no drafter"):
-        check_arm(POLICIES.get("autojudge"), "greedy", None)
+        check_compatibility(POLICIES.get("autojudge"), "greedy", None)
     with pytest.raises(ValueError, match="mode"):
-        check_arm(POLICIES.get("exact"), "beam", None)
+        check_compatibility(POLICIES.get("exact"), "beam", None)
 
 
 # -- the strict baseline ---------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_outcome_is_the_public_host_result_type():
 
 
 def test_a_method_is_checked_before_any_model_loads():
-    from relaxbench.arms import check_method
+    from relaxbench.decoders import check_method
     from relaxbench.methods import load_method
 
     check_method("cactus", load_method("cactus"), "some-draft-model", T1)

@@ -313,7 +313,7 @@ def test_the_roofline_is_within_the_stated_factor_of_published_figures():
 
 
 def test_the_engine_records_each_rounds_drafter_work_and_extra_tokens(tiny_target, tiny_draft):
-    from relaxbench.arms import build_decoder
+    from relaxbench.decoders import build_decoder
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.methods import load_method
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relaxbench.analysis import load_run
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError
 from relaxbench.integrations.vllm_client import vllm_python

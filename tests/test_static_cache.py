@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import draft_heads as dh
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.cache import CachedLM, KVSettings, configure_kv, kv_settings, resolve_kv_settings
 from relaxbench.decoding.graphs import ReplayGraph, StepGraphs, exact_buckets, replay_capture
 from relaxbench.decoding.loop import DecodeConfig

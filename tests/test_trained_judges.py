@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from relaxbench.arms import build_decoder
 from relaxbench.cli import main as cli_main
 from relaxbench.data.items import TaskItem
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.errors import ConfigError, DataError

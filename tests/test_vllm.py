@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import ADDED_KEY_FIELDS, VOLATILE_FIELDS, SuiteSpec

@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from relaxbench.arms import build_decoder, resolve_k
 from relaxbench.benchmarks.engine import CODE_PROMPTS
+from relaxbench.decoders import build_decoder, resolve_k
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
 from relaxbench.decoding.prompts import encode_prompt
 from relaxbench.decoding.records import Counters, GenerationResult

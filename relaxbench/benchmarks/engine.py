@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.decoding.prompts import encode_prompt

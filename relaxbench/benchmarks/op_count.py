@@ -38,9 +38,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from relaxbench.benchmarks.policies import HIDDEN
 from relaxbench.ops.sampling import BatchSampling, SamplingParams
-from relaxbench.policies.arm import drafter_duties
 from relaxbench.policies.base import Need, VerificationPolicy
 from relaxbench.policies.batch import Batch, Rows
+from relaxbench.policies.compatibility import drafter_duties
 
 __all__ = ["DATA_DEPENDENT_OPS", "HOST_READS", "Counts", "RandomStep", "batch_for", "count", "random_batch",
            "random_step"]
@@ -300,8 +300,8 @@ def _uniforms(width: int, params: Sequence[SamplingParams], g: torch.Generator) 
 
 def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = False) -> Batch:
     """The ``Batch`` ``policy`` (an instance, bound where it needs a tokenizer) reads from ``step``: the draft
-    logits where its drafter keeps them in the step's mode (``policies.arm.drafter_duties``; with ``engine_q`` the
-    engine's q, softmax(z / T), instead), the hidden states and extra-token logits its ``needs`` ask for, the
+    logits where its drafter keeps them in the step's mode (``policies.compatibility.drafter_duties``; with ``engine_q``
+    the engine's q, softmax(z / T), instead), the hidden states and extra-token logits its ``needs`` ask for, the
     uniforms in its ``uniform_dtype``."""
     for mode in sorted(step.modes):
         if mode not in policy.modes:

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
     check_context_from_files(args.target, args.prompt, args.system, args.max_new_tokens)
 
-    from relaxbench.arms import (build_decoder, check_drafter_fits, check_method, effective_drafter, load_pair,
+    from relaxbench.decoders import (build_decoder, check_drafter_fits, check_method, effective_drafter, load_pair,
                                  preview_pair, resolve_k)
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import check_fits_context, encode_prompt
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                                                                            args.max_new_tokens)
     decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
-    check_method(method.name, method, draft_name, sampling)  # modes and pairing too, before any model loads
+    check_method(method.name, method, draft_name, sampling)  # modes and drafter compatibility too, before any load
     graph_line = None
     if args.engine == "vllm":
         from relaxbench.integrations.vllm_client import check_engine_args, vllm_python

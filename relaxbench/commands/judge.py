@@ -104,7 +104,7 @@ def load_task_source(task: str, target: str, data_file: str | None):
 
 
 def run_mine(args: argparse.Namespace) -> int:
-    from relaxbench.arms import load_pair
+    from relaxbench.decoders import load_pair
     from relaxbench.errors import ConfigError
     from relaxbench.harness.environment import describe_environment
     from relaxbench.methods import MODEL_FREE_DRAFTS

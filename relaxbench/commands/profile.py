@@ -224,8 +224,8 @@ def write_analytic(args: argparse.Namespace, target: str, draft: str | None, nam
 
 def write_measured(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path,
                    grid: Grid) -> int:
-    from relaxbench.arms import load_pair
     from relaxbench.commands.args import runtime_from_args
+    from relaxbench.decoders import load_pair
     from relaxbench.profiles.measure import measure_profile
     from relaxbench.profiles.spec import write_profile
     from relaxbench.ui import progress_bars

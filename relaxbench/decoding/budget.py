@@ -56,7 +56,7 @@ def _contains(values: list[int], needle: list[int]) -> bool:
 
 
 def _phase(decoder: SpeculativeDecoder, max_new_tokens: int) -> SpeculativeDecoder:
-    """The same arm (target, drafter, policy, settings) with another token limit."""
+    """The same decoder (target, drafter, policy, settings) with another token limit."""
     config = decoder.config
     limited = DecodeConfig(config.k, max_new_tokens, config.sampling, config.stop_strings, config.seed)
     return SpeculativeDecoder(decoder.target, decoder.drafter, decoder.policy, limited)

@@ -19,9 +19,9 @@ from relaxbench.decoding.records import GenerationResult, RoundLog
 from relaxbench.decoding.stops import decode_output, stop_string_end
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
-from relaxbench.policies.arm import check_arm, drafter_duties
 from relaxbench.policies.base import Block, Need, PolicyEnv, VerificationPolicy
 from relaxbench.policies.batch import Batch
+from relaxbench.policies.compatibility import check_compatibility, drafter_duties
 from relaxbench.policies.verdict import Outcome
 from relaxbench.timing import Clock
 
@@ -41,13 +41,14 @@ class DecodeConfig:
 
 
 def check_compatible(policy: VerificationPolicy, drafter: Drafter | None, sampling: SamplingParams) -> None:
-    """Configuration-time checks, so an incompatible arm fails before any decoding (``policies.arm.check_arm``,
-    which needs no loaded model, on the arm's own policy and drafter)."""
-    check_arm(policy, sampling, drafter)
+    """Configuration-time checks, so a rule that cannot run with its drafter in its mode fails before any decoding
+    (``policies.compatibility.check_compatibility``, which needs no loaded model, on the decoder's own policy and
+    drafter)."""
+    check_compatibility(policy, sampling, drafter)
 
 
 class SpeculativeDecoder:
-    """Owns the target cache and runs the loop; one instance per (target, drafter, policy, config) arm."""
+    """Owns the target cache and runs the loop; one instance per (target, drafter, policy, config)."""
 
     def __init__(self, target, drafter: Drafter | None, policy: VerificationPolicy, config: DecodeConfig) -> None:
         check_compatible(policy, drafter, config.sampling)

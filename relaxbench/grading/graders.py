@@ -190,7 +190,7 @@ class LocalGrader(Grader):
             torch.cuda.empty_cache()
 
     def grade(self, requests: Sequence[Messages], draw: int) -> Iterator[tuple[int, Verdict]]:
-        from relaxbench.arms import build_decoder
+        from relaxbench.decoders import build_decoder
         from relaxbench.decoding.loop import DecodeConfig
         from relaxbench.decoding.prompts import encode_prompt
         from relaxbench.methods import MethodSpec

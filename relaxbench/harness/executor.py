@@ -54,7 +54,7 @@ class ModelSetup:
 
     def load(self, quiet: bool = True) -> tuple[str, Any, Any | None]:
         """Apply the runtime settings to this process and load the pair here: (device, target, draft)."""
-        from relaxbench.arms import load_pair
+        from relaxbench.decoders import load_pair
         from relaxbench.decoding.cache import configure_kv, resolve_kv_settings
         from relaxbench.models.device import configure_runtime
 

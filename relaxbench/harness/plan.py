@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relaxbench.arms import check_method, effective_drafter, resolve_k
+from relaxbench.decoders import check_method, effective_drafter, resolve_k
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.budget import ThinkingBudget
 from relaxbench.decoding.loop import DecodeConfig

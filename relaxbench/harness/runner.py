@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from relaxbench.arms import build_decoder
+from relaxbench.decoders import build_decoder
 from relaxbench.data import TaskItem
 from relaxbench.decoding.budget import generate_with_budget
 from relaxbench.decoding.cache import forward, new_cache

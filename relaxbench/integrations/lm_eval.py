@@ -2,8 +2,8 @@
 
     relaxbench lm-eval --model relaxbench --model_args target=NAME,draft=NAME|ngram,method=exact[,k=5,...] ...
 
-``generate_until`` runs every request through relaxbench's one decoding loop with the chosen method (the arm is
-assembled by ``relaxbench.arms``, as for every other entry point). ``loglikelihood`` and ``loglikelihood_rolling``
+``generate_until`` runs every request through relaxbench's one decoding loop with the chosen method (its decoder is
+built by ``relaxbench.decoders``, as for every other entry point). ``loglikelihood`` and ``loglikelihood_rolling``
 are scored by the target alone: a likelihood is a property of the target that no verification rule changes, so
 multiple-choice tasks measure the target whatever the method.
 
@@ -34,7 +34,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from pydantic import BeforeValidator, Field
 from tqdm import tqdm
 
-from relaxbench.arms import build_decoder, load_pair, resolve_k
+from relaxbench.decoders import build_decoder, load_pair, resolve_k
 from relaxbench.decoding.cache import CachedLM
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.loop import DecodeConfig
@@ -268,7 +268,8 @@ class RunStats:
 
 
 class RelaxbenchLM(TemplateLM):
-    """One relaxbench arm (target + drafter + verification method) behind lm-eval's ``LM`` interface.
+    """One relaxbench method at one setting of its knobs (a target, a drafter and a verification rule, built into one
+    decoder) behind lm-eval's ``LM`` interface.
 
     Requests are decoded one at a time (the engine decodes a single sequence; batching would change the timing
     being measured), so ``--batch_size`` other than 1 is ignored with a warning. ``device``, ``batch_size``,

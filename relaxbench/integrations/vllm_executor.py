@@ -32,7 +32,7 @@ from relaxbench.integrations.vllm_client import EngineConfig, VllmClient
 from relaxbench.integrations.vllm_rules import ENGINE, NATIVE, check_mtp_target, check_rule, speculative_config
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies import POLICIES, PolicyEnv, make_policy
-from relaxbench.policies.arm import check_arm, drafter_duties
+from relaxbench.policies.compatibility import check_compatibility, drafter_duties
 from relaxbench.scoring import Score, ScoringContext
 
 WARMUP_TOKENS = 3  # as the transformers runner's warm-up: a draft round and a verify
@@ -86,7 +86,7 @@ def check_plan(plan: RunPlan) -> None:
         if arm.drafter is not None:
             speculative_config(arm.drafter.kind, arm.drafter.knobs, arm.k, "-")
             facts = DRAFTERS.get(arm.drafter.kind) if arm.drafter.kind in DRAFTERS else None
-            check_arm(policy, sampling, facts)
+            check_compatibility(policy, sampling, facts)
     if any(arm.drafter is not None and arm.drafter.kind == "mtp" for arm in plan.arms):
         check_mtp_target(plan.suite.target, target_config(plan.suite.target))
     for job in plan.jobs:
@@ -116,8 +116,9 @@ def check_ungated(method: Any) -> None:
 
 def engine_groups(arms: Sequence[Arm], sampling: SamplingParams) -> list[tuple[tuple[Any, ...], list[Arm]]]:
     """Arms by the engine they need: AR first, then one per (drafter, knobs, k, how it drafts) in the order given.
-    How it drafts is the policy's drafter duties (``policies.arm.drafter_duties``): greedy drafts for a rule that
-    verifies the drafter's top-1 path or a greedy run, sampled drafts otherwise (vLLM's ``draft_sample_method``)."""
+    How it drafts is the policy's drafter duties (``policies.compatibility.drafter_duties``): greedy drafts for a rule
+    that verifies the drafter's top-1 path or a greedy run, sampled drafts otherwise (vLLM's
+    ``draft_sample_method``)."""
     groups: dict[tuple[Any, ...], list[Arm]] = {}
     for arm in arms:
         key: tuple[Any, ...] = ()
@@ -366,7 +367,7 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
                   engine_args: Mapping[str, Any] | None = None) -> GenerationResult:
     """``relaxbench generate --engine vllm``: one completion of one method on a fresh vLLM engine. ``encode``
     turns the tokenizer into the prompt ids; ``engine_args`` are the user's (``--engine-arg``, checked)."""
-    from relaxbench.arms import effective_drafter
+    from relaxbench.decoders import effective_drafter
     from relaxbench.models.load import load_tokenizer
 
     drafter = effective_drafter(method, draft)

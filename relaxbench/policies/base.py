@@ -8,8 +8,8 @@ batch of one request per round, the vLLM adapter the batch of a step.
 
 What a policy declares beyond its decision is data: ``Origin`` (what it follows, how it is shown), ``Modes``
 (where it runs, where it is strict, how its knobs loosen it) and ``needs`` (its inputs). What the engine derives from
-them lives in ``policies/arm.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py`` (the
-strict baseline).
+them lives in ``policies/compatibility.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py``
+(the strict baseline).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def mode_of(sampling: SamplingParams) -> str:
 
 class Need(enum.Enum):
     """Inputs beyond target logits and draft ids that a policy reads; the required ones are checked when a run is
-    configured (``policies.arm.check_arm``)."""
+    configured (``policies.compatibility.check_compatibility``)."""
 
     DRAFT_PROBS = "draft-model probabilities (q)"
     DRAFT_PROBS_IF_ANY = "draft-model probabilities when the drafter has them (point-mass drafts otherwise)"
@@ -181,8 +181,8 @@ class VerificationPolicy(abc.ABC):
 
     Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``observe`` (the sequence's committed tokens
     as they grow), ``extra_verify_tokens`` (with ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to).
-    A rule that wraps another may set ``needs`` and ``modes`` on the instance; ``policies.arm`` reads them from the
-    object it is given.
+    A rule that wraps another may set ``needs`` and ``modes`` on the instance; ``policies.compatibility`` reads them
+    from the object it is given.
     """
 
     name: ClassVar[str] = ""

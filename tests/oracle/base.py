@@ -6,7 +6,7 @@ position. A policy turns that ``Block`` into a ``Verdict``: how many drafts to k
 
 What a policy declares beyond its decision is data: ``Origin`` (what it follows, how it is shown), ``Modes``
 (where it runs and where it is strict) and ``needs`` (its inputs). What the engine derives from them lives in
-``policies/arm.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py`` (the strict
+``policies/compatibility.py`` (the drafter's duties, the compatibility check) and ``policies/strict.py`` (the strict
 baseline).
 """
 
@@ -47,7 +47,7 @@ def mode_of(sampling: SamplingParams) -> str:
 
 class Need(enum.Enum):
     """Inputs beyond target logits and draft ids that a policy reads; the required ones are checked when a run is
-    configured (``policies.arm.check_arm``)."""
+    configured (``policies.compatibility.check_compatibility``)."""
 
     DRAFT_PROBS = "draft-model probabilities (q)"
     DRAFT_PROBS_IF_ANY = "draft-model probabilities when the drafter has them (point-mass drafts otherwise)"
@@ -280,7 +280,7 @@ class VerificationPolicy(abc.ABC):
 
     Optional hooks: ``bind`` (once per run), ``reset`` (per sequence), ``extra_verify_tokens`` (with
     ``Need.EXTRA_TOKENS``), ``provenance`` (files the knobs point to). A rule that wraps another may set ``needs``
-    and ``modes`` on the instance; ``policies.arm`` reads them from the object it is given.
+    and ``modes`` on the instance; ``policies.compatibility`` reads them from the object it is given.
     """
 
     name: ClassVar[str] = ""

@@ -62,8 +62,8 @@ def clock_check(step: StepResult, device: str, size: int, matmuls: int, held: bo
 
 
 def device_map_check(step: StepResult, device: str, held: bool) -> None:
-    from relaxbench.arms import build_decoder
     from relaxbench.benchmarks.gpu.lossless import AR, random_prompts
+    from relaxbench.decoders import build_decoder
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.models.load import load_model
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from relaxbench.arms import build_decoder
 from relaxbench.benchmarks.gpu.lossless import random_prompts
 from relaxbench.benchmarks.gpu.profile_check import free
 from relaxbench.benchmarks.gpu.results import StepResult, verdict
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.cache import KVSettings, configure_kv, kv_settings
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
@@ -53,7 +53,7 @@ def _run(target: Any, draft: Any, k: int, prompt: list[int], new_tokens: int, se
     policy = make_policy("none" if draft is None else "exact", {})
     drafter = None
     if draft is not None:
-        from relaxbench.arms import build_drafter
+        from relaxbench.decoders import build_drafter
 
         drafter = build_drafter(DrafterSpec(kind="model"), target, draft)
     decoder = SpeculativeDecoder(target, drafter, policy, DecodeConfig(k=k, max_new_tokens=new_tokens))

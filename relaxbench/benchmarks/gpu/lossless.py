@@ -18,8 +18,8 @@ import random
 import numpy as np
 import torch
 
-from relaxbench.arms import build_decoder
 from relaxbench.benchmarks.gpu.results import StepResult, verdict
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.divergence import diagnose_divergence
 from relaxbench.decoding.drafters import DrafterInputs, DraftModelDrafter
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from relaxbench.arms import build_decoder
 from relaxbench.benchmarks.gpu.plan import KitConfig
 from relaxbench.benchmarks.gpu.profile_check import free
 from relaxbench.benchmarks.gpu.results import StepResult, verdict, within
+from relaxbench.decoders import build_decoder
 from relaxbench.decoding.drafters import write_replay
 from relaxbench.decoding.loop import DecodeConfig
 from relaxbench.methods import DrafterSpec, MethodSpec

@@ -28,8 +28,8 @@ def register(bsub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from relaxbench.analysis.metrics import metric_definition
-    from relaxbench.arms import load_pair
     from relaxbench.benchmarks.efficiency import EFFICIENCY_TARGET, bench_efficiency
+    from relaxbench.decoders import load_pair
     from relaxbench.errors import ConfigError
     from relaxbench.methods import load_method
     from relaxbench.ui import console

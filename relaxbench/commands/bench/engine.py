@@ -59,8 +59,8 @@ def breakdown_table(row: Comparison) -> Table:
 def run(args: argparse.Namespace) -> int:
     check_graphs_early(args.graphs, args.device)  # before torch loads
     from relaxbench.analysis.metrics import metric_definition
-    from relaxbench.arms import load_pair
     from relaxbench.benchmarks.engine import bench_draft_model, bench_prompt_lookup
+    from relaxbench.decoders import load_pair
     from relaxbench.models import load_model
     from relaxbench.ui import console
 

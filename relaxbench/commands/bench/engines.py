@@ -71,9 +71,9 @@ def engines_settings(args: argparse.Namespace) -> tuple[list[int], int, int, int
 
 
 def run_engines(args: argparse.Namespace) -> int:
-    from relaxbench.arms import build_decoder
     from relaxbench.benchmarks.engine import CODE_PROMPTS
     from relaxbench.benchmarks.engines import transformers_lines, vllm_lines
+    from relaxbench.decoders import build_decoder
     from relaxbench.decoding.loop import DecodeConfig
     from relaxbench.decoding.prompts import encode_prompt
     from relaxbench.integrations.vllm_client import VllmClient, vllm_python

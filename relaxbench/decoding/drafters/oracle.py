@@ -70,7 +70,7 @@ class OracleDrafter(Drafter):
     def __init__(self, knobs: Any, inputs: DrafterInputs) -> None:
         super().__init__(knobs, inputs)
         self.vocab = int(inputs.target.logit_dim)
-        _sequences(knobs.replay)  # a missing or malformed file fails when the arm is built
+        _sequences(knobs.replay)  # a missing or malformed file fails when the drafter is built
         self.reference: tuple[int, ...] = ()
         self.round = 0
 

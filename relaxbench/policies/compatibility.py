@@ -1,7 +1,8 @@
-"""What an arm's policy requires of the rest of the engine, derived from its declarations alone (no model loaded).
+"""Whether a rule can run with a drafter in a decoding mode, and what it requires of that drafter: derived from the
+rule's declarations alone (no model loaded).
 
-``check_arm`` refuses an incompatible policy / drafter / mode combination; ``drafter_duties`` says what the drafter
-must provide each round. Both read ``needs`` and ``modes`` from the object they are given, a policy class or an
+``check_compatibility`` refuses a rule that cannot run with the drafter in the mode; ``drafter_duties`` says what the
+drafter must provide each round. Both read ``needs`` and ``modes`` from the object they are given, a policy class or an
 instance (a wrapping rule may set them on the instance), so every engine — relaxbench's loop, an engine adapter —
 configures a drafter the same way.
 """
@@ -15,13 +16,14 @@ from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import SamplingParams
 from relaxbench.policies.base import MODES, Need, VerificationPolicy, mode_of
 
-__all__ = ["DrafterDuties", "DrafterFacts", "check_arm", "drafter_duties"]
+__all__ = ["DrafterDuties", "DrafterFacts", "check_compatibility", "drafter_duties"]
 
 AUTOREGRESSIVE = "none"  # the policy name of the autoregressive baseline, which takes no drafter
 
 
 class DrafterFacts(Protocol):
-    """What ``check_arm`` reads of a drafter: a drafter class (``DRAFTERS.get(kind)``) or instance has them."""
+    """What ``check_compatibility`` reads of a drafter: a drafter class (``DRAFTERS.get(kind)``) or instance has
+    them."""
 
     name: str
     provides_probs: bool
@@ -30,7 +32,7 @@ class DrafterFacts(Protocol):
 
 @dataclass(frozen=True)
 class DrafterDuties:
-    """What the drafter of an arm must do each round.
+    """What the drafter a rule runs with must do each round.
 
     ``sampling``: the settings it drafts with (the run's, or greedy for a rule that verifies the drafter's top-1
     path); ``keep_logits``: return its logits (the policy reads q, or the drafter samples); ``keep_hidden``:
@@ -50,8 +52,8 @@ def drafter_duties(policy: VerificationPolicy | type[VerificationPolicy], sampli
     return DrafterDuties(draft_sampling, keep_logits, Need.DRAFT_HIDDEN_STATES in needs)
 
 
-def check_arm(policy: VerificationPolicy | type[VerificationPolicy], mode: str | SamplingParams,
-              drafter: DrafterFacts | None) -> None:
+def check_compatibility(policy: VerificationPolicy | type[VerificationPolicy], mode: str | SamplingParams,
+                        drafter: DrafterFacts | None) -> None:
     """Refuse, with one ``ConfigError`` line, a policy that cannot run in ``mode`` ('greedy', 'sampling' or the
     run's ``SamplingParams``) with ``drafter`` (a drafter class or instance; None for no drafter). Needs only
     classes, so a run can be checked before any model loads."""

@@ -1,7 +1,10 @@
-"""Turn a method spec and loaded models into a ready decoder: the one place arms are assembled.
+"""Build the decoder for one method: a method spec and loaded models in, a ready ``SpeculativeDecoder`` out.
 
-Used by ``generate``, ``compare``, the lm-eval model class and the benchmarks, so every entry point builds an arm
-the same way (and fails the same way on an incompatible combination).
+With it, the checks that come before any weight loads (the method against ``--draft`` and the sampling, the draft
+head against the target's config, the target's cache, the pair's vocabularies) and the loading of the model pair.
+Used by ``generate``, ``compare``, the lm-eval model class and the benchmarks, so every entry point builds a decoder
+the same way (and fails the same way on an incompatible combination). The run's arms, the columns of its grid, are
+assembled by ``harness/plan.build_arms``; this module builds each arm's decoder.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec, check_method_spec, effective_drafter
 from relaxbench.ops.sampling_params import SamplingParams
 from relaxbench.policies import POLICIES, make_policy
-from relaxbench.policies.arm import check_arm
+from relaxbench.policies.compatibility import check_compatibility
 from relaxbench.policies.span import gate
 
 DEFAULT_K = 5
@@ -27,20 +30,20 @@ def build_drafter(spec: DrafterSpec, target: Any, draft: Any | None) -> Drafter:
 def check_method(name: str, method: MethodSpec, draft_name: str | None, sampling: SamplingParams) -> None:
     """Whether ``method`` can run with ``--draft draft_name`` under ``sampling``, decided from the registry's classes
     alone, before any model loads: ``methods.check_method_spec`` (the policy's and the drafter's knobs, a drafter
-    that needs a draft model given none), then ``policies.arm.check_arm`` (the policy's modes and needs against
-    what the drafter provides). ``name`` (an arm or method) starts the message."""
+    that needs a draft model given none), then ``policies.compatibility.check_compatibility`` (the policy's modes
+    and needs against what the drafter provides). ``name`` (an arm or method) starts the message."""
     check_method_spec(name, method, draft_name)  # the registries are loaded here: their own specs answer
     drafter = effective_drafter(method, draft_name)
     if drafter is None:
         return
     try:
-        check_arm(POLICIES.get(method.policy), sampling, DRAFTERS.get(drafter.kind))
+        check_compatibility(POLICIES.get(method.policy), sampling, DRAFTERS.get(drafter.kind))
     except ConfigError as exc:
         raise ConfigError(f"method {name!r} at temperature {sampling.temperature:g}: {exc}") from None
 
 
 def check_drafter_fits(drafter: DrafterSpec | None, target_config: Any) -> None:
-    """What the target's config settles about the arm's drafter (a draft head's fit: hidden size, vocabulary, layer
+    """What the target's config settles about a drafter (a draft head's fit: hidden size, vocabulary, layer
     ids), before any weight loads."""
     if drafter is not None:
         DRAFTERS.get(drafter.kind).check_target(dict(drafter.knobs), target_config)
