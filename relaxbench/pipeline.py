@@ -129,6 +129,7 @@ def plan(request: RunRequest, card: ExecutorCard) -> PlannedRun:
     executor_options = validate(card.load().Options, suite.executor_options, f"executor {suite.executor!r}", "option")
     check_device(suite.device)
     run_plan = build_plan(suite)  # validates everything and reads the data before any model loads
+    card.check_plan(run_plan)  # what the executor's engine cannot run, from its card
     out_dir = request.outputs.out or default_out_dir(suite)
     Store.check_writable(out_dir / STORE_NAME)  # a file, a read-only folder or a damaged store: refused here
     if card.loads_in_driver:  # (elsewhere the workers hold the models and check there)

@@ -135,6 +135,33 @@ def test_an_executor_added_as_a_card_runs_a_compare_through_the_pipeline(recordi
     assert not (tmp_path / "refused").exists()
 
 
+def test_a_cards_plan_check_refuses_in_one_line_before_the_store_exists(tmp_path, capsys):
+    """What an engine cannot run is its card's ``check_plan``, called by the plan step on the built plan: refused in
+    one line, before the store is created or any executor starts."""
+    seen = []
+
+    def refuse_fly(plan) -> None:
+        seen.append([arm.name for arm in plan.arms])
+        if any(arm.method.policy == "fly" for arm in plan.arms):
+            raise ConfigError("the recording engine cannot run 'fly'")
+
+    card = ExecutorCard("plan-checked", "transformers", lambda: RecordingExecutor, frozenset({"graphs"}),
+                        check_plan=refuse_fly)
+    EXECUTORS.add(card.name, card)
+    RecordingExecutor.calls = []
+    try:
+        code = main(["compare", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--methods",
+                     "exact,fly", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}", "--limit", "1",
+                     "--executor", "plan-checked", "--out", str(tmp_path / "refused")])
+    finally:
+        EXECUTORS.remove(card.name)
+    err = capsys.readouterr().err
+    assert code == 2 and "the recording engine cannot run 'fly'" in err and "Traceback" not in err
+    assert seen == [["ar", "exact", "fly"]] and RecordingExecutor.calls == []
+    assert not (tmp_path / "refused").exists()
+    assert EXECUTORS.get("vllm").check_plan.__name__ == "check_vllm_plan"  # the vLLM engine's refusals are its card's
+
+
 
 class ExtendedSuite(SuiteSpec):
     """A suite with two fields a test declares, once each."""

@@ -132,6 +132,10 @@ def no_early_check(suite: SuiteSpec) -> SuiteSpec:
     return suite
 
 
+def no_plan_check(plan: Any) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class ExecutorCard:
     """An executor as the pipeline sees it before anything loads: a declaration, light to import."""
@@ -144,6 +148,9 @@ class ExecutorCard:
     # with values normalised (vLLM's engine arguments as the installed vLLM types them)
     check_early: Callable[[SuiteSpec], SuiteSpec] = no_early_check
     loads_in_driver: bool = False  # the models load in this process: prompts and heads are fitted before the lock
+    # the engine's refusals of the built plan (a rule, a drafter or a task its workers cannot run), one line each,
+    # before the store is locked or anything starts
+    check_plan: Callable[[Any], None] = no_plan_check
 
     def check_supported(self, suite: SuiteSpec, options: RunOptions) -> None:
         """The first option this suite asks for that this executor does not honour, refused in one line."""

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from relaxbench.harness.executor import Executor, ExecutorCard
 from relaxbench.harness.suite import SuiteSpec
 from relaxbench.integrations.vllm_client import ENGINE, check_engine_args, vllm_python
@@ -18,10 +20,18 @@ def check_vllm_early(suite: SuiteSpec) -> SuiteSpec:
     return suite.model_copy(update={"engine_args": check_engine_args(suite.engine_args)})
 
 
+def check_vllm_plan(plan: Any) -> None:
+    """The rules, drafters and tasks of the plan that vLLM's verification step cannot run (``vllm_executor``)."""
+    from relaxbench.integrations.vllm_executor import check_plan
+
+    check_plan(plan)
+
+
 def executor() -> type[Executor]:
     from relaxbench.integrations.vllm_executor import VllmExecutor
 
     return VllmExecutor
 
 
-CARD = ExecutorCard(ENGINE, ENGINE, executor, frozenset({"concurrency", "engine_args"}), check_vllm_early)
+CARD = ExecutorCard(ENGINE, ENGINE, executor, frozenset({"concurrency", "engine_args"}), check_vllm_early,
+                    check_plan=check_vllm_plan)

@@ -74,7 +74,8 @@ def locate(name: str) -> tuple[Any, str]:
 
 
 def check_plan(plan: RunPlan) -> None:
-    """Refuse, one line each, what the vLLM engine cannot run, before anything starts."""
+    """Refuse, one line each, what the vLLM engine cannot run, before anything starts (the vLLM card's
+    ``check_plan``, which the pipeline's plan step calls before the store is locked)."""
     sampling = SamplingParams(plan.suite.temperature, plan.suite.top_k, plan.suite.top_p)
     for arm in plan.arms:
         if arm.is_baseline:
@@ -137,7 +138,6 @@ class VllmExecutor(Executor):
     def start(self, setup: ModelSetup, plan: RunPlan) -> None:
         from relaxbench.models.load import load_tokenizer
 
-        check_plan(plan)
         if len(plan.suite.concurrency) != 1:
             raise ConfigError("the vllm executor runs one concurrency per plan")
         self.setup, self.plan = setup, plan
