@@ -5,14 +5,22 @@ head against the target's config, the target's cache, the pair's vocabularies) a
 Used by ``generate``, ``compare``, the lm-eval model class and the benchmarks, so every entry point builds a decoder
 the same way (and fails the same way on an incompatible combination). The run's arms, the columns of its grid, are
 assembled by ``harness/plan.build_arms``; this module builds each arm's decoder.
+
+``relaxbench generate``'s one completion is declared here for every engine: what the command asks
+(``CompletionRequest``) and what an engine answers (``Completion``), the two records an executor card's ``generate``
+takes and returns (``harness/executor.ExecutorCard``); the transformers engine's own is ``generate_completion``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from relaxbench.decoding.drafters import DRAFTERS, Drafter, DrafterInputs
 from relaxbench.decoding.loop import DecodeConfig, SpeculativeDecoder
+from relaxbench.decoding.prompts import check_fits_context, encode_prompt
+from relaxbench.decoding.records import GenerationResult
 from relaxbench.errors import ConfigError
 from relaxbench.methods import MODEL_FREE_DRAFTS, DrafterSpec, MethodSpec, check_method_spec, effective_drafter
 from relaxbench.ops.sampling_params import SamplingParams
@@ -122,3 +130,63 @@ def build_decoder(method: MethodSpec, target: Any, draft: Any | None, decode: De
                           "pass --draft NAME (or --draft ngram / --draft layerskip for a model-free drafter)")
     drafter = build_drafter(drafter_spec, target, draft) if drafter_spec is not None else None
     return SpeculativeDecoder(target, drafter, policy, decode)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What ``relaxbench generate`` asks an engine for: one completion of one method, every flag already checked."""
+
+    target: str
+    draft: str | None  # --draft; None where the method drafts nothing (--policy none)
+    method: MethodSpec
+    decode: DecodeConfig  # k (from ``resolve_k``, cut to what max_new_tokens can use), budget, sampling, stops, seed
+    prompt: str
+    system: str | None = None
+    chat: bool = True  # apply the target's chat template (--no-chat: False)
+    dtype: str = "auto"
+    draft_dtype: str = "auto"
+    device: str = "cpu"  # this process's device, as ``configure_runtime`` resolved --device
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # vLLM's (--engine-arg), as its card checked them
+
+    def encode(self, tokenizer: Any) -> list[int]:
+        """The prompt's ids with ``tokenizer``: the system message and the chat template unless ``chat`` is off."""
+        return encode_prompt(tokenizer, self.prompt, chat=self.chat, system=self.system)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What an engine answers ``generate`` with: the decoding result with its counters, the rule that verified and
+    the k it drafted with (0 without drafting), and a line on the decode path where the engine has one."""
+
+    result: GenerationResult
+    rule: str
+    k: int
+    decode_path: str | None = None
+
+
+def generate_completion(request: CompletionRequest) -> Completion:
+    """One completion on the transformers engine, in this process (the in-process card's ``generate``). The pair's
+    tokenizers and configs come first: the vocabularies, a draft head's fit and the prompt's fit in the target's
+    context are settled before any weight loads; then the pair loads on ``request.device``, and the method's
+    decoder generates."""
+    decode = request.decode
+    drafter = effective_drafter(request.method, request.draft)
+    preview, _ = preview_pair(request.target, request.draft)
+    check_drafter_fits(drafter, preview.config)  # a draft head that does not fit: before the target loads
+    prompt_ids = request.encode(preview.tokenizer)
+    check_fits_context(preview, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
+    target, draft = load_pair(request.target, request.draft, request.device, request.dtype, request.draft_dtype)
+    decoder = build_decoder(request.method, target, draft, decode, request.draft)
+    result = decoder.generate(prompt_ids)
+    return Completion(result, decoder.policy.name, decode.k if decoder.drafter else 0,
+                      describe_decode_path(decoder.graph_report()))
+
+
+def describe_decode_path(report: dict) -> str:
+    """One line: the kv-cache layout, and with graphs what was captured (before timing) and what it cost."""
+    line = f"kv cache {report['kv_cache']}, graphs {'on' if report['graphs'] else 'off'}"
+    for role in ("target", "drafter"):
+        if role in report:
+            r = report[role]
+            line += f"; {role}: {r['graphs']} graphs captured in {r['capture_s']:.2f} s before timing"
+    return line

@@ -5,7 +5,8 @@
   option it has passes;
 * the cards are light: reading them (the built-in one and the vLLM engine's) imports no torch;
 * an executor added as a card in a test — no other edit — is what ``compare --executor NAME`` runs, through every
-  step of the pipeline: the store gets its samples and the tables are printed;
+  step of the pipeline: the store gets its samples and the tables are printed; and an engine's card added in a test
+  is what ``generate --engine NAME`` runs, its one completion (``ExecutorCard.generate``) given the request;
 * a suite field declared once (``validation.Option``) in a test is a flag with its help, a suite-file key, a
   validation that names its flag, and part of the run key as declared — with no other edit; and every flag of
   ``compare`` that sets a suite field comes from such a declaration.
@@ -161,6 +162,67 @@ def test_a_cards_plan_check_refuses_in_one_line_before_the_store_exists(tmp_path
     assert not (tmp_path / "refused").exists()
     assert EXECUTORS.get("vllm").check_plan.__name__ == "check_vllm_plan"  # the vLLM engine's refusals are its card's
 
+
+
+def test_an_engine_added_as_a_card_is_what_generate_runs(capsys):
+    """``generate --engine NAME`` runs the card registered under the engine's name: its ``check_completion`` and its
+    ``generate`` get the request the command built, and the command prints the completion the engine returned —
+    with no other edit (the transformers engine's and vLLM's are cards the same way)."""
+    from relaxbench.decoders import Completion
+    from relaxbench.decoding.records import GenerationResult, RoundLog
+
+    requests, checked = [], []
+    rounds = RoundLog({"drafted": [3, 3], "accepted": [2, 3], "relaxed": [1, 0], "emitted": [3, 4]})
+    fixed = Completion(GenerationResult([1, 2], list(range(10, 17)), "a fixed completion", "length", rounds, 0.1, 2.0),
+                       "exact-ish", 3, "a decode path of the recording engine")
+
+    def generate(request):
+        requests.append(request)
+        return fixed
+
+    def check(request):
+        checked.append(request)
+        return request
+
+    card = ExecutorCard("recording-engine", "recording-engine", lambda: RecordingExecutor, generate=lambda: generate,
+                        check_completion=check)
+    EXECUTORS.add(card.name, card)
+    try:
+        code = main(["generate", "--engine", "recording-engine", "--target", "tiny-random-target", "--draft",
+                     "tiny-random-draft", "--policy", "speculative-sampling", "-k", "3", "--max-new-tokens", "7",
+                     "--temperature", "0.5", "--seed", "11", "--stop", "END", "--system", "be brief", "--no-chat",
+                     "--dtype", "float64", "--device", "cpu", "--prompt", "Hello there"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        [request] = requests
+        assert checked == [request]
+        assert (request.target, request.draft, request.method.policy) == ("tiny-random-target", "tiny-random-draft",
+                                                                          "speculative-sampling")
+        decode = request.decode
+        assert (decode.k, decode.max_new_tokens, decode.sampling.temperature, decode.seed, decode.stop_strings) == \
+            (3, 7, 0.5, 11, ("END",))
+        assert (request.prompt, request.system, request.chat, request.dtype) == ("Hello there", "be brief", False,
+                                                                                "float64")
+        assert request.device == "cpu" and dict(request.engine_args) == {}
+        assert captured.out.strip() == "a fixed completion"
+        # the method's name, then the rule and the k the engine returned
+        assert "speculative-sampling (exact-ish, k=3, recording-engine)" in captured.err
+        assert "a decode path of the recording engine" in captured.err
+        assert "3.50" in captured.err and "83.33%" in captured.err  # the counters: 7 tokens in 2 rounds, 5 of 6
+        # --engine-arg is refused in one line for an engine whose card does not support engine arguments
+        code = main(["generate", "--engine", "recording-engine", "--target", "tiny-random-target", "--policy", "none",
+                     "--prompt", "hi", "--engine-arg", "max_model_len=64"])
+        err = capsys.readouterr().err
+        assert code == 2 and "--engine-arg max_model_len=... applies to --engine vllm" in err
+        assert "the recording-engine engine takes --device and --dtype" in err and len(requests) == 1
+    finally:
+        EXECUTORS.remove(card.name)
+    # an engine no card runs is one line, naming the engines there are
+    assert main(["generate", "--engine", "recording-engin", "--target", "t", "--policy", "none", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown engine 'recording-engin'" in err and "transformers, vllm" in err and "\n" not in err.strip()
+    assert EXECUTORS.get("in-process").generate().__name__ == "generate_completion"
+    assert EXECUTORS.get("vllm").generate().__name__ == "generate_once"
 
 
 class ExtendedSuite(SuiteSpec):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from relaxbench.commands.args import add_decoding_args, add_graphs_args, add_runtime_args, runtime_from_args
 from relaxbench.harness.preflight import check_files_early, check_graphs_early
 from relaxbench.validation import parse_assignments
+
+if TYPE_CHECKING:
+    from relaxbench.harness.executor import ExecutorCard
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--system", default=None, help="system message for chat models")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
-                   help="decoding engine: relaxbench's own loop (default) or vLLM (docs/engines.md)")
+    g.add_argument("--engine", default="transformers", metavar="ENGINE",
+                   help="decoding engine: transformers (relaxbench's own loop, default) or vllm (docs/engines.md); "
+                        "an executor plug-in registered under its engine's name adds that engine")
     g.add_argument("--engine-arg", action="append", metavar="KEY=VALUE", default=None,
                    help="vllm: an argument of vLLM's engine (max_model_len=8192, quantization=fp8, "
                         "enforce_eager=false, ...), checked against the installed vLLM before anything starts, as "
@@ -49,18 +54,32 @@ def method_from_args(args: argparse.Namespace):
                           parse_assignments(args.drafter_knob, "--drafter-knob"), args.draft)
 
 
-def engine_args_from_args(args: argparse.Namespace) -> dict[str, object]:
-    """``--engine-arg`` as ``compare`` reads it: KEY=VALUE pairs, none relaxbench sets itself, the vLLM engine only;
-    each a one-line error. The values are then checked against the installed vLLM (``check_engine_args``)."""
+def engine_card_from_args(args: argparse.Namespace) -> ExecutorCard:
+    """The card of ``--engine`` (``harness/executor.engine_card``, as ``compare`` finds the engine's executor), which
+    must declare the engine's one completion (``ExecutorCard.generate``); each a one-line error."""
+    from relaxbench.errors import ConfigError
+    from relaxbench.harness.executor import engine_card
+
+    card = engine_card(args.engine)
+    if card.generate is None:
+        raise ConfigError(f"--engine {args.engine}: its executor {card.name!r} declares no one completion "
+                          f"(ExecutorCard.generate); run the engine with relaxbench compare --engine {args.engine}")
+    return card
+
+
+def engine_args_from_args(args: argparse.Namespace, card: ExecutorCard) -> dict[str, object]:
+    """``--engine-arg`` as ``compare`` reads it: KEY=VALUE pairs, none relaxbench sets itself, for an engine whose
+    card supports them (vLLM's); each a one-line error. The values are then checked by the card
+    (``check_completion``: against the installed vLLM)."""
     from relaxbench.errors import ConfigError
     from relaxbench.harness.suite import check_not_owned
 
     engine_args = parse_assignments(args.engine_arg, "--engine-arg")
     if not engine_args:
         return {}
-    if args.engine != "vllm":
+    if "engine_args" not in card.supports:
         raise ConfigError(f"--engine-arg {next(iter(engine_args))}=... applies to --engine vllm (vLLM's engine "
-                          "arguments); the transformers engine takes --device and --dtype")
+                          f"arguments); the {card.engine} engine takes --device and --dtype")
     try:
         check_not_owned(engine_args)
     except ValueError as exc:
@@ -114,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
     from relaxbench.methods import check_method_spec
     from relaxbench.ops.sampling_params import SamplingParams
 
+    card = engine_card_from_args(args)
     check_prompt(args.prompt, args.system)
-    check_graphs_early(args.graphs, args.device, args.engine)
-    engine_args = engine_args_from_args(args)
+    check_graphs_early(args.graphs, args.device, card.engine)
+    engine_args = engine_args_from_args(args, card)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     draft_name = None if method.policy == "none" else args.draft
@@ -124,10 +144,8 @@ def run(args: argparse.Namespace) -> int:
     check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
     check_context_from_files(args.target, args.prompt, args.system, args.max_new_tokens)
 
-    from relaxbench.decoders import (build_decoder, check_drafter_fits, check_method, effective_drafter, load_pair,
-                                 preview_pair, resolve_k)
+    from relaxbench.decoders import CompletionRequest, check_method, resolve_k
     from relaxbench.decoding.loop import DecodeConfig
-    from relaxbench.decoding.prompts import check_fits_context, encode_prompt
     from relaxbench.ui import console
 
     device = runtime_from_args(args)
@@ -135,37 +153,18 @@ def run(args: argparse.Namespace) -> int:
                                                                            args.max_new_tokens)
     decode = DecodeConfig(k=k, max_new_tokens=args.max_new_tokens, sampling=sampling,
                           stop_strings=tuple(args.stop), seed=args.seed)
+    request = CompletionRequest(args.target, draft_name, method, decode, args.prompt, args.system,
+                                chat=not args.no_chat, dtype=args.dtype, draft_dtype=args.draft_dtype, device=device,
+                                engine_args=engine_args)
     check_method(method.name, method, draft_name, sampling)  # modes and drafter compatibility too, before any load
-    graph_line = None
-    if args.engine == "vllm":
-        from relaxbench.integrations.vllm_client import check_engine_args, vllm_python
-        from relaxbench.integrations.vllm_executor import generate_once
+    request = card.check_completion(request)  # the engine's own (vLLM: its environment, its engine arguments)
+    completion = card.generate()(request)
 
-        vllm_python()  # a missing vLLM environment is one line, before anything loads
-        if engine_args:  # names and values as the installed vLLM types them, before the engine starts
-            engine_args = check_engine_args(engine_args)
-        result = generate_once(args.target, draft_name, method, decode.k, sampling, args.max_new_tokens,
-                               tuple(args.stop), lambda tok: encode_prompt(tok, args.prompt, chat=not args.no_chat,
-                                                                          system=args.system),
-                               args.dtype, args.seed, engine_args)
-        policy_name, k_shown = method.policy, 0 if method.policy == "none" else decode.k
-    else:
-        drafter = effective_drafter(method, draft_name)
-        # tokenizers and configs first: the vocabulary and the prompt's fit are settled before any weight loads
-        preview, _ = preview_pair(args.target, draft_name)
-        check_drafter_fits(drafter, preview.config)  # a draft head that does not fit: before the target loads
-        prompt_ids = encode_prompt(preview.tokenizer, args.prompt, chat=not args.no_chat, system=args.system)
-        check_fits_context(preview, "--prompt", len(prompt_ids), decode.max_new_tokens, decode.k if drafter else 0)
-        target, draft = load_pair(args.target, draft_name, device, args.dtype, args.draft_dtype)
-        decoder = build_decoder(method, target, draft, decode, draft_name)
-        result = decoder.generate(prompt_ids)
-        policy_name, k_shown = decoder.policy.name, decode.k if decoder.drafter else 0
-        graph_line = describe_decode_path(decoder.graph_report())
-
+    result = completion.result
     out = console()
     out.print(result.text, markup=False, highlight=False)
     err = console(stderr=True)
-    table = Table(title=f"{method.name} ({policy_name}, k={k_shown}, {args.engine})")
+    table = Table(title=f"{method.name} ({completion.rule}, k={completion.k}, {card.engine})")
     for col in ("tokens", "rounds", "mean acc. length", "acceptance rate", "relaxed", "tokens/s", "stop"):
         table.add_column(col, justify="right")
     c = result.counters
@@ -173,16 +172,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{c.mean_acceptance_length:.2f}", "-" if c.acceptance_rate is None else f"{c.acceptance_rate:.2%}",
                   str(c.relaxed), f"{result.tokens_per_second:.2f}", result.stop_reason)
     err.print(table)
-    if graph_line:
-        err.print(graph_line, markup=False, highlight=False)
+    if completion.decode_path:
+        err.print(completion.decode_path, markup=False, highlight=False)
     return 0
-
-
-def describe_decode_path(report: dict) -> str:
-    """One line: the kv-cache layout, and with graphs what was captured (before timing) and what it cost."""
-    line = f"kv cache {report['kv_cache']}, graphs {'on' if report['graphs'] else 'off'}"
-    for role in ("target", "drafter"):
-        if role in report:
-            r = report[role]
-            line += f"; {role}: {r['graphs']} graphs captured in {r['capture_s']:.2f} s before timing"
-    return line

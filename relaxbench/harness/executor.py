@@ -7,12 +7,13 @@ the driver process is the store's one writer.
 
 Every executor is declared by an ``ExecutorCard`` in one registry, ``EXECUTORS``: the decoding engine it runs, the
 suite options it honours (``SUPPORTS``), the checks its engine makes from the files alone before torch loads, and
-whether its models load in this process. The run's pipeline (``relaxbench.pipeline``) asks the registry and every
-"is this supported" refusal comes from these declarations, here. The cards are light (no torch): the executor
-class itself is imported when a run starts. The in-process card is built in; the others are plug-ins of the
-``relaxbench.executors`` entry-point group, loaded by name (Ray's: ``relaxbench.integrations.ray_executor``, the
-vLLM engine's: ``relaxbench.integrations.vllm_engine``), each executor with its own ``Options`` spec (a suite's
-``executor_options``).
+whether its models load in this process; and, for ``relaxbench generate --engine``, how its engine makes one
+completion. The run's pipeline (``relaxbench.pipeline``) and ``generate`` ask the registry and every "is this
+supported" refusal comes from these declarations, here. The cards are light (no torch): the executor class itself
+is imported when a run starts, an engine's one completion when ``generate`` runs. The in-process card is built in;
+the others are plug-ins of the ``relaxbench.executors`` entry-point group, loaded by name (Ray's:
+``relaxbench.integrations.ray_executor``, the vLLM engine's: ``relaxbench.integrations.vllm_engine``), each executor
+with its own ``Options`` spec (a suite's ``executor_options``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from relaxbench.errors import ConfigError
+from relaxbench.errors import ConfigError, UnknownNameError
 from relaxbench.harness.environment import describe_environment
 from relaxbench.harness.suite import SuiteSpec
-from relaxbench.registry import Registry
+from relaxbench.registry import Registry, did_you_mean
 from relaxbench.validation import Spec
 
-if TYPE_CHECKING:  # the runner and the plan bring torch: imported when a run starts, not when a card is read
+if TYPE_CHECKING:  # the runner, the plan and the decoders bring torch: imported when a run starts, not for a card
+    from relaxbench.decoders import Completion, CompletionRequest
     from relaxbench.harness.plan import RunPlan
     from relaxbench.harness.runner import ProgressSink
     from relaxbench.harness.store import Store
@@ -136,6 +138,10 @@ def no_plan_check(plan: Any) -> None:
     return None
 
 
+def no_completion_check(request: CompletionRequest) -> CompletionRequest:
+    return request
+
+
 @dataclass(frozen=True)
 class ExecutorCard:
     """An executor as the pipeline sees it before anything loads: a declaration, light to import."""
@@ -151,6 +157,13 @@ class ExecutorCard:
     # the engine's refusals of the built plan (a rule, a drafter or a task its workers cannot run), one line each,
     # before the store is locked or anything starts
     check_plan: Callable[[Any], None] = no_plan_check
+    # ``relaxbench generate --engine ENGINE``'s one completion on this card's engine, imported when generate runs
+    # (torch comes with it): the function that takes the request and returns the completion; None for an executor
+    # that is not its engine's own (generate runs an engine in this process, never on a cluster)
+    generate: Callable[[], Callable[[CompletionRequest], Completion]] | None = None
+    # the engine's refusals of generate's request before anything loads (its environment, its engine arguments),
+    # one line each; may return the request with values normalised, as ``check_early`` the suite
+    check_completion: Callable[[CompletionRequest], CompletionRequest] = no_completion_check
 
     def check_supported(self, suite: SuiteSpec, options: RunOptions) -> None:
         """The first option this suite asks for that this executor does not honour, refused in one line."""
@@ -183,8 +196,25 @@ def executor_card(suite: SuiteSpec, options: RunOptions) -> ExecutorCard:
         if suite.executor != DEFAULT_EXECUTOR:
             raise ConfigError(f"--executor {suite.executor} runs the {card.engine} engine, not --engine "
                               f"{suite.engine}: leave out --executor {suite.executor}, or use --engine {card.engine}")
-        card = EXECUTORS.get(suite.engine)
+        card = engine_card(suite.engine)
     card.check_supported(suite, options)
+    return card
+
+
+def engine_card(engine: str) -> ExecutorCard:
+    """The executor an engine runs on when none is named: the default executor where it runs that engine, else the
+    one registered under the engine's name (``compare`` with the default executor; ``generate --engine``). An
+    engine no card runs under its name is one line naming the engines there are."""
+    card = EXECUTORS.get(DEFAULT_EXECUTOR)
+    if card.engine == engine:
+        return card
+    try:
+        card = EXECUTORS.get(engine)
+    except UnknownNameError:
+        pass
+    if card.engine != engine:
+        known = sorted({other.engine for _, other in EXECUTORS.items()})
+        raise UnknownNameError(f"unknown engine {engine!r}{did_you_mean(engine, known)} (known: {', '.join(known)})")
     return card
 
 
@@ -249,6 +279,13 @@ def check_transformers_early(suite: SuiteSpec) -> SuiteSpec:
     return suite
 
 
+def generate_in_process() -> Callable[[CompletionRequest], Completion]:
+    """The transformers engine's one completion (``decoders.generate_completion``), imported when generate runs."""
+    from relaxbench.decoders import generate_completion
+
+    return generate_completion
+
+
 EXECUTORS.add(DEFAULT_EXECUTOR, ExecutorCard(DEFAULT_EXECUTOR, "transformers", lambda: InProcessExecutor,
                                              frozenset({"device_map", "graphs"}), check_transformers_early,
-                                             loads_in_driver=True))
+                                             loads_in_driver=True, generate=generate_in_process))

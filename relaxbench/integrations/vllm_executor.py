@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from relaxbench.decoders import Completion, CompletionRequest, effective_drafter
 from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.decoding.records import GenerationResult, RoundLog, round_fields
 from relaxbench.decoding.stops import decode_output
@@ -362,14 +363,13 @@ def to_generation(tokenizer: Any, prompt_ids: list[int], result: Mapping[str, An
                             float(latency.get("ttft") or 0.0), float(total if total is not None else 0.0))
 
 
-def generate_once(target: str, draft: str | None, method: Any, k: int, sampling: Any, max_new_tokens: int,
-                  stops: Sequence[str], encode: Any, dtype: str = "auto", seed: int = 0,
-                  engine_args: Mapping[str, Any] | None = None) -> GenerationResult:
-    """``relaxbench generate --engine vllm``: one completion of one method on a fresh vLLM engine. ``encode``
-    turns the tokenizer into the prompt ids; ``engine_args`` are the user's (``--engine-arg``, checked)."""
-    from relaxbench.decoders import effective_drafter
+def generate_once(request: CompletionRequest) -> Completion:
+    """``relaxbench generate --engine vllm`` (the vLLM card's ``generate``): one completion of one method on a fresh
+    vLLM engine, the engine arguments as the card checked them (``--engine-arg``)."""
     from relaxbench.models.load import load_tokenizer
 
+    method, target, draft, decode = request.method, request.target, request.draft, request.decode
+    sampling = decode.sampling
     drafter = effective_drafter(method, draft)
     if method.policy != "none":
         if method.policy != NATIVE:
@@ -379,17 +379,21 @@ def generate_once(target: str, draft: str | None, method: Any, k: int, sampling:
         if drafter.kind == "mtp":
             check_mtp_target(target, target_config(target))
         draft_ref = locate(draft)[1] if drafter.kind == "model" and draft is not None else None
-        spec = speculative_config(drafter.kind, drafter.knobs, k, draft_ref,
+        spec = speculative_config(drafter.kind, drafter.knobs, decode.k, draft_ref,
                                   greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy,
                                   target=locate(target)[1])
     else:
         spec = None
     tokenizer = load_tokenizer(target, quiet=True)
-    prompt_ids = encode(tokenizer)
+    prompt_ids = request.encode(tokenizer)
     with VllmClient() as client:
-        client.start(EngineConfig(locate(target)[1], dtype, spec, 1, seed=seed, engine_args=dict(engine_args or {})))
+        client.start(EngineConfig(locate(target)[1], request.dtype, spec, 1, seed=decode.seed,
+                                  engine_args=dict(request.engine_args)))
         rule = None if spec is None else {"policy": method.policy, "knobs": dict(method.knobs)}
-        answer = client.generate([{"prompt_ids": prompt_ids, "max_tokens": max_new_tokens,
+        answer = client.generate([{"prompt_ids": prompt_ids, "max_tokens": decode.max_new_tokens,
                                    "temperature": sampling.temperature, "top_k": sampling.top_k,
-                                   "top_p": sampling.top_p, "seed": seed, "stop": list(stops), "rule": rule}])
-    return to_generation(tokenizer, prompt_ids, answer["results"][0], stops, None if drafter is None else drafter.kind)
+                                   "top_p": sampling.top_p, "seed": decode.seed, "stop": list(decode.stop_strings),
+                                   "rule": rule}])
+    result = to_generation(tokenizer, prompt_ids, answer["results"][0], decode.stop_strings,
+                           None if drafter is None else drafter.kind)
+    return Completion(result, method.policy, 0 if method.policy == "none" else decode.k)
