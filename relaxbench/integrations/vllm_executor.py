@@ -371,6 +371,7 @@ def generate_once(request: CompletionRequest) -> Completion:
     method, target, draft, decode = request.method, request.target, request.draft, request.decode
     sampling = decode.sampling
     drafter = effective_drafter(method, draft)
+    target_ref = locate(target)[1]  # fetched and converted once, then named to the spec and the engine
     if method.policy != "none":
         if method.policy != NATIVE:
             check_rule(make_policy(method.policy, method.knobs))
@@ -381,13 +382,13 @@ def generate_once(request: CompletionRequest) -> Completion:
         draft_ref = locate(draft)[1] if drafter.kind == "model" and draft is not None else None
         spec = speculative_config(drafter.kind, drafter.knobs, decode.k, draft_ref,
                                   greedy_drafts=drafter_duties(POLICIES.get(method.policy), sampling).sampling.greedy,
-                                  target=locate(target)[1])
+                                  target=target_ref)
     else:
         spec = None
     tokenizer = load_tokenizer(target, quiet=True)
     prompt_ids = request.encode(tokenizer)
     with VllmClient() as client:
-        client.start(EngineConfig(locate(target)[1], request.dtype, spec, 1, seed=decode.seed,
+        client.start(EngineConfig(target_ref, request.dtype, spec, 1, seed=decode.seed,
                                   engine_args=dict(request.engine_args)))
         rule = None if spec is None else {"policy": method.policy, "knobs": dict(method.knobs)}
         answer = client.generate([{"prompt_ids": prompt_ids, "max_tokens": decode.max_new_tokens,
