@@ -138,9 +138,12 @@ def test_compare_refuses_a_bad_engine_arg_before_anything_starts(tmp_path: Path,
     assert not out.exists()  # nothing started, nothing written
 
 
-TABLE_CASES = [("tensor_parallel_size", "3"), ("tensor_parallel_size", "two"), ("tensor_parallel_size", 2),
-               ("gpu_memory_utilization", "0.7"), ("gpu_memory_utilization", "most"), ("enforce_eager", True),
-               ("enforce_eager", False), ("enforce_eager", "maybe"), ("tensor_paralel_size", 2),
+# each kind of value the table settles, each on a key of its own so that one start of vLLM's interpreter answers them
+# all: an integer as text, as a number and misspelt; a float as text and misspelt; a flag on, off and misspelt; a
+# misspelt key and one this vLLM does not have
+TABLE_CASES = [("tensor_parallel_size", "3"), ("pipeline_parallel_size", "two"), ("data_parallel_size", 2),
+               ("gpu_memory_utilization", "0.7"), ("cpu_offload_gb", "most"), ("enforce_eager", True),
+               ("enable_prefix_caching", False), ("trust_remote_code", "maybe"), ("tensor_paralel_size", 2),
                ("max_num_seqs", "8"), ("swap_space", "1.5")]
 
 
@@ -152,18 +155,13 @@ def test_the_argument_table_answers_exactly_as_vllms_parser(tmp_path: Path, monk
     from relaxbench.integrations.vllm_arg_table import NotSettled, Refused, check_one
 
     python = _vllm_python()
-    rounds: list[dict] = []  # each key once a round: vLLM's parser answers a round in one start of its interpreter
-    for key, value in TABLE_CASES:
-        free = next((r for r in rounds if key not in r), None)
-        if free is None:
-            rounds.append(free := {})
-        free[key] = value
-    replies = [vllm_client._ask_vllm(python, given) for given in rounds]
-    table = replies[0]["table"]
-    assert table["vllm"] == replies[0]["vllm"] and "tensor_parallel_size" in table["fields"]
+    assert len({key for key, _ in TABLE_CASES}) == len(TABLE_CASES)  # one round: each key once
+    reply = vllm_client._ask_vllm(python, dict(TABLE_CASES))
+    table = reply["table"]
+    assert table["vllm"] == reply["vllm"] and "tensor_parallel_size" in table["fields"]
     settled = 0
     for key, value in TABLE_CASES:
-        parser = next(r["verdicts"][key] for given, r in zip(rounds, replies) if given.get(key, object()) is value)
+        parser = reply["verdicts"][key]
         try:
             ours = {"ok": True, "value": check_one(key, value, table)}
         except Refused as exc:

@@ -119,7 +119,10 @@ def convert_gguf(gguf: Path, out_dir: Path, quiet: bool = False) -> Path:
         if result.name not in names:
             continue
         name = names[result.name]
-        value = torch.from_numpy(result.weights.copy()).to(torch.float32).contiguous()
+        weights = result.weights
+        if not weights.flags.writeable:  # the file's own bytes (a plain tensor, read-only mapped): copied out once
+            weights = weights.copy()
+        value = torch.from_numpy(weights).to(torch.float32).contiguous()  # a dequantized tensor is not copied again
         shards[-1][name] = value
         weight_map[name] = len(shards)
         total += value.numel() * value.element_size()
