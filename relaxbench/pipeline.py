@@ -108,8 +108,8 @@ def check(request: RunRequest) -> tuple[RunRequest, ExecutorCard]:
     """Everything the request settles before torch loads, each refusal one line: the executor and what it supports,
     the files on disk, the engine's own early checks (names, knobs, budgets, engine arguments), the profiles."""
     suite = request.suite
-    card = executor_card(suite, RunOptions(graphs=request.runtime.graphs))
-    check_graphs_early(request.runtime.graphs, suite.device, card.engine, suite.device_map)
+    card = executor_card(suite, RunOptions(kv_cache=request.runtime.kv_cache, graphs=request.runtime.graphs))
+    check_graphs_early(request.runtime.graphs, suite.device, suite.device_map)
     check_files_early(suite.target, suite.draft, suite.data_files, suite.tasks)
     suite = card.check_early(suite)
     check_profile_args(list(suite.profiles), request.outputs.x_axis)

@@ -115,8 +115,9 @@ class Executor(ABC):
 @dataclass(frozen=True)
 class RunOptions:
     """What the command line sets beside the suite that an engine may not take: the transformers engine's decode
-    path (``--graphs``), which is recorded in the environment, not in the run key."""
+    path (``--kv-cache``, ``--graphs``), which is recorded in the environment, not in the run key."""
 
+    kv_cache: str = "auto"
     graphs: str = "auto"
 
 
@@ -126,6 +127,7 @@ SUPPORTS: dict[str, tuple[Callable[[SuiteSpec, RunOptions], bool], Callable[[Sui
     "engine_args": (lambda suite, _: bool(suite.engine_args),
                     lambda suite, _: f"--engine-arg {next(iter(suite.engine_args))}=..."),
     "device_map": (lambda suite, _: suite.device_map is not None, lambda suite, _: "--device-map"),
+    "kv_cache": (lambda _, options: options.kv_cache != "auto", lambda _, options: f"--kv-cache {options.kv_cache}"),
     "graphs": (lambda _, options: options.graphs != "auto", lambda _, options: f"--graphs {options.graphs}"),
 }
 
@@ -168,8 +170,14 @@ class ExecutorCard:
     def check_supported(self, suite: SuiteSpec, options: RunOptions) -> None:
         """The first option this suite asks for that this executor does not honour, refused in one line."""
         for option, (asked, flag) in SUPPORTS.items():
-            if option not in self.supports and asked(suite, options):
-                raise ConfigError(f"{flag(suite, options)} {APPLIES_TO[option]}")
+            if asked(suite, options):
+                self.refuse_unsupported(option, flag(suite, options))
+
+    def refuse_unsupported(self, option: str, flag: str) -> None:
+        """``flag``, as the command line gave an option of the kind ``option`` (a key of ``SUPPORTS``), refused in
+        one line unless this executor honours it: ``compare`` through ``check_supported``, ``generate`` directly."""
+        if option not in self.supports:
+            raise ConfigError(f"{flag} {APPLIES_TO[option]}")
 
 
 # where an option applies, said when an executor that lacks it refuses it
@@ -180,6 +188,8 @@ APPLIES_TO = {
                    "--dtype and --device-map",
     "device_map": "applies to the transformers engine (accelerate's placement); vLLM spreads a model with "
                   "--engine-arg tensor_parallel_size=N",
+    "kv_cache": "applies to the transformers engine (vLLM manages its own paged KV cache: --engine-arg "
+                "kv_cache_memory_bytes=..., block_size=...)",
     "graphs": "applies to the transformers engine (vLLM captures its own: --engine-arg enforce_eager=...)",
 }
 
@@ -287,5 +297,5 @@ def generate_in_process() -> Callable[[CompletionRequest], Completion]:
 
 
 EXECUTORS.add(DEFAULT_EXECUTOR, ExecutorCard(DEFAULT_EXECUTOR, "transformers", lambda: InProcessExecutor,
-                                             frozenset({"device_map", "graphs"}), check_transformers_early,
+                                             frozenset({"device_map", "kv_cache", "graphs"}), check_transformers_early,
                                              loads_in_driver=True, generate=generate_in_process))

@@ -10,18 +10,15 @@ from pathlib import Path
 from relaxbench.errors import ConfigError
 
 
-def check_graphs_early(graphs: str, device: str | None, engine: str | None = "transformers",
-                       device_map: str | None = None) -> None:
-    """What ``--graphs`` settles before torch loads: ``on`` with ``--device cpu``, with ``--device-map``, or with the
-    vLLM engine (which captures its own graphs), is one line."""
+def check_graphs_early(graphs: str, device: str | None, device_map: str | None = None) -> None:
+    """What ``--graphs`` settles with the device before torch loads: ``on`` with ``--device cpu`` or with
+    ``--device-map`` is one line. (Whether the engine takes ``--graphs`` at all is its executor card's
+    ``supports``.)"""
     if graphs == "on" and str(device or "auto") == "cpu":
         raise ConfigError("--graphs on needs a CUDA device (captured graphs are CUDA graphs); this run is on cpu")
     if graphs == "on" and device_map:
         raise ConfigError("--graphs on cannot be used with --device-map (a target spread over GPUs is not captured "
                           "as one graph); use --graphs off")
-    if graphs != "auto" and engine == "vllm":
-        raise ConfigError("--graphs applies to the transformers engine (vLLM captures its own: "
-                          "--engine-arg enforce_eager=...)")
 
 
 def check_files_early(target: str | None, draft: str | None, data_files: Mapping[str, str] | None = None,

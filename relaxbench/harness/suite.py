@@ -35,9 +35,6 @@ def check_not_owned(engine_args: Mapping[str, Any]) -> None:
 
 
 
-ENGINES = ("transformers", "vllm")
-
-
 def split_names(value: Any, what: str) -> tuple[str, ...]:
     """A comma-separated string or a list of names, as a non-empty tuple."""
     names = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v).strip() for v in value]
@@ -131,11 +128,12 @@ class SuiteSpec(Spec):
         "price proxy speed-ups on a cost profile: a device (relaxbench profile --list), a profile file (relaxbench "
         "profile ... --out FILE) or this-machine; repeatable; recorded with the run, so summary and report use it "
         "too", flag="--profile", metavar="NAME|FILE", form="append", key="no")] = ()
-    # the decoding engine: relaxbench's own loop (transformers, batch 1) or vLLM (docs/engines.md); and the
+    # the decoding engine: relaxbench's own loop (transformers, batch 1), vLLM (docs/engines.md) or one an executor
+    # plug-in runs (the executor cards say which there are: harness/executor.engine_card refuses any other); and the
     # requests vLLM keeps in flight (its max_num_seqs), one run per value
     engine: Annotated[Text, Option(
-        "decoding engine: relaxbench's own loop (transformers, default) or vLLM (docs/engines.md; `make install` "
-        "sets it up)", key="off-default")] = "transformers"
+        "decoding engine: relaxbench's own loop (transformers, default), vLLM (docs/engines.md; `make install` "
+        "sets it up) or one an executor plug-in registers", key="off-default")] = "transformers"
     concurrency: Annotated[tuple[Integer, ...], Option(
         "vllm: requests in flight (vLLM's max_num_seqs), one run per value (default 1)", metavar="N[,M,...]",
         form="csv", key="off-default")] = (1,)
@@ -146,13 +144,6 @@ class SuiteSpec(Spec):
         "quantization=fp8, enforce_eager=false), checked against the installed vLLM before anything starts "
         "(repeatable; docs/engines.md)", flag="--engine-arg", metavar="KEY=VALUE", form="assign",
         key="when-set")] = Field(default_factory=dict)
-
-    @field_validator("engine")
-    @classmethod
-    def _engine(cls, value: str) -> str:
-        if value not in ENGINES:
-            raise ValueError(f"must be one of {', '.join(ENGINES)}, got {value!r}{did_you_mean(value, list(ENGINES))}")
-        return value
 
     @field_validator("engine_args", mode="before")
     @classmethod

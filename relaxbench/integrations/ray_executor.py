@@ -408,4 +408,5 @@ class Dispatcher:
 
 
 CARD = ExecutorCard(
-    "ray", "transformers", lambda: RayExecutor, frozenset({"device_map", "graphs"}), check_transformers_early)
+    "ray", "transformers", lambda: RayExecutor, frozenset({"device_map", "kv_cache", "graphs"}),
+    check_transformers_early)
