@@ -231,7 +231,7 @@ def listed(policies: Any) -> list[tuple[str, type]]:
 
 
 def listed_policies() -> list[PolicyFacts]:
-    """The facts of every rule ``relaxbench list policies`` shows (``listed``), by name."""
+    """The facts of every rule ``relaxbench list rules`` shows (``listed``), by name."""
     section = _section("policies")
     if section is None or _plugins(section["groups"]):
         return [policy_facts(cls) for _, cls in listed(_registry("policies"))]

@@ -137,7 +137,7 @@ class CompletionRequest:
     """What ``relaxbench generate`` asks an engine for: one completion of one method, every flag already checked."""
 
     target: str
-    draft: str | None  # --draft; None where the method drafts nothing (--policy none)
+    draft: str | None  # --draft; None where the method drafts nothing (--rule none)
     method: MethodSpec
     decode: DecodeConfig  # k (from ``resolve_k``, cut to what max_new_tokens can use), budget, sampling, stops, seed
     prompt: str

@@ -20,8 +20,8 @@ def test_the_quick_run_prints_every_rule_with_its_counts_and_exits_0(capsys, mon
     from relaxbench.cli import main
 
     monkeypatch.setattr(allocator, "keep_freed_memory", lambda: pytest.fail("the default changed the allocator"))
-    code = main(["bench", "verify", "--quick", "--policy", "exact", "--policy", "speculative-sampling",
-                 "--policy", "fly", "--policy", "autojudge"])
+    code = main(["bench", "verify", "--quick", "--rule", "exact", "--rule", "speculative-sampling",
+                 "--rule", "fly", "--rule", "autojudge"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     out = captured.out
@@ -45,7 +45,7 @@ def test_allocator_kept_sets_malloc_and_says_so(capsys, monkeypatch):
 
     # the setting is process-wide: stood in for here, made for real in a subprocess below
     monkeypatch.setattr(allocator, "keep_freed_memory", lambda: "malloc as the test set it")
-    assert main(["bench", "verify", "--quick", "--policy", "exact", "--allocator", "kept"]) == 0
+    assert main(["bench", "verify", "--quick", "--rule", "exact", "--allocator", "kept"]) == 0
     assert "malloc as the test set it" in capsys.readouterr().out
 
 
@@ -88,7 +88,7 @@ def test_kept_memory_is_reused_without_page_faults_where_the_default_faults_it_i
 def test_bad_flags_are_one_line_errors(capsys):
     from relaxbench.cli import main
 
-    for argv in (["--batch", "0,8"], ["-k", "four"], ["--policy", "none"], ["--policy", "exaact"], ["--top-ops", "0"]):
+    for argv in (["--batch", "0,8"], ["-k", "four"], ["--rule", "none"], ["--rule", "exaact"], ["--top-ops", "0"]):
         assert main(["bench", "verify", "--quick", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
@@ -121,7 +121,7 @@ def test_the_profile_ranks_each_rules_operations_by_their_share_of_the_step():
 
 def test_the_profile_flag_prints_its_table_without_the_profilers_own_lines():
     """In a subprocess: the profiler's native library writes to the process's stderr, which the bench silences."""
-    done = subprocess.run([sys.executable, "-m", "relaxbench", "bench", "verify", "--quick", "--policy", "exact",
+    done = subprocess.run([sys.executable, "-m", "relaxbench", "bench", "verify", "--quick", "--rule", "exact",
                            "--top-ops", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "where a step goes: B=4, V=64, k=4" in done.stdout and "operation" in done.stdout
@@ -276,16 +276,16 @@ def test_a_configuration_that_cannot_fit_in_memory_is_one_line_with_the_bytes_it
     assert f"needs about {need / 2**30:,.1f} GiB ({need:,} bytes" in err and "GiB free" in err
 
 
-def test_bench_policies_refuses_a_vocabulary_that_cannot_fit_before_loading(capsys, monkeypatch):
-    """The same check for ``bench policies``' one-request step, before its target loads."""
+def test_bench_rules_refuses_a_vocabulary_that_cannot_fit_before_loading(capsys, monkeypatch):
+    """The same check for ``bench rules``' one-request step, before its target loads."""
     import relaxbench.models as models
     from relaxbench.cli import main
     from relaxbench.commands.bench.verify import step_bytes
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the target was loaded"))
     _, need = step_bytes(1, 15, 10**12)
-    assert main(["bench", "policies", "--vocab", str(10**12), "--target", "tiny-random-target"]) == 2
+    assert main(["bench", "rules", "--vocab", str(10**12), "--target", "tiny-random-target"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("relaxbench: error: bench policies: the step at B = 1, k = 15, V = 1,000,000,000,000")
+    assert err.startswith("relaxbench: error: bench rules: the step at B = 1, k = 15, V = 1,000,000,000,000")
     assert f"({need:,} bytes" in err and "lower -k or --vocab" in err

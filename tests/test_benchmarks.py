@@ -188,9 +188,10 @@ def test_bench_subcommands_share_the_runtime_flags():
              "policies": {"device", "dtype", "threads"}, "verify": {"device", "threads"}, "gpu": {"device", "threads"}}
     device_default = {"policies": "cpu", "verify": "cpu", "gpu": "cuda"}
     threads_default = {"verify": 1}  # a decision's host overhead, one thread
+    command = {"policies": "rules"}  # a module's subcommand, where its name differs
     assert [m.__name__.rsplit(".", 1)[1] for m in BENCHMARK_MODULES] == list(takes)
     for name, flags in takes.items():
-        args = parser.parse_args(["bench", name, *(["MODEL"] if name == "forward" else [])])
+        args = parser.parse_args(["bench", command.get(name, name), *(["MODEL"] if name == "forward" else [])])
         runtime = {key for key in ("device", "dtype", "draft_dtype", "threads") if hasattr(args, key)}
         assert runtime == flags, name
         dtype = "float32" if name == "engines" else "auto"  # both engines at one dtype vLLM's CPU build runs
@@ -208,11 +209,11 @@ def test_bench_forward_and_policies_print_their_tables(capsys):
     out = capsys.readouterr().out
     assert "forward cost, ms (context 8 tokens, median of 1)" in out and "1 tok" in out and "2 tok" in out
     assert "tiny-random-target" in out and "float32" in out
-    code = main(["bench", "policies", "--target", "tiny-random-target", "--vocab", "64", "-k", "3", "--rounds", "2",
-                 "--sampling-rounds", "2", "--repeats", "1", "--context", "8", "--policy", "exact", "--mode",
+    code = main(["bench", "rules", "--target", "tiny-random-target", "--vocab", "64", "-k", "3", "--rounds", "2",
+                 "--sampling-rounds", "2", "--repeats", "1", "--context", "8", "--rule", "exact", "--mode",
                  "greedy"])
     out = capsys.readouterr().out
-    assert "policy decision time per round: V=64, k=3" in out and "exact" in out and "greedy" in out
+    assert "rule decision time per round: V=64, k=3" in out and "exact" in out and "greedy" in out
     row = next(line for line in out.splitlines() if "exact" in line and "greedy" in line)
     assert code == (0 if row.rstrip(" │").endswith("yes") else 1)
 

@@ -185,7 +185,7 @@ def test_a_rule_registered_in_this_process_is_the_registrys(capsys, monkeypatch)
     assert "throwaway-rule" not in DATA["policies"]["entries"]
     with pytest.raises(ConfigError, match="knob 'depth' must be an integer"):
         check_method_spec("m", MethodSpec(name="m", policy="throwaway-rule", knobs={"depth": 1.5}), "tiny-random-draft")
-    assert main(["list", "policies"]) == 0
+    assert main(["list", "rules"]) == 0
     assert "throwaway-rule" in capsys.readouterr().out
 
 

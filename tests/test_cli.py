@@ -11,7 +11,7 @@ from tests.conftest import assert_one_line_error
 
 
 def test_generate_prints_text_and_counters(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--policy", "exact",
+    result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--rule", "exact",
                  "--prompt", "hello", "-k", "4", "--max-new-tokens", "16", "--dtype", "float64",
                  "--draft-dtype", "float64")
     assert result.returncode == 0, result.stderr
@@ -19,46 +19,46 @@ def test_generate_prints_text_and_counters(cli):
 
 
 def test_generate_ar_baseline(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "hi",
+    result = cli("generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "hi",
                  "--max-new-tokens", "8")
     assert result.returncode == 0, result.stderr
     assert "1.00" in result.stderr  # AR: one token per round
 
 
 def test_unknown_model(cli):
-    result = cli("generate", "--target", "smollm2-135m", "--policy", "none", "--prompt", "x")
+    result = cli("generate", "--target", "smollm2-135m", "--rule", "none", "--prompt", "x")
     assert_one_line_error(result, "smollm2-135m", "did you mean 'smollm2-135m-instruct'")
 
 
 def test_missing_local_model_dir(cli):
-    assert_one_line_error(cli("generate", "--target", "./no/such/model", "--policy", "none", "--prompt", "x"),
+    assert_one_line_error(cli("generate", "--target", "./no/such/model", "--rule", "none", "--prompt", "x"),
                           "no such model directory")
 
 
 def test_unknown_policy_with_suggestion(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--policy", "exactt",
+    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule", "exactt",
                  "--prompt", "x")
     assert_one_line_error(result, "unknown policy 'exactt'", "did you mean 'exact'")
 
 
 @pytest.mark.slow
 def test_mismatched_vocabularies(cli):
-    result = cli("generate", "--target", "smollm2-135m-instruct", "--draft", "tiny-random-draft", "--policy", "exact",
+    result = cli("generate", "--target", "smollm2-135m-instruct", "--draft", "tiny-random-draft", "--rule", "exact",
                  "--prompt", "x")
     assert_one_line_error(result, "do not share a tokenizer vocabulary", "tiny-random-draft", "smollm2-135m-instruct",
                           "49152 tokens")
 
 
 def test_needs_violation_is_a_configuration_error(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--policy",
+    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule",
                  "speculative-sampling", "--temperature", "1", "--prompt", "x")
     assert_one_line_error(result, "needs draft-model probabilities", "'ngram'")
 
 
 def test_bad_flag_value(cli):
-    assert_one_line_error(cli("generate", "--target", "t", "--policy", "none", "--prompt", "x", "-k", "two"),
+    assert_one_line_error(cli("generate", "--target", "t", "--rule", "none", "--prompt", "x", "-k", "two"),
                           "must be an integer, got 'two'")
-    assert_one_line_error(cli("generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "x",
+    assert_one_line_error(cli("generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "x",
                               "--temperature", "-1"), "temperature must be >= 0")
 
 
@@ -81,10 +81,10 @@ def test_sha256_or_size_mismatch_removes_the_file(cli, tmp_path: Path, content):
     assert not gguf.exists()
 
 
-def test_models_list_and_list_policies(cli):
+def test_models_list_and_list_rules(cli):
     result = cli("models", "list")
     assert result.returncode == 0 and "qwen2.5-coder-1.5b-instruct" in result.stdout
-    result = cli("list", "policies")
+    result = cli("list", "rules")
     assert result.returncode == 0 and "speculative-sampling" in result.stdout and "exact" in result.stdout
 
 

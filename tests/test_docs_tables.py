@@ -1,4 +1,4 @@
-"""The policy table (docs/policies.md), the metric table (docs/metrics.md) and the module table of docs/design.md's
+"""The rule table (docs/policies.md), the metric table (docs/metrics.md) and the module table of docs/design.md's
 layout are generated: each is the output of ``relaxbench list KIND --markdown`` between two marker lines, and this
 test holds the committed copy to what the command prints now (one source of truth: the policy classes, the metric
 schema, the package's modules and their docstrings).
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = {"policies": ROOT / "docs" / "policies.md", "metrics": ROOT / "docs" / "metrics.md",
+TABLES = {"rules": ROOT / "docs" / "policies.md", "metrics": ROOT / "docs" / "metrics.md",
           "modules": ROOT / "docs" / "design.md"}
 REGENERATE = "make generated"
 
@@ -67,7 +67,7 @@ def test_the_policy_table_has_a_row_per_policy_with_what_it_follows():
     from relaxbench.commands.listing import listed, markdown
     from relaxbench.policies import POLICIES
 
-    table = markdown("policies")
+    table = markdown("rules")
     header = table.splitlines()[0]
     assert "follows" in header and "strict at" in header
     for name, cls in listed(POLICIES):

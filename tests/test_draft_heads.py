@@ -203,12 +203,12 @@ def test_generate_cli_drafts_with_a_head_and_refuses_a_misfit_in_one_line(cli, h
     from conftest import assert_one_line_error
 
     ok = cli("generate", "--target", "tiny-random-target", "--draft", "eagle3", "--drafter-knob",
-             f"head={heads['eagle3-original']}", "--policy", "exact", "--prompt", "hello there", "--no-chat",
+             f"head={heads['eagle3-original']}", "--rule", "exact", "--prompt", "hello there", "--no-chat",
              "--max-new-tokens", "8", "-k", "3", "--dtype", "float32")
     assert ok.returncode == 0, ok.stderr
     bad = _edited(heads["mtp-speculators"], tmp_path / "bad", hidden_size=48)
     result = cli("generate", "--target", "tiny-random-target", "--draft", "mtp", "--drafter-knob", f"head={bad}",
-                 "--policy", "exact", "--prompt", "hello", "--no-chat", "--max-new-tokens", "4", "-k", "2",
+                 "--rule", "exact", "--prompt", "hello", "--no-chat", "--max-new-tokens", "4", "-k", "2",
                  "--dtype", "float32")
     assert_one_line_error(result, "hidden size 48")
     weightless = tmp_path / "weightless-target"  # its config and tokenizer, no weights: loading it would fail
@@ -217,7 +217,7 @@ def test_generate_cli_drafts_with_a_head_and_refuses_a_misfit_in_one_line(cli, h
         if not file.name.endswith(".safetensors"):
             (weightless / file.name).write_bytes(file.read_bytes())
     result = cli("generate", "--target", str(weightless), "--draft", "mtp", "--drafter-knob", f"head={bad}",
-                 "--policy", "exact", "--prompt", "hello", "--no-chat", "--max-new-tokens", "4", "-k", "2")
+                 "--rule", "exact", "--prompt", "hello", "--no-chat", "--max-new-tokens", "4", "-k", "2")
     assert_one_line_error(result, "hidden size 48")  # refused from the configs, before the target's weights load
 
 
@@ -582,7 +582,7 @@ def test_an_unreachable_hub_id_is_one_line(cli):
     from conftest import assert_one_line_error
 
     result = cli("generate", "--target", "tiny-random-target", "--draft", "eagle3", "--drafter-knob",
-                 "head=nobody/no-such-eagle3-head", "--policy", "exact", "--prompt", "hi", "--no-chat",
+                 "head=nobody/no-such-eagle3-head", "--rule", "exact", "--prompt", "hi", "--no-chat",
                  "--max-new-tokens", "4", "-k", "2", env={"HF_HUB_OFFLINE": "1"})
     assert_one_line_error(result, "nobody/no-such-eagle3-head", "cannot fetch from the hub")
 
@@ -592,7 +592,7 @@ def test_the_exact_mtp_method_drafts_with_the_targets_own_mtp_layer(cli, heads):
     rounds drafted."""
     target = str(heads["mtp-qwen3_next"])  # the tiny target's files with Qwen3-Next-layout mtp.* tensors added
     common = ("--prompt", "hello there", "--no-chat", "--max-new-tokens", "12", "--dtype", "float32")
-    ar = cli("generate", "--target", target, "--policy", "none", *common)
+    ar = cli("generate", "--target", target, "--rule", "none", *common)
     mtp = cli("generate", "--target", target, "--method", "exact-mtp", "-k", "3", *common)
     assert ar.returncode == 0 and mtp.returncode == 0, (ar.stderr, mtp.stderr)
     assert mtp.stdout == ar.stdout

@@ -57,7 +57,7 @@ def test_a_drafter_sweep_replaces_the_drafter_whole_and_then_sets_its_knobs():
 
 
 def test_head_trained_without_a_trained_head_is_one_line_naming_the_command(cli):
-    result = cli("generate", "--policy", "exact", "--target", "tiny-random-draft", "--draft", "mtp", "--drafter-knob",
+    result = cli("generate", "--rule", "exact", "--target", "tiny-random-draft", "--draft", "mtp", "--drafter-knob",
                  "head=trained", "--prompt", "hello", "--max-new-tokens", "8", "-k", "3")
     assert_one_line_error(result, "no trained head for target 'tiny-random-draft'",
                           "relaxbench drafter train mtp --target tiny-random-draft")

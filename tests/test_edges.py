@@ -59,7 +59,7 @@ def test_a_cut_gguf_target_is_one_line_before_anything_loads(capsys, tmp_path: P
     path = tmp_path / "m.gguf"
     size = _write_gguf(path)
     path.write_bytes(path.read_bytes()[: size // 2])
-    result = run_main(capsys, "generate", "--target", str(path), "--policy", "none", "--prompt", "hi")
+    result = run_main(capsys, "generate", "--target", str(path), "--rule", "none", "--prompt", "hi")
     assert_one_line_error(result, str(path), "cut short")
 
 
@@ -173,17 +173,17 @@ TINY_PAIR = ["--target", "tiny-random-target", "--draft", "tiny-random-draft"]
 
 def test_generate_refuses_an_empty_prompt(capsys, no_weights):
     for prompt in ("", "  \n"):
-        result = run_main(capsys, "generate", *TINY_PAIR, "--policy", "exact", "--prompt", prompt)
+        result = run_main(capsys, "generate", *TINY_PAIR, "--rule", "exact", "--prompt", prompt)
         assert_one_line_error(result, "--prompt is empty")
 
 
 def test_generate_refuses_a_prompt_over_the_context_before_loading(capsys, no_weights):
-    result = run_main(capsys, "generate", *TINY_PAIR, "--policy", "exact", "--prompt", "word " * 10_000)
+    result = run_main(capsys, "generate", *TINY_PAIR, "--rule", "exact", "--prompt", "word " * 10_000)
     assert_one_line_error(result, "--prompt", "over the target's context of 4096")
 
 
 def test_generate_refuses_a_budget_over_the_context_before_loading(capsys, no_weights):
-    result = run_main(capsys, "generate", *TINY_PAIR, "--policy", "exact", "--prompt", "hi",
+    result = run_main(capsys, "generate", *TINY_PAIR, "--rule", "exact", "--prompt", "hi",
                       "--max-new-tokens", "1000000000")
     assert_one_line_error(result, "max_new_tokens (1000000000)", "over the target's context of 4096")
 
@@ -198,7 +198,7 @@ def test_compare_refuses_a_budget_over_the_context_before_loading(capsys, tmp_pa
 def test_a_vocabulary_mismatch_is_refused_before_loading(capsys, tmp_path: Path, no_weights):
     """The packaged SmolLM2 (its tokenizer and config only) against a tiny draft of another vocabulary."""
     result = run_main(capsys, "generate", "--target", "smollm2-135m-instruct", "--draft", "tiny-random-draft",
-                      "--policy", "exact", "--prompt", "hi")
+                      "--rule", "exact", "--prompt", "hi")
     assert_one_line_error(result, "do not share a tokenizer vocabulary")
     argv = compare(tmp_path / "run", "--draft", "tiny-random-draft")
     argv[argv.index("tiny-random-target")] = "smollm2-135m-instruct"
@@ -215,7 +215,7 @@ def test_a_vocabulary_mismatch_is_refused_from_an_empty_cache_with_nothing_fetch
     monkeypatch.setenv("RELAXBENCH_CACHE", str(cache))
     for target, draft in (("smollm2-135m-instruct", "tiny-random-draft"),
                           ("qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")):
-        result = run_main(capsys, "generate", "--target", target, "--draft", draft, "--policy", "exact",
+        result = run_main(capsys, "generate", "--target", target, "--draft", draft, "--rule", "exact",
                           "--prompt", "hi")
         assert_one_line_error(result, "do not share a tokenizer vocabulary", f"{draft!r}", f"{target!r}")
         argv = compare(tmp_path / "run", "--draft", draft)
@@ -261,11 +261,11 @@ def test_a_packaged_models_pinned_vocabulary_is_its_tokenizers(alias):
 
 def test_a_k_beyond_the_budget_is_cut_with_a_notice(capsys):
     result = run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--draft-dtype", "float64",
-                      "--policy", "exact", "--prompt", "hi", "-k", "1000", "--max-new-tokens", "6")
+                      "--rule", "exact", "--prompt", "hi", "-k", "1000", "--max-new-tokens", "6")
     assert result.returncode == 0, result.stderr
     notice = "k 1000 is more than a budget of 6 new tokens can use (a round drafts at most 5); drafting 5"
     assert notice in result.stderr
-    assert "drafting" not in run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--policy", "exact",
+    assert "drafting" not in run_main(capsys, "generate", *TINY_PAIR, "--dtype", "float64", "--rule", "exact",
                                       "--prompt", "hi", "-k", "5", "--max-new-tokens", "6").stderr
 
 
@@ -503,7 +503,7 @@ def test_two_processes_build_one_tiny_model_into_an_empty_cache(tmp_path: Path):
 def test_generate_refuses_text_that_is_not_utf8_before_loading(capsys, no_weights, flag, text, fragments):
     """Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which the tokenizer cannot
     encode (a TypeError deep inside it): one line naming the flag and the character instead."""
-    argv = ["generate", *TINY_PAIR, "--policy", "exact", "--prompt", "hi"]
+    argv = ["generate", *TINY_PAIR, "--rule", "exact", "--prompt", "hi"]
     if flag == "--prompt":
         argv[argv.index("hi")] = text
     else:

@@ -9,7 +9,7 @@ would and put on ``PYTHONPATH`` (as ``tests/test_ray.py`` declares an executor).
 the drafter) and a task YAML over the new row format, all in a temporary folder, run through ``relaxbench compare``
 in a subprocess that sees the package only through its entry points. Then:
 
-* a rule: the guide's class registers, decides a block as topk does, is listed (``list policies --markdown``, what
+* a rule: the guide's class registers, decides a block as topk does, is listed (``list rules --markdown``, what
   ``make generated`` writes) and refuses an out-of-range ``--knob`` in one line; ``@register_policy`` refuses, in one
   line naming it, the class missing each thing the guide says it checks (``judge``, ``origin``, a strict setting, a
   loosening, knobs those name, the docstring's deviations); the checks the registry generates (step 2, ``pytest -k
@@ -285,14 +285,14 @@ def test_the_guides_rule_registers_decides_and_is_listed(tmp_path, capsys):
         assert (decided[2].n_accepted, decided[2].n_relaxed, decided[2].next_token) == (1, 1, 3)
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            assert main(["list", "policies", "--markdown"]) == 0  # what `make generated` writes into policies.md
+            assert main(["list", "rules", "--markdown"]) == 0  # what `make generated` writes into policies.md
         listed = next(line for line in buffer.getvalue().splitlines() if line.startswith("| `my-topk` |"))
         assert listed.split(" | ")[1:5] == [
             "lenient top-K: accept iff the draft is among the target's K most likely tokens",
             "as reference: garipovroma/autojudge@8a4beb1 eval/generation_utils.py run_spec_dec_top_k", "`top` 2",
             "top = 1"]
         # its knobs are validated: an out-of-range --knob is refused in one line, before any model loads
-        code = main(["generate", *TINY, "--policy", "my-topk", "--knob", "top=0", "--prompt", "hi"])
+        code = main(["generate", *TINY, "--rule", "my-topk", "--knob", "top=0", "--prompt", "hi"])
         refusal = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert code == 2 and len(refusal) == 1, refusal
         assert refusal[0].endswith("policy 'my-topk': knob 'top' must be >= 1, got 0"), refusal

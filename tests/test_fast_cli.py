@@ -87,7 +87,7 @@ def registries(monkeypatch):
                                               if cls.__module__ != "relaxbench.integrations.vllm_native"})
 
 
-@pytest.mark.parametrize("kind", ["policies", "drafters", "metrics", "graders", "judges", "modules"])
+@pytest.mark.parametrize("kind", ["rules", "drafters", "metrics", "graders", "judges", "modules"])
 @pytest.mark.parametrize("markdown", [False, True])
 def test_listings_of_registries_and_the_schema_import_no_heavy_library(kind, markdown, capsys, registries):
     """The rules and drafters are listed from the catalog, the metrics from the schema alone; the listing is the one
@@ -103,6 +103,35 @@ def test_listings_of_registries_and_the_schema_import_no_heavy_library(kind, mar
     assert out == capsys.readouterr().out
 
 
+def test_the_earlier_policy_spellings_parse_as_the_rule_ones_and_help_shows_only_rule(capsys):
+    """The command line says rule (``generate --rule``, ``list rules``, ``bench rules``, ``bench verify --rule``);
+    the earlier ``--policy``, ``list policies`` and ``bench policies`` still parse to the same thing, unshown."""
+    from relaxbench.cli import build_parser, main
+
+    parser = build_parser()
+
+    def parsed(*argv: str) -> dict:
+        return vars(parser.parse_args(argv))
+
+    generate = ("generate", "--target", "t", "--prompt", "hi")
+    assert parsed(*generate, "--policy", "fly") == parsed(*generate, "--rule", "fly")
+    assert parsed(*generate, "--rule", "fly")["rule"] == "fly"
+    old, new = parsed("bench", "policies", "--policy", "exact"), parsed("bench", "rules", "--rule", "exact")
+    assert old.pop("bench_command") == "policies" and new.pop("bench_command") == "rules"
+    assert old == new and new["rule"] == ["exact"]
+    assert parsed("bench", "verify", "--policy", "exact") == parsed("bench", "verify", "--rule", "exact")
+    assert main(["list", "rules", "--markdown"]) == 0
+    listed = capsys.readouterr().out
+    assert main(["list", "policies", "--markdown"]) == 0
+    assert capsys.readouterr().out == listed and listed.startswith("| rule | formula |")
+    for argv, shown in ((("generate", "--help"), "--rule"), (("list", "--help"), "{rules,"),
+                        (("bench", "--help"), "rules")):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(argv)
+        out = capsys.readouterr().out.replace("docs/policies.md", "")  # the rules' page keeps its file name
+        assert exited.value.code == 0 and shown in out and "polic" not in out, argv
+
+
 TARGET = ("--target", "tiny-random-target", "--draft", "tiny-random-draft")
 METHODS = {  # method files a refusal names (written to a temporary folder as NAME.yaml)
     "misspelt_policy": "policy: flyy\n",
@@ -116,15 +145,15 @@ REFUSALS = {
     "an unknown knob in a method": ("compare", *TARGET, "--methods", "{unknown_knob}", "--tasks", "gsm8k"),
     "an out-of-range knob in a sweep": ("compare", *TARGET, "--methods", "{knob_out_of_range}", "--tasks", "gsm8k"),
     "a knob above its bound": ("compare", *TARGET, "--methods", "{alias_knob}", "--tasks", "gsm8k"),
-    "a misspelt policy in generate": ("generate", *TARGET, "--policy", "flyy", "--prompt", "hi"),
-    "an unknown knob in generate": ("generate", *TARGET, "--policy", "fly", "--knob", "thetaa=1", "--prompt", "hi"),
-    "an out-of-range knob in generate": ("generate", *TARGET, "--policy", "fly", "--knob", "window=0", "--prompt",
+    "a misspelt policy in generate": ("generate", *TARGET, "--rule", "flyy", "--prompt", "hi"),
+    "an unknown knob in generate": ("generate", *TARGET, "--rule", "fly", "--knob", "thetaa=1", "--prompt", "hi"),
+    "an out-of-range knob in generate": ("generate", *TARGET, "--rule", "fly", "--knob", "window=0", "--prompt",
                                          "hi"),
-    "a knob of the wrong type": ("generate", *TARGET, "--policy", "fuzzy", "--knob", "divergence=tv", "--prompt", "hi"),
-    "a misspelt drafter": ("generate", *TARGET, "--policy", "fly", "--drafter", "ngramm", "--prompt", "hi"),
-    "an unknown drafter knob": ("generate", *TARGET, "--policy", "fly", "--drafter", "ngram", "--drafter-knob",
+    "a knob of the wrong type": ("generate", *TARGET, "--rule", "fuzzy", "--knob", "divergence=tv", "--prompt", "hi"),
+    "a misspelt drafter": ("generate", *TARGET, "--rule", "fly", "--drafter", "ngramm", "--prompt", "hi"),
+    "an unknown drafter knob": ("generate", *TARGET, "--rule", "fly", "--drafter", "ngram", "--drafter-knob",
                                 "max_ngramm=3", "--prompt", "hi"),
-    "a drafter without its draft model": ("generate", "--target", "tiny-random-target", "--draft", "ngram", "--policy",
+    "a drafter without its draft model": ("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule",
                                           "fly", "--drafter", "ngram+lm", "--prompt", "hi"),
 }
 
@@ -151,7 +180,7 @@ def test_a_bad_rule_drafter_or_knob_is_refused_before_torch_in_the_registries_wo
 def test_the_probe_sees_a_heavy_import():
     """The probe itself can fail: a command that loads torch is caught (a valid method passes the early check and
     the run's own check imports the registries)."""
-    code, heavy = _probe("generate", *TARGET, "--policy", "fly", "--prompt", "hi", "--device", "no-such-device")
+    code, heavy = _probe("generate", *TARGET, "--rule", "fly", "--prompt", "hi", "--device", "no-such-device")
     assert code == 2
     assert "torch" in heavy
 
@@ -165,9 +194,9 @@ def _cut_gguf(path: Path) -> Path:
 _RUN = ["compare", "--target", "tiny-random-target", "--draft", "ngram", "--methods", "exact", "--tasks", "jsonl",
         "--out", "{tmp}/run", "--data-file"]
 FILE_REFUSALS = {  # argv ({tmp}: the test's folder, {cut}: a cut GGUF file, {pipe}: a named pipe), the message's part
-    "a cut GGUF target in generate": (["generate", "--target", "{cut}", "--policy", "none", "--prompt", "hi"],
+    "a cut GGUF target in generate": (["generate", "--target", "{cut}", "--rule", "none", "--prompt", "hi"],
                                       "a GGUF file cut short"),
-    "a cut GGUF draft in generate": (["generate", "--target", "tiny-random-target", "--draft", "{cut}", "--policy",
+    "a cut GGUF draft in generate": (["generate", "--target", "tiny-random-target", "--draft", "{cut}", "--rule",
                                       "exact", "--prompt", "hi"], "a GGUF file cut short"),
     "a cut GGUF target in compare": (["compare", "--target", "{cut}", *_RUN[3:], "jsonl={pipe}"],
                                      "a GGUF file cut short"),
@@ -200,9 +229,9 @@ def test_the_data_file_of_a_task_not_in_the_run_is_named_by_the_plan(tmp_path: P
 
 
 CONTEXT_REFUSALS = {  # what the target's files on disk settle: a budget or a prompt over the context it states
-    "a prompt over the context": (["generate", "--policy", "exact", "--prompt", "word " * 10_000],
+    "a prompt over the context": (["generate", "--rule", "exact", "--prompt", "word " * 10_000],
                                   "--prompt: the prompt (at least "),
-    "a generate budget over the context": (["generate", "--policy", "exact", "--prompt", "hi", "--max-new-tokens",
+    "a generate budget over the context": (["generate", "--rule", "exact", "--prompt", "hi", "--max-new-tokens",
                                             "1000000000"], "max_new_tokens (1000000000)"),
     "a compare budget over the context": (["compare", "--methods", "exact", "--tasks", "jsonl", "--data-file",
                                            f"jsonl={ROOT / 'tests' / 'data' / 'tiny_tasks.jsonl'}",

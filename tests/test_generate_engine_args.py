@@ -12,7 +12,7 @@ from relaxbench.errors import ConfigError
 from relaxbench.harness.suite import OWNED_ENGINE_ARGS
 from tests.conftest import assert_one_line_error, run_cli
 
-GENERATE = ["generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "Hello there",
+GENERATE = ["generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "Hello there",
             "--max-new-tokens", "4"]
 FAKE_VLLM = {"RELAXBENCH_VLLM_PYTHON": sys.executable}  # an environment "exists": refusals come before it is used
 
@@ -58,7 +58,7 @@ def test_the_engine_args_reach_vllms_engine():
     vLLM's reason, no traceback. (A successful generate on the vLLM engine is tests/test_vllm.py's; a successful run
     with engine arguments is compare's, tests/test_vllm_runs.py: a refusal before the weights load keeps this quick.)"""
     _vllm_python()
-    refused = run_cli("generate", "--engine", "vllm", "--target", "smollm2-135m-instruct", "--policy", "none",
+    refused = run_cli("generate", "--engine", "vllm", "--target", "smollm2-135m-instruct", "--rule", "none",
                       "--max-new-tokens", "4", "--prompt", "Tell me about the sea.", "--engine-arg",
                       "enforce_eager=true", "--engine-arg", "max_model_len=100000", timeout=900)
     assert refused.returncode == 2

@@ -37,6 +37,7 @@ DATA = Path(__file__).parent / "data" / "tiny_tasks.jsonl"
 ASKS = {"concurrency": ({"concurrency": (1, 4)}, RunOptions(), "--concurrency"),
         "engine_args": ({"engine_args": {"max_model_len": 4096}}, RunOptions(), "--engine-arg max_model_len=..."),
         "device_map": ({"device_map": "auto"}, RunOptions(), "--device-map"),
+        "kv_cache": ({}, RunOptions(kv_cache="static"), "--kv-cache static"),
         "graphs": ({}, RunOptions(graphs="on"), "--graphs on")}
 
 
@@ -67,7 +68,7 @@ def test_a_card_refuses_exactly_the_options_it_does_not_declare(name):
 
 def test_the_declarations_are_the_engines_own():
     assert EXECUTORS.get("vllm").supports == {"concurrency", "engine_args"}
-    assert EXECUTORS.get("in-process").supports == {"device_map", "graphs"}
+    assert EXECUTORS.get("in-process").supports == EXECUTORS.get("ray").supports == {"device_map", "kv_cache", "graphs"}
     assert EXECUTORS.get("in-process").loads_in_driver and not EXECUTORS.get("vllm").loads_in_driver
 
 
@@ -136,6 +137,50 @@ def test_an_executor_added_as_a_card_runs_a_compare_through_the_pipeline(recordi
     assert not (tmp_path / "refused").exists()
 
 
+def test_an_engine_only_a_plug_in_card_runs_is_a_compare_engine(tmp_path, capsys):
+    """``compare --engine NAME`` takes any engine a card runs under its name (no fixed list of engines): the card's
+    executor runs the run; a name no card runs is one line naming the engines there are."""
+    card = ExecutorCard("plug-in-engine", "plug-in-engine", lambda: RecordingExecutor, frozenset())
+    EXECUTORS.add(card.name, card)
+    RecordingExecutor.calls = []
+    out = tmp_path / "run"
+    try:
+        code = main(["compare", "--engine", "plug-in-engine", "--target", "tiny-random-target", "--draft",
+                     "tiny-random-draft", "--methods", "exact", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}",
+                     "--limit", "1", "--max-new-tokens", "4", "--out", str(out), "--report-format", "none"])
+    finally:
+        EXECUTORS.remove(card.name)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert RecordingExecutor.calls == ["start", "run"]
+    [run] = rows(out / "results.sqlite", "SELECT suite_json FROM runs")
+    assert '"engine": "plug-in-engine"' in run["suite_json"]
+    code = main(["compare", "--engine", "plug-in-engin", "--target", "tiny-random-target", "--methods", "exact",
+                 "--tasks", "jsonl", "--data-file", f"jsonl={DATA}", "--out", str(tmp_path / "refused")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown engine 'plug-in-engin'" in err and "transformers, vllm" in err
+    assert "\n" not in err.strip() and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    (["--kv-cache", "static"], "--kv-cache static applies to the transformers engine (vLLM manages its own"),
+    (["--graphs", "off"], "--graphs off applies to the transformers engine (vLLM captures its own"),
+])
+def test_the_decode_path_flags_are_the_vllm_cards_refusals_in_compare_and_generate(flags, refusal, tmp_path,
+                                                                                    capsys):
+    """``--kv-cache`` and ``--graphs`` set the transformers engine's decode path: the vLLM card does not declare
+    them, so both commands refuse them in one line from that declaration, before vLLM's environment is asked."""
+    out = tmp_path / "run"
+    code = main(["compare", "--engine", "vllm", "--target", "tiny-random-target", "--draft", "ngram", "--methods",
+                 "exact", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}", *flags, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and refusal in err and "\n" not in err.strip() and not out.exists()
+    code = main(["generate", "--engine", "vllm", "--target", "tiny-random-target", "--rule", "none", "--prompt",
+                 "hi", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and refusal in err and "\n" not in err.strip()
+
+
 def test_a_cards_plan_check_refuses_in_one_line_before_the_store_exists(tmp_path, capsys):
     """What an engine cannot run is its card's ``check_plan``, called by the plan step on the built plan: refused in
     one line, before the store is created or any executor starts."""
@@ -189,7 +234,7 @@ def test_an_engine_added_as_a_card_is_what_generate_runs(capsys):
     EXECUTORS.add(card.name, card)
     try:
         code = main(["generate", "--engine", "recording-engine", "--target", "tiny-random-target", "--draft",
-                     "tiny-random-draft", "--policy", "speculative-sampling", "-k", "3", "--max-new-tokens", "7",
+                     "tiny-random-draft", "--rule", "speculative-sampling", "-k", "3", "--max-new-tokens", "7",
                      "--temperature", "0.5", "--seed", "11", "--stop", "END", "--system", "be brief", "--no-chat",
                      "--dtype", "float64", "--device", "cpu", "--prompt", "Hello there"])
         captured = capsys.readouterr()
@@ -210,7 +255,7 @@ def test_an_engine_added_as_a_card_is_what_generate_runs(capsys):
         assert "a decode path of the recording engine" in captured.err
         assert "3.50" in captured.err and "83.33%" in captured.err  # the counters: 7 tokens in 2 rounds, 5 of 6
         # --engine-arg is refused in one line for an engine whose card does not support engine arguments
-        code = main(["generate", "--engine", "recording-engine", "--target", "tiny-random-target", "--policy", "none",
+        code = main(["generate", "--engine", "recording-engine", "--target", "tiny-random-target", "--rule", "none",
                      "--prompt", "hi", "--engine-arg", "max_model_len=64"])
         err = capsys.readouterr().err
         assert code == 2 and "--engine-arg max_model_len=... applies to --engine vllm" in err
@@ -218,7 +263,7 @@ def test_an_engine_added_as_a_card_is_what_generate_runs(capsys):
     finally:
         EXECUTORS.remove(card.name)
     # an engine no card runs is one line, naming the engines there are
-    assert main(["generate", "--engine", "recording-engin", "--target", "t", "--policy", "none", "--prompt", "hi"]) == 2
+    assert main(["generate", "--engine", "recording-engin", "--target", "t", "--rule", "none", "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert "unknown engine 'recording-engin'" in err and "transformers, vllm" in err and "\n" not in err.strip()
     assert EXECUTORS.get("in-process").generate().__name__ == "generate_completion"

@@ -38,7 +38,7 @@ def generate(method: MethodSpec, target, draft, prompt, k: int, max_new_tokens: 
 
 @pytest.mark.parametrize("name,mode", RUNS, ids=[f"{n}-{m}" for n, m in RUNS])
 def test_every_policy_runs_through_relaxbench_generate(name, mode, capsys):
-    args = ["generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--policy", name,
+    args = ["generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--rule", name,
             "--prompt", "the cat sat on the mat; the cat sat", "-k", "6", "--max-new-tokens", "24",
             "--dtype", "float64", "--draft-dtype", "float64", "--no-chat"]
     if mode == "sampling":
@@ -56,13 +56,13 @@ def test_fly_method_through_the_real_cli(cli):
 
 
 def test_draft_layerskip_needs_no_draft_model(capsys):
-    assert cli_main(["generate", "--target", "tiny-random-target", "--draft", "layerskip", "--policy", "margin",
+    assert cli_main(["generate", "--target", "tiny-random-target", "--draft", "layerskip", "--rule", "margin",
                      "--prompt", "hello", "--max-new-tokens", "12", "--drafter-knob", "layers=2"]) == 0
     assert "(margin, k=5, transformers)" in capsys.readouterr().err
 
 
 def test_q_needing_rule_with_the_ngram_drafter_is_a_one_line_error(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--policy", "cactus",
+    result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule", "cactus",
                  "--temperature", "1", "--prompt", "x")
     assert_one_line_error(result, "policy 'cactus' needs draft-model probabilities", "'ngram'")
 
@@ -212,7 +212,7 @@ def test_layerskip_and_ngram_lm_on_a_qwen2_model():
 def test_bench_policies_prints_a_row_per_policy_and_mode_with_its_share_of_a_round(capsys):
     """The benchmark runs and reports every policy against a measured round; its figures are not asserted (speed is
     a benchmark's job)."""
-    code = cli_main(["bench", "policies", "--target", "tiny-random-target", "--context", "16", "--repeats", "2",
+    code = cli_main(["bench", "rules", "--target", "tiny-random-target", "--context", "16", "--repeats", "2",
                      "--vocab", "2048", "-k", "6", "--rounds", "3", "--sampling-rounds", "2", "--threads", "1"])
     out = capsys.readouterr().out
     assert code in (0, 1)  # 1 when a rule takes more than 1 % of the (tiny model's, very short) round

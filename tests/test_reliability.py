@@ -197,7 +197,7 @@ def test_read_only_out_and_report_out(capsys, read_only_folder: Path):
 def test_a_gguf_name_that_is_not_gguf(capsys, tmp_path: Path):
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"PK\x03\x04 a zip, not a model")
-    result = run_main(capsys, "generate", "--target", str(fake), "--policy", "none", "--prompt", "x")
+    result = run_main(capsys, "generate", "--target", str(fake), "--rule", "none", "--prompt", "x")
     assert_one_line_error(result, str(fake), "not a GGUF file")
 
 

@@ -132,7 +132,7 @@ def test_policy_knobs_refuse_invalid_values(capsys, policy, knob):
     def check(value):
         knobs = [arg for item in [*required, f"{knob}={as_yaml(value)}"] for arg in ("--knob", item)]
         result = run_main(capsys, "generate", "--target", "no-model-is-loaded", "--draft", "tiny-random-draft",
-                          "--policy", policy, *knobs, "--prompt", "x")
+                          "--rule", policy, *knobs, "--prompt", "x")
         assert_one_line_error(result, f"policy {policy!r}", f"knob {knob!r}")
 
     check()
@@ -146,7 +146,7 @@ def test_drafter_knobs_refuse_invalid_values(capsys, drafter, knob):
     @given(invalid_values(field))
     def check(value):
         result = run_main(capsys, "generate", "--target", "no-model-is-loaded", "--draft", "tiny-random-draft",
-                          "--policy", "exact", "--drafter", drafter, "--drafter-knob", f"{knob}={as_yaml(value)}",
+                          "--rule", "exact", "--drafter", drafter, "--drafter-knob", f"{knob}={as_yaml(value)}",
                           "--prompt", "x")
         assert_one_line_error(result, f"drafter {drafter!r}", f"knob {knob!r}")
 

@@ -243,7 +243,7 @@ def test_a_model_with_sliding_layers_keeps_the_dynamic_cache_under_auto_and_is_r
 
 @pytest.mark.parametrize("command", ["generate", "compare", "bench engine"])
 def test_graphs_on_a_cpu_is_one_line(cli, command):
-    args = {"generate": ["generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "hi"],
+    args = {"generate": ["generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "hi"],
             "compare": ["compare", "--target", "tiny-random-target", "--methods", "exact", "--tasks", "mt-bench"],
             "bench engine": ["bench", "engine", "--target", "tiny-random-target"]}[command]
     result = cli(*args, "--device", "cpu", "--graphs", "on")
@@ -251,7 +251,7 @@ def test_graphs_on_a_cpu_is_one_line(cli, command):
 
 
 def test_generate_on_the_static_cache_reports_it(cli):
-    result = cli("generate", "--target", "tiny-random-target", "--policy", "none", "--prompt", "hello there",
+    result = cli("generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "hello there",
                  "--device", "cpu", "--kv-cache", "static", "--max-new-tokens", "4")
     assert result.returncode == 0, result.stderr
     assert "kv cache static" in result.stderr

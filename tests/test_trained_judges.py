@@ -503,9 +503,9 @@ def test_a_head_for_another_pair_or_size_is_a_one_line_error(tiny_target, tiny_d
         make_policy("autojudge", {})
     base = ["generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--prompt", "x",
             "--max-new-tokens", "8", "--no-chat"]
-    assert_one_line_error(cli(*base, "--policy", "autojudge", "--knob", f"head={other}"),
+    assert_one_line_error(cli(*base, "--rule", "autojudge", "--knob", f"head={other}"),
                           "the head was trained for target 'qwen2.5-coder-1.5b-instruct'")
-    assert_one_line_error(cli(*base, "--policy", "autojudge", "--knob", f"head={tmp_path / 'nope.json'}"),
+    assert_one_line_error(cli(*base, "--rule", "autojudge", "--knob", f"head={tmp_path / 'nope.json'}"),
                           "no head file")
 
 

@@ -297,7 +297,7 @@ def test_missing_vllm_environment_is_one_line(tmp_path):
     env = {"RELAXBENCH_VLLM_PYTHON": str(tmp_path / "nowhere" / "python")}
     result = run_cli(*COMPARE, "--draft", "ngram", "--methods", "exact", "--out", str(tmp_path), env=env)
     assert_one_line_error(result, "vllm engine is not installed", "make install-vllm")
-    result = run_cli("generate", "--engine", "vllm", "--target", "tiny-random-target", "--policy", "none",
+    result = run_cli("generate", "--engine", "vllm", "--target", "tiny-random-target", "--rule", "none",
                      "--prompt", "hi", env=env)
     assert_one_line_error(result, "make install-vllm")
 
@@ -437,4 +437,4 @@ def test_the_engines_own_arm_is_not_listed_among_the_rules(native):
     from relaxbench.commands.listing import listed, markdown
 
     assert "native" in POLICIES and "native" not in dict(listed(POLICIES))
-    assert "`native`" not in markdown("policies")
+    assert "`native`" not in markdown("rules")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable
 from typing import NoReturn
 
 
@@ -13,6 +14,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def show_choices(action: argparse.Action, hidden: Iterable[str]) -> None:
+    """Show ``action``'s choices (a positional's, or a subparsers action's subcommands) in usage and help less
+    ``hidden``: earlier names that are still accepted but no longer shown."""
+    hidden = set(hidden)
+    action.metavar = "{" + ",".join(name for name in action.choices if name not in hidden) + "}"
 
 
 def _integer(text: str, least: int) -> int:

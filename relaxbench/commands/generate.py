@@ -19,10 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--draft", default=None,
                    help="draft model name, 'ngram' (prompt lookup), 'layerskip' (the target's first layers), 'eagle3' "
                         "or 'mtp' (a draft head: --drafter-knob head=PATH_OR_HUB_ID); "
-                        "not needed with --policy none")
-    g.add_argument("--method", default=None, help="a method (methods/NAME.yaml or a YAML path) instead of --policy")
-    g.add_argument("--policy", default=None, help="verification policy; 'none' = autoregressive baseline")
-    g.add_argument("--knob", action="append", metavar="KEY=VALUE", help="policy knob (repeatable)")
+                        "not needed with --rule none")
+    g.add_argument("--method", default=None, help="a method (methods/NAME.yaml or a YAML path) instead of --rule")
+    g.add_argument("--rule", default=None, help="verification rule; 'none' = autoregressive baseline")
+    g.add_argument("--policy", dest="rule", default=None, help=argparse.SUPPRESS)  # the earlier name, still accepted
+    g.add_argument("--knob", action="append", metavar="KEY=VALUE", help="rule knob (repeatable)")
     g.add_argument("--drafter", default=None, help="drafter kind (default: 'model', or 'ngram' for --draft ngram)")
     g.add_argument("--drafter-knob", action="append", metavar="KEY=VALUE", help="drafter setting (repeatable)")
     g.add_argument("--prompt", required=True)
@@ -43,13 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def method_from_args(args: argparse.Namespace):
-    """The method named by --method, or one assembled from --policy/--knob/--drafter/--drafter-knob."""
+    """The method named by --method, or one assembled from --rule/--knob/--drafter/--drafter-knob."""
     from relaxbench.errors import ConfigError
     from relaxbench.methods import MethodSpec, load_method, with_overrides
 
-    if (args.method is None) == (args.policy is None):
-        raise ConfigError("give exactly one of --method or --policy")
-    method = load_method(args.method) if args.method else MethodSpec(name=args.policy, policy=args.policy)
+    if (args.method is None) == (args.rule is None):
+        raise ConfigError("give exactly one of --method or --rule")
+    method = load_method(args.method) if args.method else MethodSpec(name=args.rule, policy=args.rule)
     return with_overrides(method, parse_assignments(args.knob, "--knob"), args.drafter,
                           parse_assignments(args.drafter_knob, "--drafter-knob"), args.draft)
 
@@ -135,7 +136,11 @@ def run(args: argparse.Namespace) -> int:
 
     card = engine_card_from_args(args)
     check_prompt(args.prompt, args.system)
-    check_graphs_early(args.graphs, args.device, card.engine)
+    if args.kv_cache != "auto":
+        card.refuse_unsupported("kv_cache", f"--kv-cache {args.kv_cache}")
+    if args.graphs != "auto":
+        card.refuse_unsupported("graphs", f"--graphs {args.graphs}")
+    check_graphs_early(args.graphs, args.device)
     engine_args = engine_args_from_args(args, card)
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)

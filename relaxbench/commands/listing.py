@@ -1,5 +1,5 @@
-"""``relaxbench list KIND``: registered policies, drafters, models, methods, tasks, scorers, graders, suites, the
-metric definitions, and the package's modules. ``--markdown`` prints a Markdown table instead: the policy table of
+"""``relaxbench list KIND``: registered rules, drafters, models, methods, tasks, scorers, graders, suites, the
+metric definitions, and the package's modules. ``--markdown`` prints a Markdown table instead: the rule table of
 docs/policies.md, the metric table of docs/metrics.md and the module table of docs/design.md are this command's
 output (a test checks the committed copies are current; ``make generated`` rewrites them)."""
 
@@ -11,24 +11,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relaxbench.commands.args import show_choices
+
 if TYPE_CHECKING:
     from relaxbench.catalog import PolicyFacts
 
 
 def listed(policies: Any) -> list[tuple[str, type]]:
-    """The rules ``relaxbench list policies`` shows (``catalog.listed``; read lazily, as every listing is)."""
+    """The rules ``relaxbench list rules`` shows (``catalog.listed``; read lazily, as every listing is)."""
     from relaxbench.catalog import listed
 
     return listed(policies)
 
-LISTERS = ("policies", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics", "modules")
-ALIASES = {"judges": "graders"}  # earlier names of a kind, still accepted
+LISTERS = ("rules", "drafters", "models", "methods", "tasks", "scorers", "graders", "suites", "metrics", "modules")
+ALIASES = {"judges": "graders", "policies": "rules"}  # earlier names of a kind, still accepted (not shown)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list registered policies, drafters, models, methods, tasks, scorers, graders, "
+    p = sub.add_parser("list", help="list registered rules, drafters, models, methods, tasks, scorers, graders, "
                                     "suites, the metric definitions, or the package's modules")
-    p.add_argument("kind", choices=(*LISTERS, *ALIASES))
+    show_choices(p.add_argument("kind", choices=(*LISTERS, *ALIASES)), ALIASES)
     p.add_argument("--markdown", action="store_true",
                    help="print a Markdown table (the tables of docs/policies.md, docs/metrics.md and docs/design.md)")
     p.set_defaults(handler=run)
@@ -90,10 +92,11 @@ def policy_row(facts: PolicyFacts) -> list[str]:
 
 def markdown(kind: str) -> str:
     """The Markdown table ``relaxbench list KIND --markdown`` prints."""
-    if kind == "policies":
+    kind = ALIASES.get(kind, kind)
+    if kind == "rules":
         from relaxbench.catalog import listed_policies
 
-        header = ("policy", "rule", "follows", "knobs (default)", "strict at", "greedy", "sampling")
+        header = ("rule", "formula", "follows", "knobs (default)", "strict at", "greedy", "sampling")
         return markdown_table(header, [policy_row(facts) for facts in listed_policies()])
     if kind == "metrics":
         return markdown_table(("metric", "definition", "unit", "better", "shown in (column; * = at 120 columns)"),
@@ -158,7 +161,8 @@ def module_rows(root: Path | None = None) -> list[tuple[str, str]]:
 
 def rows(kind: str) -> list[tuple[str, str]]:
     """(name, one-line description) for every entry of ``kind``."""
-    if kind == "policies":
+    kind = ALIASES.get(kind, kind)
+    if kind == "rules":
         from relaxbench.catalog import listed_policies
 
         return [(facts.name, policy_description(facts)) for facts in listed_policies()]

@@ -6,7 +6,7 @@ adapter only counts its verdicts). Through the adapter, when a request asks for 
 decoding, speculative sampling under sampling, with point-mass drafts when the drafter has no distribution (what
 vLLM does for n-gram drafts). Registered as a policy when the vLLM integration is imported (``compare --engine
 vllm`` imports it before planning), so methods, cells and reports treat it like any rule; it is not an entry point,
-so it is not a rule of the transformers engine and ``relaxbench list policies`` does not list it.
+so it is not a rule of the transformers engine and ``relaxbench list rules`` does not list it.
 
 ``fly-native`` is the same for vLLM's own FLy: on the vllm engine it would run vLLM's FLy where the pinned vLLM ships
 it (refused otherwise, in ``vllm_rules.check_rule``); elsewhere it is ``fly-vllm``, whose deviations from vLLM's

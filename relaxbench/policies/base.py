@@ -56,7 +56,7 @@ class Need(enum.Enum):
 
 
 class Fidelity(enum.Enum):
-    """How a rule relates to its source (``relaxbench list policies`` shows it)."""
+    """How a rule relates to its source (``relaxbench list rules`` shows it)."""
 
     REFERENCE = "as reference"  # follows the authors' (or a reference reproduction's) code at a named commit
     PAPER = "as paper (no code)"  # follows the paper; no public code was found
@@ -153,7 +153,7 @@ class VerificationPolicy(abc.ABC):
     """A verification rule. To add one, write one module in ``relaxbench/policies/`` (it is discovered: no list to
     edit) with a subclass that defines:
 
-    * ``name`` — the registry name (``--policy NAME``, ``policy:`` in a method YAML);
+    * ``name`` — the registry name (``--rule NAME``, ``policy:`` in a method YAML);
     * ``Knobs`` — a ``relaxbench.validation.Spec`` of its knobs with defaults (the class's own docstring "No knobs"
       when it has none);
     * ``judge(batch) -> Judgement`` — every draft position of every request of a ``Batch`` at once (K ≥ 1; requests

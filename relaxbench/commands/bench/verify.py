@@ -16,7 +16,8 @@ QUICK = {"batch": (1, 4), "k": (4,), "vocab": (64,), "repeats": 1}
 def register(bsub: argparse._SubParsersAction) -> None:
     p = bsub.add_parser("verify", help="batched verification: ops, host syncs and time per step of every rule at "
                                        "B = 1..256, beside bare exact-match and the per-request path")
-    p.add_argument("--policy", action="append", default=None, help="only this rule (repeatable; default: all)")
+    p.add_argument("--rule", action="append", default=None, help="only this rule (repeatable; default: all)")
+    p.add_argument("--policy", action="append", dest="rule", help=argparse.SUPPRESS)  # its earlier name
     p.add_argument("--mode", choices=("greedy", "sampling", "both"), default="both")
     p.add_argument("--batch", default=None, help="batch sizes B, comma-separated (default 1,8,64,256)")
     p.add_argument("-k", "--k", default=None, help="draft lengths k, comma-separated (default 4,8)")
@@ -79,17 +80,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--repeats must be >= 1")
     if args.top_ops is not None and args.top_ops < 1:
         raise ConfigError("--top-ops N: N >= 1 operations per rule")
-    for name in args.policy or ():
+    for name in args.rule or ():
         POLICIES.get(name)  # an unknown name is a one-line error with a suggestion
-    if "none" in (args.policy or ()):
-        raise ConfigError("policy 'none' (autoregressive decoding) verifies nothing")
+    if "none" in (args.rule or ()):
+        raise ConfigError("rule 'none' (autoregressive decoding) verifies nothing")
     modes = ("greedy", "sampling") if args.mode == "both" else (args.mode,)
     device = runtime_from_args(args)
     check_fits_memory(max(batches), max(ks), max(vocabs), device)
     out, err = console(), console(stderr=True)
     allocator = allocators.use(args.allocator)
     with tempfile.TemporaryDirectory() as folder:
-        policies = vb.bench_policies(args.policy, Path(folder), max(vocabs), device)
+        policies = vb.bench_policies(args.rule, Path(folder), max(vocabs), device)
     if not vb.decision_modes(policies, modes):
         raise ConfigError(f"none of the chosen rules runs in {' or '.join(modes)} mode")
     with err.status("bench verify") as status:
