@@ -339,7 +339,7 @@ GENERATED = ("test_greedy_strict_end_equals_exact", "test_greedy_loosening_never
 
 
 def test_the_generated_checks_hold_the_rule_with_no_test_written(plugin, tmp_path):
-    """``make check-policy POLICY=NAME`` is ``pytest -k NAME`` over tests/: here over the files that hold the
+    """``make check-rule RULE=NAME`` is ``pytest -k NAME`` over tests/: here over the files that hold the
     generated checks the guide lists, with the user's package installed."""
     outer = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}  # not this session's
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "no:cacheprovider",
