@@ -95,7 +95,7 @@ def test_the_policy_table_names_what_every_policy_follows():
     from pathlib import Path
 
     lines = (Path(__file__).parents[1] / "docs" / "policies.md").read_text().splitlines()
-    header = next(line for line in lines if line.startswith("| policy |"))
+    header = next(line for line in lines if line.startswith("| rule |"))
     assert "follows" in header
     for name in POLICIES.names():
         row = next((line for line in lines if line.startswith(f"| `{name}` ")), None)
