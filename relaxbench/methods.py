@@ -146,13 +146,16 @@ def _policy_defaults() -> dict[str, dict[str, Any]]:
 
 
 # ``extends:`` for methods: knobs and sweep merge key by key; the drafter is replaced whole (its knobs belong to its
-# kind). A bare policy name is a parent too (the policy at its defaults).
-METHOD_KIND = SpecKind("methods", "method", ("knobs", "sweep"), _policy_defaults)
+# kind). A bare rule name is a parent too (the rule at its defaults). A file names its rule ``rule:``; the field,
+# which stored records and run keys hold, keeps its first name ``policy`` (a file that says ``policy:`` still reads).
+METHOD_KIND = SpecKind("methods", "method", ("knobs", "sweep"), _policy_defaults, renamed={"rule": "policy"})
 
 
 def method_from_dict(data: Any, where: str, default_name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
     """A method from a YAML mapping, its ``extends:`` parents applied first (``validation.resolve_extends``)."""
     data = resolve_extends(data, where, METHOD_KIND, extra_dirs)
+    if "policy" not in data:
+        raise ConfigError(f"{where}: missing field 'rule' (the rule the method verifies with, e.g. rule: exact)")
     data.setdefault("name", default_name)
     for key in ("knobs", "sweep"):
         if data.get(key) is None:
@@ -178,7 +181,7 @@ def load_method(name: str, extra_dirs: tuple[Path, ...] = ()) -> MethodSpec:
     if name in files:
         return method_from_dict(load_yaml(files[name]), str(files[name]), name, extra_dirs)
     if catalog.knows("policies", name):
-        return MethodSpec(name=name, policy=name, source="policy defaults")
+        return MethodSpec(name=name, policy=name, source="rule defaults")
     known = sorted(set(files) | set(catalog.names("policies")))
     raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, known)} (methods: {', '.join(sorted(files))})")
 
@@ -209,28 +212,34 @@ def effective_drafter(method: MethodSpec, draft_name: str | None) -> DrafterSpec
     return method.drafter
 
 
-def check_method_spec(name: str, method: MethodSpec, draft_name: str | None, policy_where: str | None = None) -> None:
+def check_method_spec(name: str, method: MethodSpec, draft_name: str | None, policy_where: str | None = None) -> bool:
     """What the registries' declarations alone settle about ``method`` with ``--draft draft_name``, read from the
-    catalog (no torch) unless the registries are loaded: the policy's name and knobs, the drafter's name and knobs,
+    catalog (no torch) unless the registries are loaded: the rule's name and knobs, the drafter's name and knobs,
     a drafter that needs a draft model given none. ``name`` (an arm or method) starts a drafter's message;
-    ``policy_where`` a knob's (default ``policy 'NAME'`` as the method names it)."""
-    catalog.check_knobs("policies", method.policy, method.knobs, policy_where or f"policy {method.policy!r}")
+    ``policy_where`` a knob's (default ``rule 'NAME'`` as the method names it). Whether it drafts with the draft
+    model (so the draft's vocabulary must be the target's)."""
+    catalog.check_knobs("policies", method.policy, method.knobs, policy_where or f"rule {method.policy!r}")
     drafter = effective_drafter(method, draft_name)
     if drafter is None:
-        return
+        return False
     catalog.check_knobs("drafters", drafter.kind, drafter.knobs, f"method {name!r}: drafter {drafter.kind!r}")
-    if catalog.needs_draft_model(drafter.kind) and (draft_name is None or draft_name in MODEL_FREE_DRAFTS):
+    needs_model = catalog.needs_draft_model(drafter.kind)
+    if needs_model and (draft_name is None or draft_name in MODEL_FREE_DRAFTS):
         given = "no --draft was given" if draft_name is None else f"--draft {draft_name} is model-free"
         raise ConfigError(f"method {name!r} drafts with {drafter.kind!r}, which needs a draft model, and {given}: "
                           "pass --draft MODEL (a model sharing the target's vocabulary)")
+    return needs_model
 
 
-def check_methods(names: list[str] | tuple[str, ...], draft_name: str | None) -> None:
+def check_methods(names: list[str] | tuple[str, ...], draft_name: str | None) -> bool:
     """Every sweep point of every method a run names, checked as ``check_method_spec`` (a knob refused in the words
     the run's own check uses, the rule's registered name first): ``compare`` calls it before anything heavy loads,
-    and the run checks everything again, modes and drafter compatibility included, when it assembles its arms."""
+    and the run checks everything again, modes and drafter compatibility included, when it assembles its arms.
+    Whether any point drafts with the draft model."""
+    needs_model = False
     for name in names:
         for point in load_method(name).expand():
             if point.policy != "none":
-                check_method_spec(point.name, point, draft_name,
-                                  f"policy {catalog.canonical('policies', point.policy)!r}")
+                needs_model |= check_method_spec(point.name, point, draft_name,
+                                                 f"rule {catalog.canonical('policies', point.policy)!r}")
+    return needs_model

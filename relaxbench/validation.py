@@ -140,7 +140,7 @@ def spec_options(model: type[BaseModel]) -> dict[str, Option]:
 
 def validate(model: type[S], data: Any, where: str, what: str = "field") -> S:
     """``model`` validated from ``data``; any failure is a ``ConfigError`` of one line, prefixed with ``where``
-    (``"policy 'fly'"``, ``"methods/fly.yaml"``) and naming the offending ``what`` (``knob``, ``field``, ...).
+    (``"rule 'fly'"``, ``"methods/fly.yaml"``) and naming the offending ``what`` (``knob``, ``field``, ...).
     Field names written with dashes (``max-ngram``) are read as underscores."""
     if isinstance(data, Mapping):
         data = {(k.replace("-", "_") if isinstance(k, str) else k): v for k, v in data.items()}
@@ -255,7 +255,9 @@ class SpecKind:
     merged: Collection[str]  # the mapping fields merged key by key; every other field replaces the parent's
     # parents that are not files (a bare policy name for methods): name → fields, read only when a name is no file's
     builtins: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
-    renamed: Mapping[str, str] = field(default_factory=dict)  # a field's earlier name → its name (still read)
+    # another spelling of a field → the field's name: an earlier name still read, or the word the files use where
+    # the stored field keeps its first name (a method's ``rule:`` is its ``policy`` field, which run keys hold)
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 NOT_INHERITED = ("name", "extends")  # a spec's name is its own (its file's stem unless it sets one)
@@ -269,6 +271,9 @@ def resolve_extends(data: Any, where: str, kind: SpecKind, extra_dirs: tuple[Pat
     ``extends`` is a one-line ``ConfigError`` naming the file."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: a {kind.what} must be a mapping")
+    both = [(key, field_) for key, field_ in kind.renamed.items() if key in data and field_ in data]
+    if both:
+        raise ConfigError(f"{where}: '{both[0][0]}' and '{both[0][1]}' are one field; give one")
     data = {kind.renamed.get(key, key): value for key, value in data.items()}
     parents = data.pop("extends", None)
     if not _chain:

@@ -158,7 +158,7 @@ def test_the_registry_answers_what_the_catalog_cannot_know(tmp_path):
     assert out["fly"] == "policy 'fly': knob 'window' must be >= 1, got 0" and out["fly_from_catalog"]
     assert out["plugin"] == "policy 'plugin-rule': knob 'depth' must be an integer, got 'deep'"
     assert "plugin-rule" in out["names"] and "fly" in out["names"]
-    assert out["unknown"].startswith("unknown policy 'no-such-rule'")
+    assert out["unknown"].startswith("unknown rule 'no-such-rule'")
 
 
 def test_a_rule_registered_in_this_process_is_the_registrys(capsys, monkeypatch):

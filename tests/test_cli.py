@@ -38,7 +38,7 @@ def test_missing_local_model_dir(cli):
 def test_unknown_policy_with_suggestion(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule", "exactt",
                  "--prompt", "x")
-    assert_one_line_error(result, "unknown policy 'exactt'", "did you mean 'exact'")
+    assert_one_line_error(result, "unknown rule 'exactt'", "did you mean 'exact'")
 
 
 @pytest.mark.slow

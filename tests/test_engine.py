@@ -169,7 +169,7 @@ def test_policy_knobs_are_validated():
         make_policy("fly", {"thetaa": 1})
     with pytest.raises(ConfigError, match="must be an integer"):
         make_policy("fly", {"window": 2.5})
-    with pytest.raises(ConfigError, match="^policy 'fly': knob 'window' must be >= 1, got 0$"):
+    with pytest.raises(ConfigError, match="^rule 'fly': knob 'window' must be >= 1, got 0$"):
         make_policy("fly", {"window": 0})
     with pytest.raises(ConfigError, match="unknown knob 'theta'"):
         make_policy("exact", {"theta": 1})

@@ -176,12 +176,12 @@ def write_package(root: Path) -> Path:
 # -- the user's YAML files and data ---------------------------------------------------------------------------------
 METHODS = {
     # step 3 of the rule tutorial: the rule and its knobs, and the knob grid of its trade-off curve
-    "my-topk.yaml": "policy: my-topk\nknobs:\n  top: 3\ndrafter: model\n"
+    "my-topk.yaml": "rule: my-topk\nknobs:\n  top: 3\ndrafter: model\n"
                     'description: "my lenient top-K (greedy only)"\n',
     "my-topk-sweep.yaml": f"extends: my-topk.yaml\nsweep:\n  top: [1, {VOCAB_SIZE}]\n"
                           'description: "my lenient top-K sweep: exact match, then every token"\n',
     # the drafter, under exact match
-    "repeat-last.yaml": "policy: exact\ndrafter: {kind: repeat-last, tokens: 2}\n"
+    "repeat-last.yaml": "rule: exact\ndrafter: {kind: repeat-last, tokens: 2}\n"
                         'description: "exact match over my repeat-last drafter"\n',
 }
 # a YAML over the new row format, with no source: its rows come from --data-file my-task=PATH
@@ -295,7 +295,7 @@ def test_the_guides_rule_registers_decides_and_is_listed(tmp_path, capsys):
         code = main(["generate", *TINY, "--rule", "my-topk", "--knob", "top=0", "--prompt", "hi"])
         refusal = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert code == 2 and len(refusal) == 1, refusal
-        assert refusal[0].endswith("policy 'my-topk': knob 'top' must be >= 1, got 0"), refusal
+        assert refusal[0].endswith("rule 'my-topk': knob 'top' must be >= 1, got 0"), refusal
     finally:
         POLICIES.remove("my-topk")
 
@@ -328,7 +328,7 @@ def test_register_policy_refuses_a_rule_missing_what_the_guide_requires_in_one_l
         import_file(tmp_path / "refused.py", "my_topk_refused")
     message = str(refused.value)
     assert "\n" not in message and words in message, message
-    assert message.startswith("policy 'my-topk' "), message
+    assert message.startswith("rule 'my-topk' "), message
     assert "my-topk" not in POLICIES
 
 

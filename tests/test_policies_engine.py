@@ -64,7 +64,7 @@ def test_draft_layerskip_needs_no_draft_model(capsys):
 def test_q_needing_rule_with_the_ngram_drafter_is_a_one_line_error(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "ngram", "--rule", "cactus",
                  "--temperature", "1", "--prompt", "x")
-    assert_one_line_error(result, "policy 'cactus' needs draft-model probabilities", "'ngram'")
+    assert_one_line_error(result, "rule 'cactus' needs draft-model probabilities", "'ngram'")
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "ngram+lm"])
@@ -73,7 +73,7 @@ def test_every_q_needing_rule_refuses_drafters_without_a_distribution(tiny_targe
     assert len(needing) >= 8  # speculative sampling and the seven relaxed-target rules
     for name in needing:
         method = MethodSpec(name=name, policy=name, drafter=DrafterSpec(kind=drafter))
-        with pytest.raises(ConfigError, match=f"policy '{name}' needs draft-model probabilities"):
+        with pytest.raises(ConfigError, match=f"rule '{name}' needs draft-model probabilities"):
             build_decoder(method, tiny_target, tiny_draft, DecodeConfig(k=4, sampling=SamplingParams(1.0)))
 
 

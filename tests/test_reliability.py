@@ -62,7 +62,7 @@ def test_suite_file_settings_are_checked_by_name(capsys, tmp_path: Path):
 
 
 @pytest.mark.parametrize(("knob", "fragments"), [
-    ("theta=.nan", ("policy 'fly'", "knob 'theta'", "must be a number")),
+    ("theta=.nan", ("rule 'fly'", "knob 'theta'", "must be a number")),
     ("window=0", ("knob 'window'", "must be >= 1, got 0")),
 ])
 def test_knobs_refuse_nan_and_out_of_range(knob, fragments):

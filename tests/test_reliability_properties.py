@@ -133,7 +133,7 @@ def test_policy_knobs_refuse_invalid_values(capsys, policy, knob):
         knobs = [arg for item in [*required, f"{knob}={as_yaml(value)}"] for arg in ("--knob", item)]
         result = run_main(capsys, "generate", "--target", "no-model-is-loaded", "--draft", "tiny-random-draft",
                           "--rule", policy, *knobs, "--prompt", "x")
-        assert_one_line_error(result, f"policy {policy!r}", f"knob {knob!r}")
+        assert_one_line_error(result, f"rule {policy!r}", f"knob {knob!r}")
 
     check()
 

@@ -113,6 +113,21 @@ def test_method_extends_several_parents_in_order(tmp_path):
     assert load_method(str(bare)).policy == "margin"
 
 
+def test_a_method_names_its_rule_with_rule_and_the_earlier_key_still_reads(tmp_path):
+    """``rule:`` is the key the shipped methods use; ``policy:``, the earlier key, reads into the same field, so the
+    arm's identity (its run key) is the same either way; both at once, or neither, is one line."""
+    new = load_method(str(_write(tmp_path, "new.yaml", "rule: fly\nknobs: {theta: 0.2}\n")))
+    old = load_method(str(_write(tmp_path, "old.yaml", "policy: fly\nknobs: {theta: 0.2}\n")))
+    assert new.policy == old.policy == "fly" and new.identity() | {"name": ""} == old.identity() | {"name": ""}
+    mixed = _write(tmp_path, "mixed.yaml", "extends: old.yaml\nrule: exact\n")  # a new file over an old parent
+    assert load_method(str(mixed)).policy == "exact"
+    with pytest.raises(ConfigError, match=r"both\.yaml: 'rule' and 'policy' are one field; give one$"):
+        load_method(str(_write(tmp_path, "both.yaml", "rule: fly\npolicy: exact\n")))
+    with pytest.raises(ConfigError, match=r"none\.yaml: missing field 'rule'"):
+        load_method(str(_write(tmp_path, "none.yaml", "knobs: {theta: 0.2}\n")))
+    assert all("policy" not in load_yaml(path) for path in method_files().values())  # the shipped files say rule
+
+
 def test_suite_extends(tmp_path):
     base = _write(tmp_path, "base.yaml", "target: t\ndraft: d\nmethods: [exact, fly]\ntasks: [gsm8k, mbpp]\n"
                                          "limits: {gsm8k: 3, mbpp: 4}\nprofiles: [h100-sxm]\n")

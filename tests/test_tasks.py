@@ -152,7 +152,7 @@ def test_plan_expands_sweeps_and_substitutes_ngram(tmp_path: Path):
     with pytest.raises(ConfigError, match="AR baseline"):
         build_arms(SuiteSpec(target="t", draft="d", methods=("none",), tasks=("jsonl",)))
     method.write_text("policy: exact\nsweep:\n  level: [1, 2]\n")  # knobs are checked when the plan is built
-    with pytest.raises(ConfigError, match="policy 'exact': unknown knob 'level'"):
+    with pytest.raises(ConfigError, match="rule 'exact': unknown knob 'level'"):
         build_arms(SuiteSpec(target="t", draft="d", methods=(str(method),), tasks=("jsonl",)))
 
 

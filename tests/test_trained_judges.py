@@ -497,7 +497,7 @@ def test_a_head_for_another_pair_or_size_is_a_one_line_error(tiny_target, tiny_d
     with pytest.raises(ConfigError, match="expects target hidden states of size 32"):
         generate(MethodSpec(name="aj", policy="autojudge", knobs={"head": narrow, "tau": 0.5}), tiny_target,
                  tiny_draft, random_prompts(1, 200, seed=3)[0])
-    with pytest.raises(ConfigError, match="is a 'autojudge' head; use it with policy 'autojudge'"):
+    with pytest.raises(ConfigError, match="is a 'autojudge' head; use it with rule 'autojudge'"):
         make_policy("judge-decoding", {"head": narrow})
     with pytest.raises(ConfigError, match="missing knob 'head'"):
         make_policy("autojudge", {})

@@ -81,9 +81,9 @@ METRICS: tuple[Metric, ...] = (
            better="higher", narrow=True, field="speed.speedup_geomean"),
     Metric("latency", "end-to-end seconds per unit (mean, median); tokens/s = total tokens / total time",
            "latency_mean", "latency s", "main", 70, spec=".2f", unit="s", better="lower", field="speed.latency_mean"),
-    Metric("policy time", ("the verification rule's decision time: Σ policy time / Σ verification rounds (per "
-                           "round), and its share of the arm's generation time, Σ policy time / Σ time_total"),
-           "policy_time_per_round", "policy ms/round", "diagnostics", 90, format="ms", unit="ms per round",
+    Metric("rule time", ("the verification rule's decision time: Σ rule time / Σ verification rounds (per "
+                         "round), and its share of the arm's generation time, Σ rule time / Σ time_total"),
+           "policy_time_per_round", "rule ms/round", "diagnostics", 90, format="ms", unit="ms per round",
            better="lower", field="speed.policy_time_per_round"),
     Metric("score", ("avg@n: mean over units of the unit's mean score over its n repeats (pass rate for pass/fail "
                      "scorers; under greedy decoding the repeats are the same output, so n does not matter); "
@@ -175,7 +175,7 @@ METRICS: tuple[Metric, ...] = (
            unit="s", better="lower", field="speed.latency_median"),
     Metric("latency", key="tokens_per_second", column="tokens/s", table="diagnostics", order=80, spec=".2f",
            unit="tokens/s", better="higher", narrow=True, field="speed.tokens_per_second"),
-    Metric("policy time", key="policy_share", column="policy share", table="diagnostics", order=100, spec=".1%",
+    Metric("rule time", key="policy_share", column="rule share", table="diagnostics", order=100, spec=".1%",
            unit="share", better="lower", field="speed.policy_share"),
     Metric("McNemar p", key="discordant", column="discordant lost / gained", table="diagnostics", order=110,
            format="discordant", unit="units", field="capability.discordant"),
@@ -192,7 +192,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("", key="knobs", column="knobs", table="main", order=20, format="knobs"),
     Metric("", key="arm", column="method", table="failures", order=10, format="arm", narrow=True),
     Metric("", key="arm", column="method", table="diagnostics", order=10, format="arm", narrow=True),
-    Metric("", key="policy", column="policy", table="diagnostics", order=20, format="policy", narrow=True),
+    Metric("", key="policy", column="rule", table="diagnostics", order=20, format="policy", narrow=True),
     Metric("", key="n_units", column="n units", table="diagnostics", order=30, format="count"),
     Metric("", key="n_samples", column="n samples", table="diagnostics", order=40, format="count"),
     Metric("", key="divergences", column="reproduced AR", table="diagnostics", order=120, format="reproduced",

@@ -116,7 +116,7 @@ def checks(lines: Sequence[Line], levels: Sequence[int] = CHECKED_CONCURRENCY) -
         share = statistics.median(adapter.policy_share)
         out += [Check(f"adapter exact / native spec decode tokens/s at concurrency {level}", ratio,
                       f"≥ {ADAPTER_RATIO_TARGET:.2f}", ratio >= ADAPTER_RATIO_TARGET),
-                Check(f"policy time / step time, adapter at concurrency {level}", share,
+                Check(f"rule time / step time, adapter at concurrency {level}", share,
                       f"≤ {POLICY_SHARE_TARGET:.0%}", share <= POLICY_SHARE_TARGET)]
     if not out:
         raise ValueError(f"no vLLM native and adapter lines at a checked concurrency ({levels})")

@@ -305,7 +305,7 @@ def batch_for(policy: VerificationPolicy, step: RandomStep, engine_q: bool = Fal
     uniforms in its ``uniform_dtype``."""
     for mode in sorted(step.modes):
         if mode not in policy.modes:
-            raise ValueError(f"policy {policy.name!r} does not run in {mode} mode")
+            raise ValueError(f"rule {policy.name!r} does not run in {mode} mode")
     draft_logits = draft_probs = None
     if any(drafter_duties(policy, p).keep_logits for p in set(step.params)):
         if engine_q:

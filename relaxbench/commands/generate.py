@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from relaxbench.methods import check_method_spec
+    from relaxbench.models.preview import check_vocabularies
     from relaxbench.ops.sampling_params import SamplingParams
 
     card = engine_card_from_args(args)
@@ -145,9 +146,11 @@ def run(args: argparse.Namespace) -> int:
     method = method_from_args(args)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     draft_name = None if method.policy == "none" else args.draft
-    check_method_spec(method.name, method, draft_name)  # names and knobs, before torch or any model loads
+    drafts_with_model = check_method_spec(method.name, method, draft_name)  # names and knobs, before torch loads
     check_files_early(args.target, draft_name)  # a cut GGUF file, a missing path: before torch too
     check_context_from_files(args.target, args.prompt, args.system, args.max_new_tokens)
+    if drafts_with_model and draft_name is not None:
+        check_vocabularies(args.target, draft_name)  # pinned vocabularies or tokenizer files, nothing fetched
 
     from relaxbench.decoders import CompletionRequest, check_method, resolve_k
     from relaxbench.decoding.loop import DecodeConfig

@@ -181,7 +181,7 @@ def rows(kind: str) -> list[tuple[str, str]]:
         for name in method_files():
             spec = load_method(name)
             sweep = f", sweep {dict(spec.sweep)}" if spec.sweep else ""
-            out.append((name, f"policy {spec.policy}, drafter {spec.drafter.kind}, k={spec.k or 'default'}"
+            out.append((name, f"rule {spec.policy}, drafter {spec.drafter.kind}, k={spec.k or 'default'}"
                               f"{sweep}. {spec.description}".strip()))
         return out
     if kind == "suites":

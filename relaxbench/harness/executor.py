@@ -275,17 +275,21 @@ class InProcessExecutor(Executor):
 
 
 def check_transformers_early(suite: SuiteSpec) -> SuiteSpec:
-    """The transformers engine's refusals before torch loads: every method's names and knobs, and a
-    --max-new-tokens over the context the target's files on disk state (every prompt is fitted before loading)."""
+    """The transformers engine's refusals before torch loads: every method's names and knobs, a draft model whose
+    vocabulary is not the target's (from pinned vocabularies or tokenizer files: nothing fetched or converted), and
+    a --max-new-tokens over the context the target's files on disk (or the zoo's pin) state (every prompt is
+    fitted before loading)."""
     from relaxbench.decoding.prompts import check_positions
     from relaxbench.methods import check_methods
-    from relaxbench.models.preview import files_on_disk
+    from relaxbench.models.preview import check_vocabularies, files_on_disk
 
-    check_methods(suite.methods, suite.draft)
+    drafts_with_model = check_methods(suite.methods, suite.draft) and suite.draft is not None
     if suite.max_new_tokens is not None:
         facts = files_on_disk(suite.target)
         if facts is not None:
             check_positions(facts.context, "--max-new-tokens", 1, suite.max_new_tokens, 0, at_least=True)
+    if drafts_with_model:
+        check_vocabularies(suite.target, suite.draft)
     return suite
 
 

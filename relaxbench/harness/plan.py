@@ -152,7 +152,7 @@ def build_arms(suite: SuiteSpec) -> tuple[Arm, ...]:
     for name in suite.methods:
         method = load_method(name)
         if method.policy == "none":
-            raise ConfigError(f"method {name!r} is the AR baseline (policy 'none'), which every run includes; "
+            raise ConfigError(f"method {name!r} is the AR baseline (rule 'none'), which every run includes; "
                               "leave it out of --methods")
         if method.sweeps_k and suite.k is not None:
             raise ConfigError(f"method {name!r} sweeps the draft length k, which -k {suite.k} would override for "
@@ -254,7 +254,7 @@ def check_modes(job: TaskJob) -> None:
         if missing:
             how = (" (the task's own temperatures sample some items: decode it with the run's sampling with "
                    "--override-task-sampling, override_task_sampling: true in a suite)" if job.item_sampling else "")
-            raise ConfigError(f"method {arm.name!r} (policy {arm.method.policy!r}) does not support {missing[0]} "
+            raise ConfigError(f"method {arm.name!r} (rule {arm.method.policy!r}) does not support {missing[0]} "
                               f"decoding, which task {job.name!r} uses{how}")
 
 

@@ -136,7 +136,7 @@ def resolve_method(args: ModelArgs) -> MethodSpec:
             known = ModelArgs.names()
             raise ConfigError(
                 f"unknown model_args key {key!r}{did_you_mean(key, known + sorted(policy_knobs))} "
-                f"(model args: {', '.join(known)}; knobs of policy {method.policy!r}: "
+                f"(model args: {', '.join(known)}; knobs of rule {method.policy!r}: "
                 f"{', '.join(sorted(policy_knobs)) or 'none'}; drafter knobs: drafter.KEY=VALUE)")
     # a knob set in model_args fixes that axis of the method's sweep; lm-eval evaluates exactly one arm
     sweep = {key: values for key, values in method.sweep.items() if key not in args.knobs}

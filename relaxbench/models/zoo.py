@@ -31,6 +31,9 @@ class PackagedModel:
     # before anything is fetched; the tests hold it to the tokenizer the GGUF holds
     vocab_size: int
     vocab_sha256: str
+    # the context its config states (``max_position_embeddings``, the GGUF's ``context_length``), pinned so that a
+    # budget over it is refused before anything is fetched; the tests hold it to the GGUF's config
+    context: int
 
     @property
     def gguf_name(self) -> str:
@@ -48,12 +51,21 @@ class PackagedModel:
     def is_converted(self) -> bool:
         return (self.checkpoint_dir() / "relaxbench-source.json").is_file()
 
+    def preview_dir(self) -> Path:
+        """Where its tokenizer and config are kept once read from the GGUF's header (``models.preview``)."""
+        return cache_root() / "previews" / self.alias
+
 
 def local_gguf_checkpoint_dir(gguf: Path) -> Path:
     """Where a local ``.gguf`` file's conversion is cached: keyed by its path, size and modification time."""
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return cache_root() / "models" / f"local-{gguf.stem}-{key}"
+
+
+def local_gguf_preview_dir(gguf: Path) -> Path:
+    """Where a local ``.gguf`` file's tokenizer and config are kept once read from its header (same key)."""
+    return cache_root() / "previews" / local_gguf_checkpoint_dir(gguf).name
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,7 @@ for _model in (
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         vocab_size=49_152,
         vocab_sha256="237d1306abb0368286e27fd585218becf1989da4858ce91626d1579d2bd262bb",
+        context=8_192,
     ),
     PackagedModel(
         alias="qwen2.5-coder-0.5b-instruct",
@@ -105,6 +118,7 @@ for _model in (
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         vocab_size=151_936,
         vocab_sha256="5ad4def217b37b7d2419da4f1e225a495fcbe8463ce09f9cf0d72f148711a6fe",
+        context=32_768,
     ),
     PackagedModel(
         alias="qwen2.5-coder-1.5b-instruct",
@@ -116,6 +130,7 @@ for _model in (
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         vocab_size=151_936,
         vocab_sha256="5ad4def217b37b7d2419da4f1e225a495fcbe8463ce09f9cf0d72f148711a6fe",
+        context=32_768,
     ),
     TinyRandomModel(
         alias="tiny-random-target",

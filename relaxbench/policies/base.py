@@ -201,7 +201,7 @@ class VerificationPolicy(abc.ABC):
     @classmethod
     def from_knobs(cls, raw: Mapping[str, Any] | None = None) -> VerificationPolicy:
         """Build from untyped knobs (YAML/CLI): unknown names and wrong types are one-line errors."""
-        return cls(validate(cls.Knobs, dict(raw or {}), f"policy {cls.name!r}", "knob"))
+        return cls(validate(cls.Knobs, dict(raw or {}), f"rule {cls.name!r}", "knob"))
 
     def bind(self, env: PolicyEnv) -> None:
         """Called once when a run is configured (e.g. to tokenize a prompt the policy appends)."""
@@ -258,7 +258,7 @@ class VerificationPolicy(abc.ABC):
         return {"policy": self.name, "knobs": self.knobs.model_dump()}
 
 
-POLICIES: Registry[type[VerificationPolicy]] = Registry("policy", "relaxbench.policies")
+POLICIES: Registry[type[VerificationPolicy]] = Registry("rule", "relaxbench.policies")
 
 
 def registration_problems(cls: type) -> list[str]:
@@ -320,7 +320,7 @@ def register_policy(cls=None, *, aliases=()):
     def add(cls: type[VerificationPolicy]) -> type[VerificationPolicy]:
         problems = registration_problems(cls)
         if problems:
-            raise TypeError(f"policy {getattr(cls, 'name', '') or cls.__qualname__!r} ({cls.__module__}."
+            raise TypeError(f"rule {getattr(cls, 'name', '') or cls.__qualname__!r} ({cls.__module__}."
                             f"{cls.__qualname__}) cannot be registered: {'; '.join(problems)} "
                             "(see relaxbench.policies.base.VerificationPolicy)")
         POLICIES.add(cls.name, cls)

@@ -237,7 +237,7 @@ class Batch:
     def _draft_rows(self) -> Rows:
         rows = self.draft_probs or self.draft_logits
         if rows is None:
-            raise ConfigError("this policy needs draft probabilities but the drafter provides none")
+            raise ConfigError("this rule needs draft probabilities but the drafter provides none")
         return rows
 
     @cached_property

@@ -63,16 +63,16 @@ def check_compatibility(policy: VerificationPolicy | type[VerificationPolicy], m
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if name == AUTOREGRESSIVE and drafter is not None:
-        raise ConfigError(f"policy {AUTOREGRESSIVE!r} is the autoregressive baseline and takes no drafter")
+        raise ConfigError(f"rule {AUTOREGRESSIVE!r} is the autoregressive baseline and takes no drafter")
     if mode not in policy.modes:
-        raise ConfigError(f"policy {name!r} does not support {mode} decoding "
+        raise ConfigError(f"rule {name!r} does not support {mode} decoding "
                           f"(supports: {', '.join(sorted(policy.modes.supported))})")
     needs = policy.needs
     if drafter is not None and Need.DRAFT_PROBS in needs and not drafter.provides_probs:
-        raise ConfigError(f"policy {name!r} needs {Need.DRAFT_PROBS.value}, but drafter {drafter.name!r} "
+        raise ConfigError(f"rule {name!r} needs {Need.DRAFT_PROBS.value}, but drafter {drafter.name!r} "
                           "has no distribution; use a draft model")
     if Need.DRAFT_HIDDEN_STATES in needs and (drafter is None or not drafter.provides_hidden):
-        raise ConfigError(f"policy {name!r} needs {Need.DRAFT_HIDDEN_STATES.value}, but "
+        raise ConfigError(f"rule {name!r} needs {Need.DRAFT_HIDDEN_STATES.value}, but "
                           f"{'there is no drafter' if drafter is None else f'drafter {drafter.name!r} has none'}; "
                           "use a draft model (drafter 'model')")
 

@@ -71,9 +71,9 @@ def default_window(k: int) -> int:
 def check_draft_length(window: int | None, k: int) -> None:
     """Refuse, in one line, a draft length or window vLLM's FLy refuses: k < 2, or a window not below k."""
     if k < 2:
-        raise ConfigError(f"policy 'fly-vllm' needs a draft length k of at least 2 (vLLM's FLy does), got k = {k}")
+        raise ConfigError(f"rule 'fly-vllm' needs a draft length k of at least 2 (vLLM's FLy does), got k = {k}")
     if window is not None and window >= k:
-        raise ConfigError(f"policy 'fly-vllm': fly_window_size ({window}) must be smaller than the draft length "
+        raise ConfigError(f"rule 'fly-vllm': fly_window_size ({window}) must be smaller than the draft length "
                           f"k ({k}), as vLLM requires")
 
 

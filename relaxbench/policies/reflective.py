@@ -90,14 +90,14 @@ class ReflectiveVerification(VerificationPolicy):
     def bind(self, env: PolicyEnv) -> None:
         ids = env.tokenizer.encode(self.knobs.prompt, add_special_tokens=False)
         if not ids:
-            raise ConfigError(f"policy {self.name!r}: the reflection prompt tokenizes to nothing")
+            raise ConfigError(f"rule {self.name!r}: the reflection prompt tokenizes to nothing")
         self.reflection = torch.tensor(ids, dtype=torch.long, device=env.device)
 
     def extra_verify_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor | None:
         if draft_tokens.numel() == 0 or self.knobs.alpha == 0:  # α = 0 never reads the reflective logits
             return None
         if self.reflection is None:
-            raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
+            raise RuntimeError(f"rule {self.name!r} was not bound to a tokenizer")
         return torch.cat([self.reflection.to(draft_tokens.device), draft_tokens])
 
     def fused_logits(self, batch: Batch) -> torch.Tensor:
@@ -105,7 +105,7 @@ class ReflectiveVerification(VerificationPolicy):
         ``R, d_1..d_{i−1}`` (the extra tokens are ``R`` then the drafts, so position i's reflective row is extra row
         ``m − 1 + i``, ``m`` the request's extra rows less its drafts, which is ``len(R)``)."""
         if self.reflection is None:
-            raise RuntimeError(f"policy {self.name!r} was not bound to a tokenizer")
+            raise RuntimeError(f"rule {self.name!r} was not bound to a tokenizer")
         alpha = self.knobs.alpha
         requests, positions = batch.pairs
         extra = batch.extras["extra_logits"]

@@ -74,10 +74,10 @@ class TrainedJudge(VerificationPolicy):
 
     def __init__(self, knobs: Any = None) -> None:
         super().__init__(knobs)
-        self.where = f"policy {self.name!r}"
+        self.where = f"rule {self.name!r}"
         self.head: JudgeHead = load_head(self.knobs.head, self.where)
         if self.head.kind != self.kind:
-            raise ConfigError(f"{self.where}: {self.knobs.head} is a {self.head.kind!r} head; use it with policy "
+            raise ConfigError(f"{self.where}: {self.knobs.head} is a {self.head.kind!r} head; use it with rule "
                               f"{self.head.kind!r}")
         self.digest = file_digest(self.knobs.head)
         self._widths_checked = False

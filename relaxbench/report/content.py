@@ -322,8 +322,8 @@ def methods_table(run: RunRecord, summaries: Sequence[TaskSummary]) -> Table:
             Cell(_description(spec, cell.is_baseline), "description"),
             Cell(str(spec.get("source") or "-"), "source"),
         ), emphasis=cell.is_baseline))
-    return Table("methods-table", "Arms: policy, knobs, drafter and draft length k",
-                 ("arm", "method", "policy", "kind", "knobs", "drafter", "k", "description", "defined in"),
+    return Table("methods-table", "Arms: rule, knobs, drafter and draft length k",
+                 ("arm", "method", "rule", "kind", "knobs", "drafter", "k", "description", "defined in"),
                  tuple(rows), "An arm is one point of a method's knob sweep (its name carries the knob values); "
                               "arms of the same method form one curve in the trade-off plots. The drafter is the one "
                               "actually used (with --draft ngram, prompt lookup replaces a draft model).")

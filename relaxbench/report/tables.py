@@ -459,8 +459,8 @@ def diagnostics_table(summary: TaskSummary) -> Table:
     return Table(f"{summary.task}-diagnostics", f"{summary.task}: sample counts and diagnostics",
                  schema_columns("diagnostics", profiles), tuple(diagnostic_row(c, profiles) for c in summary.cells),
                  "Geomean speed-up = exp(mean log(AR time / method time)) over units (proxy: of proxy times); "
-                 "policy ms/round = the verification rule's decision time per round on this "
-                 "run's device, policy share = Σ policy time / Σ generation time; discordant = units AR passed and "
+                 "rule ms/round = the verification rule's decision time per round on this "
+                 "run's device, rule share = Σ rule time / Σ generation time; discordant = units AR passed and "
                  "the arm failed / the reverse; reproduced AR = units whose output ids equal AR's (divergences of "
                  "lossless arms are diagnosed); stop reasons over the paired samples ('length' = cut at "
                  "max_new_tokens).",

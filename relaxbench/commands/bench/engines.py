@@ -122,13 +122,13 @@ def print_results(lines: Sequence[Any]) -> bool:
 
     print_table(table(
         "bench-engines", "engines: output tokens/s (median over repeats)",
-        ("engine", "arm", "concurrency", "tokens/s", "per repeat", "policy share"),
+        ("engine", "arm", "concurrency", "tokens/s", "per repeat", "rule share"),
         [(text(line.engine), text(line.arm), figure(str(line.concurrency)), figure(f"{line.median:.2f}"),
           figure(" ".join(f"{v:.1f}" for v in line.tokens_per_second)),
           figure(f"{max(line.policy_share):.2%}" if line.policy_share else "-")) for line in lines],
         "transformers: relaxbench's loop keeps one request in flight, so its rows at every concurrency are one "
         "measurement (the prompts one after another); vllm: the prompts submitted together, up to the concurrency "
-        "in flight. Policy share: the adapter's policy time / the step time (native: vLLM's own sampler, not timed)."))
+        "in flight. Rule share: the adapter's rule time / the step time (native: vLLM's own sampler, not timed)."))
     results = checks(lines)
     print_table(table(
         "bench-engines-targets", "targets",
