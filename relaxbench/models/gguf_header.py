@@ -1,5 +1,5 @@
 """A GGUF file's layout from its header alone: every metadata entry and tensor description readable, and the file
-long enough for every tensor it describes. A file cut short (an interrupted download or copy) is refused in one line
+long enough for every tensor it describes, and the context it states. A file cut short (an interrupted download or copy) is refused in one line
 when the model name is resolved, before the tokenizer, the config or any weight is read. The conversion reads its
 tensors through the same walk (``read_layout``): it skips the metadata values instead of building a record for each
 of a vocabulary's hundreds of thousands of entries, as ``gguf.GGUFReader`` does (12 s for Qwen2.5-1.5B's file on
@@ -18,6 +18,7 @@ _SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 _ALIGNMENT_KEY = "general.alignment"
 _ARCHITECTURE_KEY = "general.architecture"
+_CONTEXT_SUFFIX = b".context_length"
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class GgufLayout:
     architecture: str | None
     data_start: int  # where the data section begins (aligned)
     tensors: tuple[TensorInfo, ...]
+    context_length: int | None = None  # ``<architecture>.context_length``: transformers' max_position_embeddings
 
 
 class _Cut(Exception):
@@ -103,6 +105,7 @@ def read_layout(path: Path, name: str) -> GgufLayout:
     size = path.stat().st_size
     architecture = None
     tensors = []
+    lengths: dict[str, int] = {}  # every ``*.context_length`` entry, by its key
     try:
         with open(path, "rb", buffering=1 << 20) as f:
             _read(f, 4)  # the magic, checked by the caller
@@ -120,6 +123,8 @@ def read_layout(path: Path, name: str) -> GgufLayout:
                 value = _skip_value(f, kind, size)
                 if key == _ALIGNMENT_KEY.encode() and value:
                     alignment = value
+                elif key.endswith(_CONTEXT_SUFFIX) and value:
+                    lengths[key.decode("utf-8")] = value
             end = 0
             for _ in range(n_tensors):
                 tensor = _string(f, size).decode("utf-8")
@@ -139,7 +144,7 @@ def read_layout(path: Path, name: str) -> GgufLayout:
     if data_start + end > size:
         raise ModelError(f"{name}: a GGUF file cut short: its tensors need {data_start + end:,} bytes, the file has "
                          f"{size:,}; fetch or copy it again")
-    return GgufLayout(architecture, data_start, tuple(tensors))
+    return GgufLayout(architecture, data_start, tuple(tensors), lengths.get(f"{architecture}.context_length"))
 
 
 def check_gguf(path: Path, name: str) -> None:

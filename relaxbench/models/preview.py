@@ -215,7 +215,7 @@ class FileFacts:
 def files_on_disk(name: str) -> FileFacts | None:
     """``name``'s config and tokenizer where they are already on disk (a local checkpoint, a converted packaged or
     tiny model, the preview kept from a GGUF's header, a hub id in the local Hugging Face cache); for a packaged
-    model with neither, its pinned context and no tokenizer; None where reading them would need a fetch or a
+    model with neither, its pinned context, and for a GGUF file its header's, with no tokenizer; None where reading them would need a fetch or a
     conversion (the full preview then decides, with transformers). Nothing is fetched, converted or loaded."""
     try:
         location = resolve_model(name)
@@ -232,6 +232,10 @@ def files_on_disk(name: str) -> FileFacts | None:
     elif location.kind == "gguf":
         converted = local_gguf_checkpoint_dir(Path(location.ref))
         folder = converted if (converted / "config.json").is_file() else _kept_preview(location)
+        if folder is None:  # the context its header states (relaxbench's own walk, well under a second), no tokenizer
+            from relaxbench.models.gguf_header import read_layout
+
+            return FileFacts(read_layout(Path(location.ref), name).context_length, None)
     elif location.kind == "hub":
         from huggingface_hub import try_to_load_from_cache
 
