@@ -160,6 +160,7 @@ def differences(name: str, knobs: dict, mode: str, n: int, seed: int, **shape) -
 
 
 @pytest.mark.parametrize("name,mode", ORACLE_CASES, ids=[f"{n}-{m}" for n, m in ORACLE_CASES])
+@pytest.mark.slow
 def test_batched_rule_equals_the_oracle_verdict_for_verdict(name, mode, heads):
     for index, knobs in enumerate(settings_of(name, mode, heads)):
         n = BLOCKS if index == 0 else OTHER_SETTINGS
@@ -264,6 +265,7 @@ SAMPLED = [name for name, mode in ORACLE_CASES if mode == "sampling"]
 
 
 @pytest.mark.parametrize("name", SAMPLED)
+@pytest.mark.slow
 def test_batched_rule_samples_the_oracles_distribution(name, heads):
     """The same round repeated: the batched rule with one set of streams, the oracle with another; the joint
     (accepted length, next token) agree by a χ² test of homogeneity."""
@@ -430,6 +432,7 @@ def span_cases(n: int, seed: int, vocab: int = 12, max_k: int = 6):
 
 @pytest.mark.parametrize("inner", ["relaxed-topk-delta", "fly", "topk", "margin-greedy", "typical-greedy"])
 @pytest.mark.parametrize("relax_in", ["thinking", "answer", "all"])
+@pytest.mark.slow
 def test_the_span_gate_equals_the_oracles_verdict_for_verdict_under_greedy_decoding(inner, relax_in):
     from relaxbench.policies.span import SpanGate
     from tests.oracle.span import SpanGate as OracleSpanGate
@@ -451,6 +454,7 @@ def test_the_span_gate_equals_the_oracles_verdict_for_verdict_under_greedy_decod
     assert relaxed > 0
 
 
+@pytest.mark.slow
 def test_the_span_gate_samples_the_oracles_distribution():
     """Under sampling the gate's strict and relaxed tests share the round's uniforms (the oracle drew per run), so
     the streams differ: the joint (accepted length, next token, relaxed count) agree in distribution."""

@@ -112,6 +112,7 @@ def test_peak_rss_is_read_from_the_child_process():
     assert not MemoryRun(("x",), 0, MEMORY_TARGET_GIB + 0.1, 1.0).holds
 
 
+@pytest.mark.slow
 def test_bench_memory_cli_measures_a_compare_run(tmp_path, capsys):
     from relaxbench.cli import main
 

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import assert_one_line_error
 
 
+@pytest.mark.slow
 def test_generate_prints_text_and_counters(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--rule", "exact",
                  "--prompt", "hello", "-k", "4", "--max-new-tokens", "16", "--dtype", "float64",
@@ -18,6 +19,7 @@ def test_generate_prints_text_and_counters(cli):
     assert "mean acc." in result.stderr and "acceptance" in result.stderr and "tokens/s" in result.stderr
 
 
+@pytest.mark.slow
 def test_generate_ar_baseline(cli):
     result = cli("generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "hi",
                  "--max-new-tokens", "8")

@@ -34,6 +34,7 @@ def e2e_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     return out, proc
 
 
+@pytest.mark.slow
 def test_compare_end_to_end(e2e_run):
     out, proc = e2e_run
     assert proc.returncode == 0, proc.stderr
@@ -125,6 +126,7 @@ def record_set(db: Path) -> dict:
                               "FROM samples s JOIN cells c USING (cell_id)")}
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(tmp_path: Path):
     args = ["compare", *TINY, "--methods", "exact", "--tasks", "jsonl", "--data-file", f"jsonl={DATA}",
             "--max-new-tokens", "12", "--repeats", "2", "--report-format", "none"]
@@ -197,6 +199,7 @@ def test_bad_input_is_one_line_and_keeps_the_store(e2e_run, tmp_path: Path, caps
     assert rows(db, "SELECT sample_id, output_ids FROM samples ORDER BY sample_id") == before
 
 
+@pytest.mark.slow
 def test_unknown_task_from_a_real_process(cli):
     result = cli("compare", *TINY, "--methods", "exact", "--tasks", "nosuchtask")
     assert_one_line_error(result, "unknown task 'nosuchtask'")

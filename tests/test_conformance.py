@@ -745,6 +745,7 @@ TRIALS = 2500
 
 @pytest.mark.parametrize("sampling", STAT_SAMPLINGS, ids=["T=1", "T=0.8,top-k,top-p"])
 @pytest.mark.parametrize("name,knobs", FAMILY_CASES, ids=[f"{n}{k}" for n, k in FAMILY_CASES])
+@pytest.mark.slow
 def test_q_based_rules_follow_their_formula_in_distribution(name, knobs, sampling):
     target, draft, extra, drafts = sampling_case(7)
     assert all(np_softmax(np_process(draft[i], sampling))[d] > 0 for i, d in enumerate(drafts))  # drafts q can draw

@@ -25,6 +25,7 @@ def pair():
 
 @pytest.mark.parametrize("sampling", [SamplingParams(1.0), SamplingParams(0.8, top_k=3, top_p=0.9)],
                          ids=["T=1", "T=0.8,top-k=3,top-p=0.9"])
+@pytest.mark.slow
 def test_speculative_sampling_matches_target_distribution(pair, sampling):
     target, draft = pair
     expected = exact_joint(target, sampling)
@@ -33,6 +34,7 @@ def test_speculative_sampling_matches_target_distribution(pair, sampling):
     assert chi_square_pvalue(counts, expected) > 1e-3
 
 
+@pytest.mark.slow
 def test_a_wrong_rule_fails_the_same_check(pair):
     target, draft = pair
     sampling = SamplingParams(1.0)

@@ -76,6 +76,7 @@ def ours(policy, cases, sampling: SamplingParams, uniforms=None):
 
 
 @pytest.mark.parametrize("w", [0.95, 0.5, 0.2])
+@pytest.mark.slow
 def test_sampling_matches_transformers_speculative_sampling(w):
     policy = make_policy("diversed", {"assistant_ensemble_weight": w})
     disagreements = relaxed = 0

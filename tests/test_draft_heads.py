@@ -199,6 +199,7 @@ def test_the_wrong_kind_of_head_and_a_missing_head_are_refused(tiny_target, head
         drafter_for(tiny_target, "eagle3", tmp_path / "absent")
 
 
+@pytest.mark.slow
 def test_generate_cli_drafts_with_a_head_and_refuses_a_misfit_in_one_line(cli, heads, tmp_path):
     from conftest import assert_one_line_error
 
@@ -226,6 +227,7 @@ def test_generate_cli_drafts_with_a_head_and_refuses_a_misfit_in_one_line(cli, h
 @pytest.mark.parametrize("kind,sampling", [("eagle3", SamplingParams(1.0)), ("mtp", SamplingParams(1.0)),
                                            ("eagle3", SamplingParams(0.8, top_k=3, top_p=0.9))],
                          ids=["eagle3-T=1", "mtp-T=1", "eagle3-T=0.8,top-k=3,top-p=0.9"])
+@pytest.mark.slow
 def test_speculative_sampling_with_a_head_matches_the_target_distribution(tmp_path, kind, sampling):
     """The GPU kit's chi-square check (tests/test_distribution.py) with the head as drafter, over a 4-token target;
     the EAGLE-3 head's draft vocabulary holds 3 of the 4 tokens, so its q is -inf on the fourth."""
@@ -308,6 +310,7 @@ def test_the_head_state_after_partial_acceptance_equals_a_fresh_heads(tiny_targe
 # ---- the trainer -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+@pytest.mark.slow
 def test_drafter_train_writes_a_loadable_head_with_its_card(cli, tiny_target, tmp_path, kind):
     out, cache = tmp_path / kind, {"RELAXBENCH_CACHE": str(tmp_path / "cache")}  # its own: no earlier run's text
     argv = ("drafter", "train", kind, "--target", "tiny-random-target", "--out", str(out), "--steps", "6",
@@ -587,6 +590,7 @@ def test_an_unreachable_hub_id_is_one_line(cli):
     assert_one_line_error(result, "nobody/no-such-eagle3-head", "cannot fetch from the hub")
 
 
+@pytest.mark.slow
 def test_the_exact_mtp_method_drafts_with_the_targets_own_mtp_layer(cli, heads):
     """``--method exact-mtp`` on a checkpoint that ships an MTP module (no head knob): the target's text, and the
     rounds drafted."""

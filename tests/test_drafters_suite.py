@@ -63,6 +63,7 @@ def test_head_trained_without_a_trained_head_is_one_line_naming_the_command(cli)
                           "relaxbench drafter train mtp --target tiny-random-draft")
 
 
+@pytest.mark.slow
 def test_the_suite_runs_on_the_tiny_models_with_heads_trained_into_the_cache(cli, tmp_path):
     """Heads trained without --out land in the cache, where head=trained finds them; the suite then runs every
     rule with every drafter, exact is lossless with each, and the relaxation-by-drafter table pairs each rule with
@@ -147,6 +148,7 @@ def test_a_head_trained_again_starts_a_new_run(tmp_path, monkeypatch):
     assert run_key(suite, build_arms(suite), []) == second  # the same head: the same run, resumed
 
 
+@pytest.mark.slow
 def test_head_trained_is_found_by_the_targets_name_wherever_its_weights_load_from(cli, tiny_target, monkeypatch):
     """A packaged target loaded in bf16 loads from a half-precision copy in another folder: the trained head is found
     by the name the user gave, as the pre-load check and the run key find it."""

@@ -147,6 +147,7 @@ TABLE_CASES = [("tensor_parallel_size", "3"), ("pipeline_parallel_size", "two"),
                ("max_num_seqs", "8"), ("swap_space", "1.5")]
 
 
+@pytest.mark.slow
 def test_the_argument_table_answers_exactly_as_vllms_parser(tmp_path: Path, monkeypatch):
     """Every value the installed vLLM's argument table settles gets the verdict vLLM's own parser gives (the same
     typed value, or the same one-line refusal), and what it cannot settle (vLLM's own value types, choices) it
@@ -176,6 +177,7 @@ def test_the_argument_table_answers_exactly_as_vllms_parser(tmp_path: Path, monk
             check_one(key, value, table)
 
 
+@pytest.mark.slow
 def test_a_second_check_answers_from_the_cache_without_starting_vllm(tmp_path: Path, monkeypatch):
     """The first check starts the vLLM environment's interpreter and keeps its table and verdicts under the cache;
     the same arguments again, and values the table settles, then answer without it (the 20 s of importing vLLM

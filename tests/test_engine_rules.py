@@ -139,6 +139,7 @@ SGLANG_CASES = [(1.0, 1.0), (1.0, 0.5), (0.3, 1.0), (0.4, 0.3)]
 @pytest.mark.parametrize("sampling", STAT_SAMPLINGS, ids=["T=1", "T=0.8,top-k,top-p"])
 @pytest.mark.parametrize("single,acc", SGLANG_CASES)
 @pytest.mark.parametrize("point_mass", [True, False], ids=["target-only", "with-q"])
+@pytest.mark.slow
 def test_sglang_thresholds_follow_the_kernel_in_distribution(sampling, single, acc, point_mass):
     target, draft, _, drafts = sampling_case(7)
     draft = None if point_mass else draft

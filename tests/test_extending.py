@@ -338,6 +338,7 @@ GENERATED = ("test_greedy_strict_end_equals_exact", "test_greedy_loosening_never
              "test_a_decision_never_synchronises_and_its_operations_do_not_grow_with_the_batch")
 
 
+@pytest.mark.slow
 def test_the_generated_checks_hold_the_rule_with_no_test_written(plugin, tmp_path):
     """``make check-rule RULE=NAME`` is ``pytest -k NAME`` over tests/: here over the files that hold the
     generated checks the guide lists, with the user's package installed."""
@@ -352,6 +353,7 @@ def test_the_generated_checks_hold_the_rule_with_no_test_written(plugin, tmp_pat
     assert set(GENERATED) <= passed, (passed, proc.stdout[-3000:])
 
 
+@pytest.mark.slow
 def test_a_method_yaml_naming_the_rule_runs_through_compare(run):
     stored = cells(run.db)
     assert sorted(stored) == sorted((task, arm) for task in TASKS for arm in ARMS)

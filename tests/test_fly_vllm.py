@@ -220,6 +220,7 @@ def test_fly_native_is_refused_on_the_pinned_vllm(vllm_arms):
         make_policy("fly-vllm", {"fly_window_size": 2}).verify(block)
 
 
+@pytest.mark.slow
 def test_draft_length_below_2_is_refused_on_the_command_line(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--method", "fly-vllm",
                  "-k", "1", "--prompt", "hi", "--max-new-tokens", "4")

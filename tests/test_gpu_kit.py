@@ -37,6 +37,7 @@ def oracle(replay: Path, accept: list[int]) -> MethodSpec:
                       drafter=DrafterSpec(kind="oracle", knobs={"replay": str(replay), "accept": accept}))
 
 
+@pytest.mark.slow
 def test_the_cpu_dry_run_runs_every_step_without_the_packages_the_image_lacks(tmp_path):
     out = tmp_path / "kit"
     blocker = (f"import sys\nfor name in {NOT_ON_THE_IMAGE!r}:\n    sys.modules[name] = None\n"

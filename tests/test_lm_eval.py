@@ -36,6 +36,7 @@ def evaluate(task_dir: Path, model_args: dict, tasks: list[str], limit: int, **k
                                    **kwargs)
 
 
+@pytest.mark.slow
 def test_cli_run_writes_results_and_counters(cli, task_dir, tmp_path):
     out = tmp_path / "out"
     stats = out / "stats.json"
@@ -189,6 +190,7 @@ def test_bad_model_args_are_one_line_errors(model_args, fragments):
     assert "\n" not in message and all(f in message for f in fragments), message
 
 
+@pytest.mark.slow
 def test_unknown_task_is_a_one_line_error(cli, task_dir):
     result = cli("lm-eval", "--model", "relaxbench", "--model_args", "target=tiny-random-target,method=none",
                  "--tasks", "relaxbench_arithmetic", "--include_path", str(task_dir), env=OFFLINE)

@@ -164,6 +164,7 @@ def test_rerun_resumes_lm_eval_tasks(lm_eval_run):
     assert len(sessions) == 2 and sessions[1]["n_started"] == 0
 
 
+@pytest.mark.slow
 def test_missing_lm_eval_task_is_one_line(cli, tmp_path):
     result = cli("compare", *TINY, "--methods", "exact", "--tasks", "lm_eval:relaxbench_arithmetic",
                  "--out", str(tmp_path))

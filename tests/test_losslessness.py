@@ -31,6 +31,7 @@ def generate(method, target, draft, prompt, k, max_new_tokens):
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 @pytest.mark.parametrize("method", [EXACT_MODEL, EXACT_NGRAM], ids=["draft-model", "ngram"])
+@pytest.mark.slow
 def test_exact_equals_greedy_on_tiny_models(tiny_target, tiny_draft, method, k):
     vocab = tiny_target.logit_dim
     for prompt in random_prompts(12, vocab - 8, seed=k):

@@ -45,6 +45,7 @@ def tiny_suite(name: str, **changes) -> SuiteSpec:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.slow
 def test_paper_suite_runs_on_the_tiny_models(name: str, tmp_path: Path, tiny_target, tiny_draft):
     n_arms, n_tasks, sampled, repeats = EXPECTED[name]
     plan = build_plan(tiny_suite(name))

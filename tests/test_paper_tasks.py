@@ -248,6 +248,7 @@ def test_gated_hub_data_set_says_how_to_get_access(monkeypatch):
         read_rows(load_task("gpqa-diamond"), None)
 
 
+@pytest.mark.slow
 def test_livecodebench_decodes_private_tests_and_judges_stdin_and_functional_problems():
     task = source("livecodebench-v6", "livecodebench_v6")
     stdin_item, functional = task.items

@@ -500,6 +500,7 @@ def test_greedy_loosening_never_lowers_acceptance(name, knob, ladder):
 
 
 @pytest.mark.parametrize("name,knob,ladder", ladders("sampling"), ids=lambda v: str(v)[:20])
+@pytest.mark.slow
 def test_sampling_loosening_never_lowers_acceptance_with_the_same_uniforms(name, knob, ladder):
     sampling = SamplingParams(1.0)
     policies = [make_bound(name, {knob: value}) for value in ladder]

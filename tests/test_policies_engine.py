@@ -48,6 +48,7 @@ def test_every_policy_runs_through_relaxbench_generate(name, mode, capsys):
     assert f"({name}, k=6, transformers)" in err and "mean acc." in err and "relaxed" in err
 
 
+@pytest.mark.slow
 def test_fly_method_through_the_real_cli(cli):
     result = cli("generate", "--target", "tiny-random-target", "--draft", "tiny-random-draft", "--method", "fly",
                  "--prompt", "abcabcabcabc", "--max-new-tokens", "40", "--no-chat")
@@ -89,6 +90,7 @@ def test_refused_modes_are_configuration_errors(tiny_target, tiny_draft):
 
 @pytest.mark.parametrize("name", sorted(n for n, c in POLICIES.items()
                                         if not c.modes.lossless and "greedy" in c.modes and n in BUILD_WITH_DEFAULTS))
+@pytest.mark.slow
 def test_strict_knobs_reproduce_the_autoregressive_output(tiny_target, tiny_draft, name):
     strict = MethodSpec(name=name, policy=name, knobs=dict(POLICIES.get(name).modes.strict_knobs))
     # a rule gated to the thinking span by default relaxes nowhere in these prompts: measure it relaxed everywhere

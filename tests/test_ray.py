@@ -109,6 +109,7 @@ def samples_by_session(db: Path) -> Counter:
 
 @needs_ray
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_ray_gives_the_samples_and_tables_of_an_in_process_run(tmp_path, ray_entry_point, no_cluster_left,
                                                                one_thread):
     local, distributed = tmp_path / "in-process", tmp_path / "ray"
@@ -166,6 +167,7 @@ def count(db: Path, sql: str, params: tuple = ()) -> int:
 
 @needs_ray
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_a_killed_worker_is_restarted_and_its_shard_finished(tmp_path, ray_entry_point, no_cluster_left, one_thread):
     out = tmp_path / "run"
     db = out / "results.sqlite"
@@ -213,6 +215,7 @@ def test_a_killed_worker_is_restarted_and_its_shard_finished(tmp_path, ray_entry
 
 @needs_ray
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_a_killed_driver_resumes_with_the_same_command(tmp_path, entry_point_dir, ray_entry_point, no_cluster_left,
                                                         one_thread):
     out = tmp_path / "run"

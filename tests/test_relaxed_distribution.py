@@ -22,6 +22,7 @@ LOSSLESS_AT_STRICT = sorted(name for name, cls in POLICIES.items()
 
 
 @pytest.mark.parametrize("index,name", list(enumerate(LOSSLESS_AT_STRICT)), ids=LOSSLESS_AT_STRICT)
+@pytest.mark.slow
 def test_lossless_setting_follows_the_target_distribution(pair, index, name):  # noqa: F811
     target, draft = pair
     sampling = SETTINGS[index % 2]  # alternate plain and truncated sampling across the rules

@@ -365,6 +365,7 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_one_leaves_no_lock(caps
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_sigterm_marks_the_session_interrupted_and_keeps_samples(tmp_path: Path):
     """SIGTERM (timeout, schedulers, Ray) stops a run as SIGINT does: one line, exit 143, session 'interrupted',
     finished samples kept; the rerun finishes the rest. Bounded: the run is killed if it outlives the test."""

@@ -79,6 +79,7 @@ def test_every_arm_draws_the_same_stream_for_a_sample(first_run):
         assert sample.seed == by_key[(task, "ar" if arm != "ar" else "speculative-sampling", item, turn, repeat)].seed
 
 
+@pytest.mark.slow
 def test_the_same_seed_reproduces_a_run_exactly_and_another_seed_does_not(first_run, one_item, tmp_path: Path):
     again = sampled_run(tmp_path / "again", one_item, seed=11)
     assert outputs(again) == outputs(first_run)

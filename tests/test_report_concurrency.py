@@ -302,6 +302,7 @@ def test_a_run_at_one_concurrency_has_no_such_section(concurrency_store, tmp_pat
     assert_no_concurrency(tmp_path, capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_a_transformers_run_has_no_such_section(tmp_path, capsys):
     run = build_fixture_run(tmp_path / "fixture")
     assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
@@ -313,6 +314,7 @@ def test_a_transformers_run_has_no_such_section(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ compare
 
 
+@pytest.mark.slow
 def test_compare_at_two_concurrencies_ends_with_the_section(tmp_path, monkeypatch, capsys):
     """``compare --engine vllm --concurrency 1,4`` runs twice into one store and reports after each run: the last
     report sets both runs side by side, and the tables are printed once. vLLM's executor is replaced by the

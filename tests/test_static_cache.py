@@ -138,6 +138,7 @@ def _outputs(method, target, draft, prompts, k: int, settings: KVSettings) -> li
 
 
 @pytest.mark.parametrize("drafter", ["model", "ngram", "ngram+lm", "layerskip", "eagle3", "mtp"])
+@pytest.mark.slow
 def test_static_and_replayed_paths_give_the_dynamic_paths_tokens(tiny_target, tiny_draft, heads, settings, drafter):
     # prompts of different lengths on one decoder: the cache is reused, grown and rolled back; k changes too
     prompts = [p[:n] for p, n in zip(random_prompts(3, 200, seed=5), (6, 40, 12), strict=True)]
@@ -250,6 +251,7 @@ def test_graphs_on_a_cpu_is_one_line(cli, command):
     assert_one_line_error(result, "--graphs on needs a CUDA device")
 
 
+@pytest.mark.slow
 def test_generate_on_the_static_cache_reports_it(cli):
     result = cli("generate", "--target", "tiny-random-target", "--rule", "none", "--prompt", "hello there",
                  "--device", "cpu", "--kv-cache", "static", "--max-new-tokens", "4")

@@ -309,6 +309,7 @@ def test_missing_vllm_environment_is_one_line(tmp_path):
     (["--draft", "mtp", "--methods", "exact-mtp"], "'tiny-random-target' (LlamaForCausalLM) declares none"),
     (["--draft", "eagle3", "--methods", "exact"], "'eagle3' on the vllm engine needs its head checkpoint"),
 ], ids=["rule", "drafter", "executor", "mtp-without-mtp-layers", "eagle3-without-head"])
+@pytest.mark.slow
 def test_what_the_engine_cannot_run_is_refused(flags, fragment, tmp_path):
     env = {"RELAXBENCH_VLLM_PYTHON": sys.executable}  # an environment "exists": the refusal comes before it starts
     result = run_cli(*COMPARE, *flags, "--out", str(tmp_path), env=env)
