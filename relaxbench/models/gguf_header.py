@@ -1,9 +1,9 @@
-"""A GGUF file's layout from its header alone: every metadata entry and tensor description readable, and the file
-long enough for every tensor it describes, and the context it states. A file cut short (an interrupted download or copy) is refused in one line
-when the model name is resolved, before the tokenizer, the config or any weight is read. The conversion reads its
-tensors through the same walk (``read_layout``): it skips the metadata values instead of building a record for each
-of a vocabulary's hundreds of thousands of entries, as ``gguf.GGUFReader`` does (12 s for Qwen2.5-1.5B's file on
-the reference CPU, where this walk takes well under a second)."""
+"""A GGUF file's layout from its header alone: every metadata entry and tensor description readable, the file long
+enough for every tensor it describes, and the context it states. A file cut short (an interrupted download or copy)
+is refused in one line when the model name is resolved, before the tokenizer, the config or any weight is read.
+The conversion reads its tensors through the same walk (``read_layout``): it skips the metadata values instead of
+building a record for each of a vocabulary's hundreds of thousands of entries, as ``gguf.GGUFReader`` does (12 s
+for Qwen2.5-1.5B's file on the reference CPU, where this walk takes well under a second)."""
 
 from __future__ import annotations
 

@@ -215,8 +215,9 @@ class FileFacts:
 def files_on_disk(name: str) -> FileFacts | None:
     """``name``'s config and tokenizer where they are already on disk (a local checkpoint, a converted packaged or
     tiny model, the preview kept from a GGUF's header, a hub id in the local Hugging Face cache); for a packaged
-    model with neither, its pinned context, and for a GGUF file its header's, with no tokenizer; None where reading them would need a fetch or a
-    conversion (the full preview then decides, with transformers). Nothing is fetched, converted or loaded."""
+    model with neither, its pinned context, and for a GGUF file its header's, with no tokenizer; None where reading
+    them would need a fetch or a conversion (the full preview then decides, with transformers). Nothing is fetched,
+    converted or loaded."""
     try:
         location = resolve_model(name)
     except ModelError:
