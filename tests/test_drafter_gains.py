@@ -83,3 +83,31 @@ def test_summary_prints_the_table_and_the_report_draws_the_figure(run_dir: Path,
     [figure] = [f for f in section.figures if f.kind == "drafters"]
     assert figure.title == "jsonl: Relaxation by drafter"
     assert any(title == "Relaxation by drafter" for title, _ in report.figure_methods)
+
+
+def test_the_speed_gain_is_priced_on_the_deployments_profile(run_dir: Path, capsys):
+    """On a device profile each gain is also exact's proxy time over the rule's; the report prices it on the
+    profile it ranks by and draws it as a third panel; without a deployment profile there is none."""
+    from relaxbench.analysis import load_run, summarize_run
+    from relaxbench.analysis.drafters import run_drafter_gains
+    from relaxbench.analysis.proxy import choose_profiles, sample_proxy
+    from relaxbench.report.content import load_report
+
+    run = load_run(run_dir)
+    profiles = choose_profiles(run, ["h100-sxm"]).profiles
+    [h100] = [p for p in profiles if p.name == "h100-sxm"]
+    [gains] = run_drafter_gains(run, summarize_run(run, profiles), profiles).values()
+    cells = {cell.arm: cell for cell in run.cells}
+    for gain in gains:
+        totals = [sum(sample_proxy(h100, cells[arm], s).total for s in cells[arm].samples)
+                  for arm in (gain.exact_arm, gain.arm)]
+        assert gain.proxy_profile == "h100-sxm"
+        assert gain.proxy_gain.value == pytest.approx(totals[0] / totals[1])
+    machine_only = [p for p in profiles if p.name == "this-machine"]
+    [unpriced] = run_drafter_gains(run, summarize_run(run, machine_only), machine_only).values()
+    assert all(g.proxy_gain.value is None and g.proxy_profile is None for g in unpriced)
+    result = run_main(capsys, "summary", str(run_dir), "--wide", "--profile", "h100-sxm")
+    assert result.returncode == 0 and "proxy gain" in result.stdout
+    report = load_report(run_dir, profiles=["h100-sxm"])
+    [figure] = [f for f in report.tasks[0].figures if f.kind == "drafters"]
+    assert len(figure.figure.axes) == 3 and "h100-sxm" in figure.figure.axes[2].get_title(loc="left")

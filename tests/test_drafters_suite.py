@@ -70,6 +70,7 @@ def test_the_suite_runs_on_the_tiny_models_with_heads_trained_into_the_cache(cli
     exact of its own drafter."""
     from relaxbench.analysis import load_run, summarize_run
     from relaxbench.analysis.drafters import run_drafter_gains
+    from relaxbench.analysis.proxy import choose_profiles, sample_proxy
     from relaxbench.paths import trained_head_dir
     from relaxbench.models import preview_model
 
@@ -103,6 +104,25 @@ def test_the_suite_runs_on_the_tiny_models_with_heads_trained_into_the_cache(cli
     assert len(gains) == 4 * 4
     summary = cli("summary", str(out), "--wide")
     assert summary.returncode == 0 and "relaxation by drafter" in summary.stdout
+    # the suite's analytic profile prices the head arms with the heads' own rooflines (read from their checkpoints)
+    profiles = choose_profiles(run, ["h100-sxm"]).profiles
+    [h100] = [p for p in profiles if p.name == "h100-sxm"]
+    assert {costs.model for costs in h100.heads} == {"eagle3(head=trained)", "mtp(head=trained)"}
+    for cells in summarize_run(run, profiles):
+        for cell in cells.cells:
+            assert cell.proxy["h100-sxm"].unpriced is None, (cell.arm, cell.proxy["h100-sxm"].unpriced)
+            assert cell.proxy["h100-sxm"].total.value is not None
+    # and the relaxation-by-drafter table gives each rule's speed gain over exact on that profile's proxy times
+    [priced] = run_drafter_gains(run, summarize_run(run, profiles), profiles).values()
+    cells = {cell.arm: cell for cell in run.cells}
+    for gain in priced:
+        assert gain.proxy_profile == "h100-sxm"
+        totals = [sum(sample_proxy(h100, cells[arm], s).total for s in cells[arm].samples)
+                  for arm in (gain.exact_arm, gain.arm)]
+        assert gain.proxy_gain.value == pytest.approx(totals[0] / totals[1], rel=1e-6)
+        assert gain.proxy_gain.low <= gain.proxy_gain.value <= gain.proxy_gain.high
+    table = cli("summary", str(out), "--wide", "--profile", "h100-sxm")
+    assert table.returncode == 0 and "proxy gain" in table.stdout and "h100-sxm's proxy times" in table.stdout
 
 
 def test_compare_refuses_an_arm_without_its_trained_head_before_loading(cli, tmp_path):

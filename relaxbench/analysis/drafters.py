@@ -5,7 +5,9 @@ head) than with a draft LM, and FLy (arXiv 2511.22972) compares itself with EAGL
 drafter, not the rule. So for every drafter of a task that has an ``exact`` arm, each other arm with the same
 drafter and draft length is paired with that exact arm unit by unit: the gain in mean acceptance length (MAL, the
 ratio of the two arms' MAL) and in wall-clock speed (exact's time over the rule's), each with a paired bootstrap CI
-over units, beside the rule's speed-up and capability change against AR and its relaxed fraction.
+over units, beside the rule's speed-up and capability change against AR and its relaxed fraction. On the
+deployment's cost profile (the first device or file profile the summary prices with) the speed gain is also given
+from proxy times (``proxy_gain``): on a CPU a head arm's wall clock says little of what it does on a GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from relaxbench.analysis.metrics import (
     speedups,
     total_counters,
 )
+from relaxbench.analysis.proxy import sample_proxy
 from relaxbench.analysis.records import CellRecord
+from relaxbench.profiles import Profile, Unpriced
+from relaxbench.profiles.measure import MACHINE_PROFILE
 
 EXACT = "exact"
 
@@ -50,6 +55,8 @@ class DrafterGain:
     speedup: Estimate  # the rule's speed-up over AR (the task's main table)
     score_delta: Estimate  # the rule's capability change against AR
     relaxed_fraction: float | None
+    proxy_gain: Estimate = Estimate(None)  # exact's proxy time / the rule's on ``proxy_profile``, with its CI
+    proxy_profile: str | None = None
 
 
 def drafter_label(drafter: Mapping[str, Any] | None, draft_model: str | None = None) -> str:
@@ -82,10 +89,25 @@ def _per_unit(cell: CellRecord, units: Sequence[Unit]) -> tuple[np.ndarray, np.n
     return times, np.array([c.emitted for c in counters], float), np.array([c.rounds for c in counters], float)
 
 
+def _proxy_times(profile: Profile, cell: CellRecord, units: Sequence[Unit]) -> np.ndarray | None:
+    """Per unit, the mean proxy time of its samples on ``profile`` (None when the profile cannot price the arm)."""
+    groups = by_unit(cell.samples)
+    try:
+        return np.array([float(np.mean([sample_proxy(profile, cell, s).total for s in groups[u]])) for u in units])
+    except Unpriced:
+        return None
+
+
+def deployment_profile(profiles: Sequence[Profile]) -> Profile | None:
+    """The profile a proxy gain is priced on: the first that is not this machine's own measurement."""
+    return next((p for p in profiles if p.name != MACHINE_PROFILE), None)
+
+
 def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary], units: Sequence[Unit],
-                  draft_model: str | None = None) -> tuple[DrafterGain, ...]:
+                  draft_model: str | None = None, profile: Profile | None = None) -> tuple[DrafterGain, ...]:
     """Every non-exact arm paired with the exact arm of its drafter and k, when the task has such arms for at least
-    two drafters (with one drafter the main table already says it all); empty otherwise."""
+    two drafters (with one drafter the main table already says it all); empty otherwise. With ``profile``, each
+    pair's speed gain is also priced on it (``proxy_gain``)."""
     by_arm = {s.arm: s for s in summaries}
     speculative = [c for c in cells if not c.is_baseline and c.drafter]
     exact = {_identity(c): c for c in speculative if c.policy == EXACT}
@@ -93,6 +115,7 @@ def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary],
         return ()
     gains = []
     per_unit = {c.arm: _per_unit(c, units) for c in speculative if _identity(c) in exact}  # each arm read once
+    exact_proxy: dict[str, np.ndarray | None] = {}
     for cell in speculative:
         reference = exact.get(_identity(cell))
         if cell.policy == EXACT or reference is None:
@@ -104,24 +127,36 @@ def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary],
                             *bootstrap_interval((emitted, rounds, exact_emitted, exact_rounds),
                                                 _mal_of_totals)) if counted else Estimate(None)
         speed_gain, _ = speedups(exact_times, times)
+        proxy_gain = Estimate(None)
+        if profile is not None:
+            if reference.arm not in exact_proxy:  # each exact arm priced once
+                exact_proxy[reference.arm] = _proxy_times(profile, reference, units)
+            arm_proxy, reference_proxy = _proxy_times(profile, cell, units), exact_proxy[reference.arm]
+            if arm_proxy is not None and reference_proxy is not None:
+                proxy_gain, _ = speedups(reference_proxy, arm_proxy)
         summary, exact_summary = by_arm[cell.arm], by_arm[reference.arm]
         gains.append(DrafterGain(
-            drafter=drafter_label(cell.drafter, draft_model), arm=cell.arm, policy=cell.policy, exact_arm=reference.arm, k=cell.k,
-            n_units=len(units), mal=summary.mean_acceptance_length, exact_mal=exact_summary.mean_acceptance_length,
-            mal_gain=mal_gain, speed_gain=speed_gain, speedup=summary.speedup_total,
-            score_delta=summary.score_delta, relaxed_fraction=summary.relaxed_fraction))
+            drafter=drafter_label(cell.drafter, draft_model), arm=cell.arm, policy=cell.policy,
+            exact_arm=reference.arm, k=cell.k, n_units=len(units), mal=summary.mean_acceptance_length,
+            exact_mal=exact_summary.mean_acceptance_length, mal_gain=mal_gain, speed_gain=speed_gain,
+            speedup=summary.speedup_total, score_delta=summary.score_delta,
+            relaxed_fraction=summary.relaxed_fraction, proxy_gain=proxy_gain,
+            proxy_profile=profile.name if profile is not None else None))
     return tuple(sorted(gains, key=lambda g: (g.drafter, g.arm)))
 
 
 
-def run_drafter_gains(run: Any, summaries: Sequence[Any]) -> dict[str, tuple[DrafterGain, ...]]:
-    """Every task's drafter gains (``drafter_gains``), by task, over the units its summary pairs."""
+def run_drafter_gains(run: Any, summaries: Sequence[Any],
+                      profiles: Sequence[Profile] = ()) -> dict[str, tuple[DrafterGain, ...]]:
+    """Every task's drafter gains (``drafter_gains``), by task, over the units its summary pairs, proxy gains on
+    the deployment's profile among ``profiles`` (``deployment_profile``)."""
+    profile = deployment_profile(profiles)
     out = {}
     for summary in summaries:
         if summary.target_alone:
             continue
         cells = run.cells_of(summary.task)
-        gains = drafter_gains(cells, summary.cells, complete_units(cells), run.draft)
+        gains = drafter_gains(cells, summary.cells, complete_units(cells), run.draft, profile)
         if gains:
             out[summary.task] = gains
     return out

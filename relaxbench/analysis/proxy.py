@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from functools import partial
 
 from relaxbench.analysis.records import CellRecord, RunRecord
+from relaxbench.decoding.drafters import DRAFTERS
+from relaxbench.errors import ConfigError, ModelError
 from relaxbench.harness.store import SampleRow
+from relaxbench.methods import DrafterSpec
 from relaxbench.models.shape import ModelShape
 from relaxbench.profiles import Profile, ProxyTime, Work, proxy_time
 from relaxbench.profiles.measure import MACHINE_PROFILE
+from relaxbench.profiles.proxy import uses_head
 from relaxbench.profiles.resolve import recorded_shape, resolve_profile
 
 
@@ -57,11 +61,37 @@ def run_batch_sizes(run: RunRecord) -> tuple[int, ...]:
     return tuple(sorted({sample_batch(s) for cell in run.cells for s in cell.samples})) or (1,)
 
 
+def head_label(cell: CellRecord) -> str | None:
+    """The label of the draft head an arm drafted with (``eagle3(head=trained)``), None for other drafters."""
+    kind = drafter_kind(cell)
+    if kind is None or not uses_head(kind):
+        return None
+    return DrafterSpec(kind=kind, knobs=dict((cell.drafter or {}).get("knobs") or {})).label
+
+
+def run_head_shapes(run: RunRecord) -> dict[str, ModelShape]:
+    """The shapes of the draft heads the run's arms drafted with, read from their checkpoints (config and weight
+    headers). A head whose files are not at hand is left out: its arms are unpriced, and the notice says why."""
+    shapes: dict[str, ModelShape] = {}
+    for cell in run.cells:
+        label = head_label(cell)
+        if label is None or label in shapes:
+            continue
+        knobs = (cell.drafter or {}).get("knobs")
+        try:
+            shapes[label] = ModelShape(**DRAFTERS.get(str(drafter_kind(cell))).head_shape_for(knobs, run.target))
+        except (ConfigError, ModelError, OSError):
+            continue
+    return shapes
+
+
 def run_profiles(run: RunRecord, refs: Sequence[str]) -> tuple[Profile, ...]:
-    """The profiles ``refs`` name, for this run's models (a one-line ``ConfigError`` for one that names nothing)."""
+    """The profiles ``refs`` name, for this run's models and draft heads (a one-line ``ConfigError`` for one that
+    names nothing)."""
     batch_sizes = run_batch_sizes(run)
-    profiles = [resolve_profile(ref, run.target, run.draft, run.machine_profile, partial(_shape, run), batch_sizes)
-                for ref in refs]
+    heads = run_head_shapes(run)
+    profiles = [resolve_profile(ref, run.target, run.draft, run.machine_profile, partial(_shape, run), batch_sizes,
+                                heads) for ref in refs]
     names = [p.name for p in profiles]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
@@ -104,4 +134,4 @@ def drafter_kind(cell: CellRecord) -> str | None:
 
 def sample_proxy(profile: Profile, cell: CellRecord, sample: SampleRow) -> ProxyTime:
     """The proxy time of one stored sample on ``profile``'s device, at its batch size (raises ``Unpriced``)."""
-    return proxy_time(profile, sample_work(sample), drafter_kind(cell), sample_batch(sample))
+    return proxy_time(profile, sample_work(sample), drafter_kind(cell), sample_batch(sample), head_label(cell))

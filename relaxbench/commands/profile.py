@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from relaxbench.commands.args import add_runtime_args
 
 if TYPE_CHECKING:
+    from relaxbench.models.shape import ModelShape
     from relaxbench.profiles.measure import Grid
     from relaxbench.profiles.spec import Profile
 
@@ -47,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed forwards per grid point; the median is kept")
     p.add_argument("--warmup", type=int, default=1, help="untimed forwards per grid point first")
     p.add_argument("--tp", type=int, default=1, help="--analytic: tensor-parallel degree (default 1)")
+    p.add_argument("--head", action="append", default=[], metavar="KIND=HEAD",
+                   help="--analytic: also price a draft head, eagle3=PATH_OR_HUB_ID or mtp=trained (repeatable), "
+                        "named as arms name it (eagle3(head=...)); with --run the run's heads are priced too")
     add_runtime_args(p)
     p.set_defaults(handler=run)
 
@@ -170,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out}: a profile file ends in .yaml")
     if not out.parent.is_dir():
         raise ConfigError(f"--out {out}: the folder {out.parent} does not exist")
+    if args.head and args.analytic is None:
+        raise ConfigError("--head prices a draft head in an analytic profile: give --analytic DEVICE too (a measured "
+                          "profile measures no head)")
     if args.batch is not None:
         batch_sizes(args.batch)  # a malformed --batch fails before a run is read or a model resolved
     limits = run_grid_limits(args.run) if args.run else None
@@ -212,14 +219,37 @@ def write_analytic(args: argparse.Namespace, target: str, draft: str | None, nam
     from relaxbench.profiles.spec import write_profile
 
     device_catalog().get(args.analytic)  # an unknown device fails before any model is resolved
+    heads = head_shapes(args.head, target, args.run)
     draft_model = run_draft_model(draft)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     profile = analytic_profile(args.analytic, target, model_shape(target), draft_model,
                                model_shape(draft_model) if draft_model else None, dtype=dtype, tp=args.tp, name=name,
-                               batch_sizes=batch)
+                               batch_sizes=batch, heads=heads)
     write_profile(profile, out)
     print_written(profile, out)
     return 0
+
+
+def head_shapes(given: list[str], target: str, run_dir: str | None) -> dict[str, ModelShape]:
+    """The draft heads an analytic profile prices: the stored run's (``--run``), then each ``--head KIND=HEAD``,
+    by the label arms name them with."""
+    from relaxbench.analysis import load_run
+    from relaxbench.analysis.proxy import run_head_shapes
+    from relaxbench.decoding.drafters import DRAFTERS
+    from relaxbench.errors import ConfigError
+    from relaxbench.methods import DrafterSpec
+    from relaxbench.models import shape as model_shapes
+
+    shapes = run_head_shapes(load_run(run_dir)) if run_dir else {}
+    heads = [name for name in DRAFTERS.names() if DRAFTERS.get(name).uses_head]
+    for item in given:
+        kind, _, head = item.partition("=")
+        if kind not in heads or not head:
+            raise ConfigError(f"--head {item}: give KIND=HEAD with KIND one of {', '.join(heads)} (e.g. "
+                              "eagle3=PATH_OR_HUB_ID, mtp=trained)")
+        label = DrafterSpec(kind=kind, knobs={"head": head}).label
+        shapes[label] = model_shapes.ModelShape(**DRAFTERS.get(kind).head_shape_for({"head": head}, target))
+    return shapes
 
 
 def write_measured(args: argparse.Namespace, target: str, draft: str | None, name: str, out: Path,

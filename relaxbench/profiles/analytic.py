@@ -31,7 +31,7 @@ size asked for (default 1) and written as the same tables a measured profile is,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from relaxbench.errors import ConfigError
@@ -142,9 +142,12 @@ def model_costs(name: str, shape: ModelShape, line: Roofline, dtype: str,
 def analytic_profile(device_name: str, target: str, target_shape: ModelShape, draft: str | None = None,
                      draft_shape: ModelShape | None = None, dtype: str = "bfloat16", tp: int = 1,
                      name: str | None = None, catalog: DeviceCatalog | None = None,
-                     batch_sizes: Sequence[int] = DEFAULT_BATCH) -> Profile:
-    """The roofline profile of ``target`` (and ``draft``) on ``device_name`` (a shipped device spec), a forward
-    table per batch size in ``batch_sizes``."""
+                     batch_sizes: Sequence[int] = DEFAULT_BATCH,
+                     heads: Mapping[str, ModelShape] | None = None) -> Profile:
+    """The roofline profile of ``target`` (and ``draft``, and each draft head of ``heads``: drafter label → the
+    head's shape) on ``device_name`` (a shipped device spec), a forward table per batch size in ``batch_sizes``. A
+    head is priced as the one-layer model its shape describes, in the profile's dtype, split over ``tp`` devices as
+    the target is."""
     catalog = catalog or device_catalog()
     device = catalog.get(device_name)
     stack = catalog.stack_of(device)
@@ -156,6 +159,8 @@ def analytic_profile(device_name: str, target: str, target_shape: ModelShape, dr
     if draft is not None and draft_shape is not None:
         draft_costs = model_costs(draft, draft_shape, roofline(device_name, draft_shape, dtype, tp, catalog), dtype,
                                   batch_sizes)
+    head_costs = tuple(model_costs(label, shape, roofline(device_name, shape, dtype, tp, catalog), dtype, batch_sizes)
+                       for label, shape in (heads or {}).items())
     sources = {f"device.{key}": value for key, value in device.sources.items()}
     sources.update({f"stack.{key}": value for key, value in stack.sources.items()})
     sources.update({f"ngram_lookup.{key}": value for key, value in catalog.host.sources.items()})
@@ -171,5 +176,6 @@ def analytic_profile(device_name: str, target: str, target_shape: ModelShape, dr
                   "bf16_dense_tflops": device.bf16_dense_tflops, "achieved_bandwidth": stack.achieved_bandwidth,
                   "achieved_flops": stack.achieved_flops, "overhead_per_forward_s": stack.overhead_per_forward_s,
                   "target_shape": target_shape.record(),
-                  **({"draft_shape": draft_shape.record()} if draft_costs is not None and draft_shape else {})},
-        target=target_costs, draft=draft_costs, ngram_lookup=catalog.host.ngram_lookup)
+                  **({"draft_shape": draft_shape.record()} if draft_costs is not None and draft_shape else {}),
+                  **({"head_shapes": {label: shape.record() for label, shape in heads.items()}} if heads else {})},
+        target=target_costs, draft=draft_costs, heads=head_costs, ngram_lookup=catalog.host.ngram_lookup)

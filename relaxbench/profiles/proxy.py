@@ -6,8 +6,11 @@ profile's device.
 
 The round's context is the target's KV cache before the round: prompt − 1 + the tokens emitted before it. The
 drafter's cost is what the round recorded it did: its draft-model forwards (their sizes, priced at the round's
-context) and its n-gram lookups. Prefill is the target's forward over the prompt (but its last token), plus the
-draft model's when the drafter uses one. The AR baseline is the same sum with no drafts (1-token steps).
+context) and its n-gram lookups; a dedicated head's (EAGLE-3, MTP) forwards are priced with the head's own table
+(``Profile.heads``, named by the drafter's label), and its first forward of the generation, which reads the
+prompt's target features, as the head's prefill. Prefill is the target's forward over the prompt (but its last
+token), plus the draft model's when the drafter uses one. The AR baseline is the same sum with no drafts (1-token
+steps).
 
 A request decoded at concurrency B (``batch``: the requests the engine kept in flight; 1 for relaxbench's own loop)
 is priced with the profile's batch-B tables: each of its rounds costs one step of B requests, each feeding the
@@ -65,7 +68,7 @@ class ProxyTime:
 
     prefill: float
     verify: float  # the target's forwards after prefill (AR steps or verify passes)
-    draft: float  # draft-model forwards and n-gram lookups
+    draft: float  # draft-model (or head) forwards and n-gram lookups
     outside_grid: int = 0  # forwards priced beyond the profile's grid (extended along its last segment)
     approximate: bool = False  # per-round work not recorded (an older store): estimated as the module says
 
@@ -123,36 +126,61 @@ class _Pricer:
         return curve.at(context)
 
 
-def proxy_time(profile: Profile, work: Work, drafter: str | None, batch: int = 1) -> ProxyTime:
+def uses_head(drafter: str | None) -> bool:
+    return drafter is not None and drafter in DRAFTERS.names() and bool(DRAFTERS.get(drafter).uses_head)
+
+
+def _draft_costs(profile: Profile, drafter: str | None, head: str | None) -> ModelCosts | None:
+    """The costs the arm's drafting forwards are priced with: the draft model's, the head's, or None (no model)."""
+    if uses_draft_model(drafter):
+        if profile.draft is None:
+            raise Unpriced(f"profile {profile.name!r} has no draft-model costs")
+        return profile.draft
+    if uses_head(drafter):
+        costs = profile.head(head or str(drafter))
+        if costs is None:
+            raise Unpriced(f"profile {profile.name!r} has no costs for the draft head {head or drafter!r} (an "
+                           "analytic profile prices a head from its checkpoint, which must be at hand; a measured "
+                           "profile has no head costs)")
+        return costs
+    if drafter is not None and drafter != "ngram" and not is_costless(drafter):
+        raise Unpriced(f"drafter {drafter!r} runs a model the profile has no costs for")
+    return None
+
+
+def proxy_time(profile: Profile, work: Work, drafter: str | None, batch: int = 1,
+               head: str | None = None) -> ProxyTime:
     """The proxy time of one generation decoded at concurrency ``batch`` (see the module docstring); ``drafter`` is
-    the arm's drafter kind (None for the AR baseline). Raises ``Unpriced`` when the profile lacks a cost the arm
-    needs."""
+    the arm's drafter kind (None for the AR baseline), ``head`` its label when it drafts with a head
+    (``eagle3(head=trained)``). Raises ``Unpriced`` when the profile lacks a cost the arm needs."""
     pricer = _Pricer(profile, batch)
     draft_model = uses_draft_model(drafter)
-    if draft_model and profile.draft is None:
-        raise Unpriced(f"profile {profile.name!r} has no draft-model costs")
+    draft_costs = _draft_costs(profile, drafter, head)
     target = pricer.table(profile.target)
-    draft_table = pricer.table(profile.draft) if draft_model else None  # type: ignore[arg-type]
+    draft_table = pricer.table(draft_costs) if draft_costs is not None else None
     rounds = len(work.emitted)
     recorded = work.extra is not None and work.draft_forwards is not None and work.lookups is not None
     extra = work.extra if work.extra is not None else (0,) * rounds
-    if drafter is not None and not draft_model and drafter != "ngram" and not is_costless(drafter):
-        raise Unpriced(f"drafter {drafter!r} runs a model the profile has no costs for")
     forwards: Sequence[Sequence[int]]
     lookups: Sequence[int]
     if recorded:
         forwards, lookups = work.draft_forwards, work.lookups  # type: ignore[assignment]
     else:  # an older store: estimated (see the module docstring)
-        forwards = [(1,) * d if draft_model else () for d in work.drafted]
+        forwards = [(1,) * d if draft_table is not None else () for d in work.drafted]
         lookups = [1 if drafter in ("ngram", "ngram+lm") else 0 for _ in work.drafted]
     prefill = pricer.prefill(profile.target, work.prompt_tokens - 1)
     if draft_model:
-        prefill += pricer.prefill(profile.draft, work.prompt_tokens - 1)  # type: ignore[arg-type]
+        prefill += pricer.prefill(draft_costs, work.prompt_tokens - 1)  # type: ignore[arg-type]
+    head_prefilled = not uses_head(drafter)
     verify = draft = 0.0
     context = work.prompt_tokens - 1
     for r in range(rounds):
         verify += pricer.forward(target, work.drafted[r] + 1 + extra[r], context)
-        for n in forwards[r]:
+        sizes = tuple(forwards[r])
+        if not head_prefilled and sizes:  # the head's first forward reads the prompt's features: its prefill
+            prefill += pricer.prefill(draft_costs, sizes[0])  # type: ignore[arg-type]
+            sizes, head_prefilled = sizes[1:], True
+        for n in sizes:
             draft += pricer.forward(draft_table, n, context)  # type: ignore[arg-type]
         if lookups[r]:
             draft += lookups[r] * pricer.lookup(context + 1)  # over the whole sequence so far

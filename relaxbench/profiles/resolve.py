@@ -1,7 +1,7 @@
 """What ``--profile REF`` means for a stored run: ``this-machine`` (the profile the run measured at the start of its
-latest session), a shipped device name (an analytic roofline of the run's own models on that device, at the batch
-sizes the run was decoded at), or a profile file (measured or analytic; it must describe the run's models, and it
-prices only the batch sizes it was made at)."""
+latest session), a shipped device name (an analytic roofline of the run's own models, and of the draft heads its
+arms drafted with, on that device, at the batch sizes the run was decoded at), or a profile file (measured or
+analytic; it must describe the run's models, and it prices only the batch sizes it was made at)."""
 
 from __future__ import annotations
 
@@ -52,9 +52,12 @@ def recorded_shape(environment: Mapping[str, Any] | None, role: str) -> ModelSha
 
 
 def resolve_profile(ref: str, target: str, draft: str | None, machine: Mapping[str, Any] | None,
-                    shape_of: ShapeOf, batch_sizes: Sequence[int] = (1,)) -> Profile:
+                    shape_of: ShapeOf, batch_sizes: Sequence[int] = (1,),
+                    heads: Mapping[str, ModelShape] | None = None) -> Profile:
     """The profile ``ref`` names for a run of ``target`` (and ``draft``) decoded at ``batch_sizes``: see the module
-    docstring. ``shape_of`` gives a model's shape by name (recorded with the run, else read from its config)."""
+    docstring. ``shape_of`` gives a model's shape by name (recorded with the run, else read from its config);
+    ``heads`` the shapes of the draft heads the run's arms drafted with (drafter label → shape), which an analytic
+    profile prices (a measured one has no head costs)."""
     draft_model = run_draft_model(draft)
     if ref == MACHINE_PROFILE:
         if machine is None:
@@ -67,4 +70,5 @@ def resolve_profile(ref: str, target: str, draft: str | None, machine: Mapping[s
         return profile
     check_profile_ref(ref)
     return analytic_profile(ref, target, shape_of(target), draft_model,
-                            shape_of(draft_model) if draft_model is not None else None, batch_sizes=batch_sizes)
+                            shape_of(draft_model) if draft_model is not None else None, batch_sizes=batch_sizes,
+                            heads=heads)

@@ -1,6 +1,7 @@
 """The cost-profile file format: what a forward pass of each model costs on one device, as a table.
 
-A profile gives, for the target (and the draft model, when there is one):
+A profile gives, for the target (and the draft model, when there is one, and each dedicated draft head a run drafted
+with: ``heads``, each named by its drafter's label):
 
 * ``forward``: seconds of one forward step of ``batch`` requests, each feeding ``n`` new tokens on top of its own KV
   cache of ``L`` tokens, on a grid of n (``new_tokens``) × L (``context``), one row per context; one such table per
@@ -196,6 +197,9 @@ class Profile(BaseSpec):
     settings: dict[str, Any] = Field(default_factory=dict)  # how it was made (repeats, threads, versions, ...)
     target: ModelCosts
     draft: ModelCosts | None = None
+    # dedicated draft heads (EAGLE-3, MTP) the run's arms drafted with, each named by its drafter's label
+    # (``eagle3(head=trained)``): an analytic profile prices them from their checkpoints; a measured one has none
+    heads: tuple[ModelCosts, ...] = ()
     ngram_lookup: Curve | None = None
 
     @field_validator("name")
@@ -211,7 +215,15 @@ class Profile(BaseSpec):
             raise ValueError(f"the draft's forward tables must be at the target's batch sizes (target "
                              f"{list(self.target.batch_sizes)}, draft {list(self.draft.batch_sizes)}): a step of B "
                              "requests runs both models at B")
+        for head in self.heads:
+            if head.batch_sizes != self.target.batch_sizes:
+                raise ValueError(f"head {head.model!r}'s forward tables must be at the target's batch sizes "
+                                 f"({list(self.target.batch_sizes)}), not {list(head.batch_sizes)}")
         return self
+
+    def head(self, label: str) -> ModelCosts | None:
+        """The costs of the draft head a drafter ``label`` names, if the profile has them."""
+        return next((costs for costs in self.heads if costs.model == label), None)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -261,4 +273,6 @@ def describe(profile: Profile) -> Mapping[str, str]:
              f"({profile.target.dtype})", "batch": batch_text(profile.batch_sizes)}
     if profile.draft is not None:
         parts["draft"] = f"{profile.draft.model} ({profile.draft.dtype})"
+    if profile.heads:
+        parts["heads"] = ", ".join(head.model for head in profile.heads)
     return parts

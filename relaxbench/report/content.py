@@ -263,7 +263,8 @@ def profiles_table(profiles: Sequence[Profile]) -> Table | None:
     rows = []
     for p in profiles:
         models = f"target {p.target.model} ({p.target.dtype})" + (
-            f"; draft {p.draft.model} ({p.draft.dtype})" if p.draft is not None else "")
+            f"; draft {p.draft.model} ({p.draft.dtype})" if p.draft is not None else "") + "".join(
+            f"; head {head.model} ({head.dtype})" for head in p.heads)
         rows.append(Row(p.name, (
             Cell(p.name, "profile"), Cell(p.kind, "kind"), Cell(p.device, "device"), Cell(models, "models"),
             Cell("; ".join(p.assumptions) or "-", "assumptions"),
@@ -495,7 +496,7 @@ def build_report(run: RunRecord, run_dir: str, budget: float = DEFAULT_BUDGET, p
     axis = Ranking(choice.x_axis) if choice.x_axis is not None else MEASURED
     palette = method_palette(["ar", *(c.method for c in sorted(run.cells, key=lambda c: c.position))])
     agreements = run_agreements(run, agree)
-    gains = run_drafter_gains(run, summaries)
+    gains = run_drafter_gains(run, summaries, [p for p in choice.profiles if p.name == ranking.profile])
     tasks = tuple(task_section(run, s, palette, budget, ranking, axis, agreements.get(s.task, ()), gains.get(s.task, ()))
                   for s in summaries)
     setup, tasks_table = setup_tables(run, summaries)

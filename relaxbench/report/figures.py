@@ -66,8 +66,9 @@ FIGURE_METHODS: dict[str, tuple[str, str]] = {
     "drafters": (
         "Relaxation by drafter",
         "Per rule (a group of bars) and drafter (one colour each), every relaxed arm against the exact arm with the "
-        "same drafter and k, over the task's paired units: left, MAL gain = the arm's MAL / exact's; right, speed gain = exact's total time / the "
-        "arm's. Bars: the 95% paired-bootstrap CI over units. The dashed line at 1.0× is exact with that drafter: a "
+        "same drafter and k, over the task's paired units: left, MAL gain = the arm's MAL / exact's; then speed gain "
+        "= exact's total time / the arm's, measured and, when the report prices a deployment profile, from its "
+        "proxy times. Bars: the 95% paired-bootstrap CI over units. The dashed line at 1.0× is exact with that drafter: a "
         "rule above it gains with that drafter. The table 'relaxation by drafter' gives the figures with each arm's "
         "capability change against AR."),
     "categories": (
@@ -425,7 +426,8 @@ def category_heatmap(summary: TaskSummary) -> FigureArt | None:
 
 
 def drafter_gains_figure(task: str, gains: Sequence[DrafterGain]) -> FigureArt | None:
-    """MAL gain and speed gain over exact, per drafter and rule, with their CIs (None without gains)."""
+    """MAL gain and speed gain over exact (measured, and on the deployment's profile when priced), per drafter and
+    rule, with their CIs (None without gains)."""
     if not gains:
         return None
     drafters = sorted({g.drafter for g in gains})
@@ -435,9 +437,13 @@ def drafter_gains_figure(task: str, gains: Sequence[DrafterGain]) -> FigureArt |
     arms = sorted(set(group.values()))
     colours = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(drafters)}
     width = 0.8 / len(drafters)
-    fig = Figure(figsize=(min(16.0, 4.0 + 1.1 * len(arms) * len(drafters)), 3.4), layout="constrained")
-    for ax, (title, name) in zip(fig.subplots(1, 2), (("MAL gain over exact", "mal_gain"),
-                                                       ("speed gain over exact", "speed_gain"))):
+    panels = [("MAL gain over exact", "mal_gain"), ("speed gain over exact", "speed_gain")]
+    priced = next((g.proxy_profile for g in gains if g.proxy_gain.value is not None), None)
+    if priced is not None:
+        panels.append((f"proxy speed gain over exact ({priced})", "proxy_gain"))
+    fig = Figure(figsize=(min(16.0, 4.0 + 1.1 * len(arms) * len(drafters)) * len(panels) / 2, 3.4),
+                 layout="constrained")
+    for ax, (title, name) in zip(fig.subplots(1, len(panels)), panels):
         labelled: set[str] = set()
         for i, drafter in enumerate(drafters):
             for j, arm in enumerate(arms):

@@ -692,8 +692,8 @@ def agreement_table(task: str, pairs: Sequence[Agreement]) -> Table | None:
                  tuple(agreement_row(p) for p in pairs), note, unbroken=AGREEMENT_COLUMNS[1:2])
 
 
-DRAFTER_COLUMNS = ("drafter", "arm", "k", "MAL (exact)", "MAL gain", "speed gain", "speed-up", "Δ score",
-                   "relaxed")
+DRAFTER_COLUMNS = ("drafter", "arm", "k", "MAL (exact)", "MAL gain", "speed gain", "proxy gain", "speed-up",
+                   "Δ score", "relaxed")
 
 
 def drafter_row(gain: DrafterGain) -> Row:
@@ -702,6 +702,7 @@ def drafter_row(gain: DrafterGain) -> Row:
         num(f"{fmt(gain.mal)} ({fmt(gain.exact_mal)})", "drafters.mal", gain.mal),
         est(speed_ci(gain.mal_gain), "drafters.mal_gain", gain.mal_gain),
         est(speed_ci(gain.speed_gain), "drafters.speed_gain", gain.speed_gain),
+        est(speed_ci(gain.proxy_gain), "drafters.proxy_gain", gain.proxy_gain),
         est(speed_ci(gain.speedup), "drafters.speedup", gain.speedup),
         est(pts_ci(gain.score_delta), "drafters.score_delta", gain.score_delta),
         num(fmt(gain.relaxed_fraction, ".1%"), "drafters.relaxed_fraction", gain.relaxed_fraction),
@@ -715,7 +716,9 @@ def drafter_table(task: str, gains: Sequence[DrafterGain]) -> Table | None:
         return None
     note = ("Each relaxed arm against the exact arm with the same drafter and k, over the units both finished "
             f"(n = {gains[0].n_units}): MAL gain = the arm's MAL / exact's MAL (MAL (exact) shows both); speed gain "
-            "= exact's total time / the arm's; each with a 95% paired bootstrap CI over units. Speed-up and Δ score "
+            "= exact's total time / the arm's; proxy gain = the same on "
+            f"{gains[0].proxy_profile or 'a deployment profile (none declared: --profile DEVICE)'}'s proxy times; "
+            "each with a 95% paired bootstrap CI over units. Speed-up and Δ score "
             "are against AR, as in the main table; relaxed = relaxed acceptances / emitted tokens. A rule "
             "that pays with one drafter may not with another (Xia et al.: relaxation needs a drafter that is a "
             "good language model).")

@@ -90,8 +90,9 @@ def print_run(path: str | Path, console: Console, run_id: int | None = None, pro
 
     run = load_run(path, run_id)
     agreements = run_agreements(run, agree)
-    summaries = summarize_run(run, choose_profiles(run, profiles).profiles)
-    gains = run_drafter_gains(run, summaries)
+    chosen = choose_profiles(run, profiles).profiles
+    summaries = summarize_run(run, chosen)
+    gains = run_drafter_gains(run, summaries, chosen)
     for summary in summaries:
         for table in task_tables(summary, agreements.get(summary.task, ()), gains.get(summary.task, ())):
             print_table(table, console, wide)

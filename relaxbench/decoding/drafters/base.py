@@ -47,6 +47,9 @@ class Drafter:
     needs_draft_model: ClassVar[bool] = False
     # drafting does no work a cost profile could price (the oracle's replay): the proxy prices it at zero
     costless: ClassVar[bool] = False
+    # drafts with a head checkpoint fed by the target's features (EAGLE-3, MTP): a cost profile prices its forwards
+    # with the head's own table (``head_shape_for``)
+    uses_head: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     model_name: str | None = None  # the draft model's name, for drafters that are one
     # set by the decoder: return draft logits only when the policy reads q or the run samples, hidden states only
@@ -73,6 +76,12 @@ class Drafter:
     def check_target(cls, raw_knobs: dict[str, Any] | None, target_config: Any) -> None:
         """What the target's config (no weights) settles about building this drafter for it, checked before any
         model loads; raises ``ConfigError``/``ModelError`` in one line. Most drafters have nothing to check."""
+
+    @classmethod
+    def head_shape_for(cls, raw_knobs: dict[str, Any] | None, target: str) -> dict[str, Any]:
+        """A head drafter's (``uses_head``) checkpoint shape for cost profiles, as a ``ModelShape``'s fields; other
+        drafters have no head."""
+        raise ConfigError(f"drafter {cls.name!r} drafts with no head")
 
     def reset(self, prompt: torch.Tensor) -> None:
         pass

@@ -19,6 +19,7 @@ A hub id is fetched with ``huggingface_hub.snapshot_download`` (config and weigh
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def describe_head(path: Path, target_config: Any, target_vocab: int, want: str) 
     """Classify the checkpoint at ``path`` and check it fits the target (hidden size, vocabulary, layer ids,
     architecture); ``want`` is the drafter's kind. One ``ConfigError`` line on any mismatch."""
     config = read_config(path)
-    spec = _classify(path, config, target_config)
+    spec = _classify(path, config)
     where = f"drafter {want!r}: head {path}"
     if spec is None or spec.kind != want:
         found = "no EAGLE-3 or MTP head" if spec is None else f"an {spec.kind} head ({spec.layout} layout)"
@@ -134,7 +135,7 @@ def describe_head(path: Path, target_config: Any, target_vocab: int, want: str) 
 UNIMPLEMENTED_EAGLE3_FIELDS = ("norm_before_fc", "fc_norm", "norm_output")
 
 
-def _classify(path: Path, config: dict[str, Any], target_config: Any) -> HeadSpec | None:
+def _classify(path: Path, config: dict[str, Any]) -> HeadSpec | None:
     """The layout of ``config`` (see the module docstring), or None when it names no head. A multimodal checkpoint
     (Qwen3.5) keeps its language model's fields, MTP ones included, under ``text_config``."""
     if isinstance(config.get("text_config"), dict) and "speculators_config" not in config:
@@ -224,6 +225,57 @@ def read_weights(spec: HeadSpec) -> dict[str, torch.Tensor]:
     if not tensors:
         raise ModelError(f"draft head {spec.path}: no weights under {spec.prefix or 'the checkpoint'!r}")
     return {_rename(key, spec.rename): value for key, value in tensors.items()}
+
+
+def classify_head(path: Path) -> HeadSpec:
+    """The head checkpoint at ``path`` as ``describe_head`` classifies it, without checking it against a target
+    (a stored run's head was checked when it ran)."""
+    spec = _classify(path, read_config(path))
+    if spec is None:
+        raise ModelError(f"draft head {path}: config.json names no EAGLE-3 or MTP head")
+    return spec
+
+
+INDEX_TABLES = ("d2t", "t2d")  # EAGLE-3's vocabulary maps: looked up, not multiplied
+
+
+def head_shape(spec: HeadSpec, hub_id: str | None = None) -> dict[str, Any]:
+    """The head as a cost model sees it, as the fields of a ``relaxbench.models.shape.ModelShape`` (a layer this
+    package does not import): one decoder layer (its attention's heads and head size from the layer's
+    config) whose forward reads every weight of the head's files but an embedding, plus the target's output head
+    when the head uses the target's (an MTP layer inside its target, speculators' MTP). Sizes come from the
+    safetensors headers (no tensor is read). Like a target's shape, a mixture-of-experts layer counts every
+    expert."""
+    sizes = _tensor_sizes(spec, hub_id)
+    layer = spec.layer_config
+    hidden = int(layer["hidden_size"])
+    heads = int(layer.get("num_attention_heads") or 1)
+    embedding = sum(n for key, n in sizes.items() if key.startswith("embed_tokens."))
+    parameters = sum(n for key, n in sizes.items() if key not in INDEX_TABLES)
+    if not any(key.startswith("lm_head.") for key in sizes):
+        parameters += int(layer["vocab_size"]) * hidden  # the target's output head, read at every draft step
+    return {"parameters": parameters, "embedding_parameters": embedding, "tied_embeddings": False, "layers": 1,
+            "hidden_size": hidden, "attention_heads": heads, "kv_heads": int(layer.get("num_key_value_heads") or heads),
+            "head_dim": int(layer.get("head_dim") or hidden // heads)}
+
+
+def _tensor_sizes(spec: HeadSpec, hub_id: str | None) -> dict[str, int]:
+    """Elements of each head tensor under our key names, from the files' headers."""
+    sizes: dict[str, int] = {}
+    for file in _weight_files(spec.path, spec.prefix, hub_id):
+        if file.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(file), framework="pt") as handle:
+                for key in handle.keys():
+                    if key.startswith(spec.prefix):
+                        sizes[key] = math.prod(handle.get_slice(key).get_shape())
+        else:
+            loaded = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            sizes.update({k: v.numel() for k, v in loaded.items() if k.startswith(spec.prefix)})
+    if not sizes:
+        raise ModelError(f"draft head {spec.path}: no weights under {spec.prefix or 'the checkpoint'!r}")
+    return {_rename(key, spec.rename): n for key, n in sizes.items()}
 
 
 def _rename(key: str, rename: dict[str, str]) -> str:

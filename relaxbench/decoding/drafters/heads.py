@@ -20,7 +20,7 @@ import torch
 
 from relaxbench.decoding.cache import common_prefix_length, kv_settings, rollback
 from relaxbench.decoding.drafters.base import Drafter, DrafterInputs, Proposal, register_drafter
-from relaxbench.decoding.drafters.head_files import describe_head, head_dir, read_weights
+from relaxbench.decoding.drafters.head_files import classify_head, describe_head, head_dir, head_shape, read_weights
 from relaxbench.decoding.drafters.head_modules import Eagle3Head, HeadStaticCache, MTPHead
 from relaxbench.errors import ConfigError
 from relaxbench.ops.sampling import next_token
@@ -31,6 +31,7 @@ class FeatureHeadDrafter(Drafter):
     """Shared state of the heads: target features of the committed prefix, the head's cache and its pairs."""
 
     provides_probs = True
+    uses_head = True
 
     class Knobs(Spec):
         # local folder or hub id of the head checkpoint, or ``trained``: the head ``relaxbench drafter train``
@@ -61,6 +62,17 @@ class FeatureHeadDrafter(Drafter):
         source = knobs.head if knobs.head is not None else cls._default_head(target_config)
         describe_head(head_dir(source, cls.name, str(target_config.name_or_path))[0], target_config,
                       int(target_config.vocab_size), cls.name)
+
+    @classmethod
+    def head_shape_for(cls, raw_knobs: dict[str, Any] | None, target: str) -> dict[str, Any]:
+        """The shape of the head these knobs name for ``target`` (the name a run records), from the head's
+        config and its weight files' headers (no tensor is read; ``head_shape``'s fields): what an analytic cost
+        profile prices its forwards with. Raises ``ModelError``/``ConfigError`` when the head's files are not at
+        hand."""
+        knobs = validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob")
+        source = knobs.head if knobs.head is not None else target  # MTP's default: the target's own checkpoint
+        path, hub_id = head_dir(source, cls.name, target)
+        return head_shape(classify_head(path), hub_id)
 
     @classmethod
     def _default_head(cls, target_config: Any) -> str:
