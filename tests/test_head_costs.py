@@ -15,7 +15,7 @@ from relaxbench.decoding.drafters import DRAFTERS
 from relaxbench.methods import DrafterSpec
 from relaxbench.models.shape import ModelShape
 from relaxbench.profiles import Unpriced, Work, proxy_time
-from relaxbench.profiles.analytic import analytic_profile
+from relaxbench.profiles.analytic import analytic_profile, head_roofline, roofline
 from test_draft_heads import LAYOUTS, kind_of, save_head
 
 TARGET_SHAPE = ModelShape(parameters=1_500_000_000, embedding_parameters=230_000_000, tied_embeddings=False,
@@ -92,6 +92,11 @@ def test_an_analytic_profile_prices_a_heads_forwards_with_its_own_roofline():
     target = profile.target
     # one layer of the target's width reads a small share of the target's weights: a step costs much less
     assert costs.forward.at(1, 512) < target.forward.at(1, 512)
+    # and launches a share of its kernels: the per-forward overhead scaled by (1 + 1) / (28 + 1) layers
+    whole, scaled = roofline("h100-sxm", HEAD), head_roofline("h100-sxm", HEAD, TARGET_SHAPE)
+    assert scaled.overhead == pytest.approx(whole.overhead * 2 / 29) and whole.overhead > 0
+    assert costs.forward.at(1, 0) == pytest.approx(scaled.seconds(1, 0))
+    assert any("head layers + 1" in line for line in profile.assumptions)
     work = Work(prompt_tokens=100, drafted=(4, 4, 4), emitted=(3, 5, 1), extra=(0, 0, 0),
                 draft_forwards=((99, 1, 1, 1), (4, 1, 1, 1), (6, 1, 1, 1)), lookups=(0, 0, 0))
     priced = proxy_time(profile, work, "eagle3", head=LABEL)

@@ -32,7 +32,7 @@ size asked for (default 1) and written as the same tables a measured profile is,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relaxbench.errors import ConfigError
 from relaxbench.models.dtypes import parse_dtype
@@ -57,6 +57,8 @@ ASSUMPTIONS = (
     "activations, sampling, the policy and the host are free; the serving stack's achieved fractions and overhead "
     "are the same at every batch size",
 )
+HEAD_ASSUMPTION = ("a draft head's forward pays the per-forward overhead in proportion to its decoder layers: the "
+                   "target's × (head layers + 1) / (target layers + 1)")
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,18 @@ def roofline(device_name: str, shape: ModelShape, dtype: str = "bfloat16", tp: i
                     device.flops * stack.achieved_flops, stack.overhead_per_forward_s, tp)
 
 
+def head_roofline(device_name: str, shape: ModelShape, target_shape: ModelShape, dtype: str = "bfloat16", tp: int = 1,
+                  catalog: DeviceCatalog | None = None) -> Roofline:
+    """A draft head's roofline. The stack's overhead per forward is kernel launches (``profiles/devices.yaml``: about
+    1.3 us a kernel, 100-200 kernels a forward of the 0.5-1.5B targets), and a forward launches them per decoder
+    layer: a head's overhead is the target's scaled by (the head's layers + 1) / (the target's layers + 1), the one
+    counting the embedding, output head and sampling. Charged the target's whole overhead, a one-layer head drafting
+    ten tokens a round would cost more than the verify it saves on any GPU, which EAGLE-3's measured speed-ups
+    contradict."""
+    line = roofline(device_name, shape, dtype, tp, catalog)
+    return replace(line, overhead=line.overhead * (shape.layers + 1) / (target_shape.layers + 1))
+
+
 def forward_table(line: Roofline, batch: int) -> ForwardTable:
     """The roofline of a step of ``batch`` requests on the analytic grid."""
     return ForwardTable(batch=batch, new_tokens=ANALYTIC_NEW_TOKENS, context=ANALYTIC_CONTEXT,
@@ -147,7 +161,7 @@ def analytic_profile(device_name: str, target: str, target_shape: ModelShape, dr
     """The roofline profile of ``target`` (and ``draft``, and each draft head of ``heads``: drafter label → the
     head's shape) on ``device_name`` (a shipped device spec), a forward table per batch size in ``batch_sizes``. A
     head is priced as the one-layer model its shape describes, in the profile's dtype, split over ``tp`` devices as
-    the target is."""
+    the target is, with its share of the per-forward overhead (``head_roofline``)."""
     catalog = catalog or device_catalog()
     device = catalog.get(device_name)
     stack = catalog.stack_of(device)
@@ -159,8 +173,8 @@ def analytic_profile(device_name: str, target: str, target_shape: ModelShape, dr
     if draft is not None and draft_shape is not None:
         draft_costs = model_costs(draft, draft_shape, roofline(device_name, draft_shape, dtype, tp, catalog), dtype,
                                   batch_sizes)
-    head_costs = tuple(model_costs(label, shape, roofline(device_name, shape, dtype, tp, catalog), dtype, batch_sizes)
-                       for label, shape in (heads or {}).items())
+    head_costs = tuple(model_costs(label, shape, head_roofline(device_name, shape, target_shape, dtype, tp, catalog),
+                                   dtype, batch_sizes) for label, shape in (heads or {}).items())
     sources = {f"device.{key}": value for key, value in device.sources.items()}
     sources.update({f"stack.{key}": value for key, value in stack.sources.items()})
     sources.update({f"ngram_lookup.{key}": value for key, value in catalog.host.sources.items()})
@@ -168,8 +182,8 @@ def analytic_profile(device_name: str, target: str, target_shape: ModelShape, dr
     return Profile(
         name=name or label, kind="analytic",
         device=f"{device.name}{f' × {tp} (tensor parallel)' if tp > 1 else ''}, analytic roofline",
-        assumptions=(batch_text(batch_sizes), *ASSUMPTIONS, f"tensor-parallel degree {tp}",
-                     f"weights and KV cache in {dtype}"),
+        assumptions=(batch_text(batch_sizes), *ASSUMPTIONS, *((HEAD_ASSUMPTION,) if heads else ()),
+                     f"tensor-parallel degree {tp}", f"weights and KV cache in {dtype}"),
         sources=sources,
         settings={"device": device_name, "tp": tp, "dtype": dtype, "batch_sizes": list(batch_sizes),
                   "memory_bandwidth_tb_s": device.memory_bandwidth_tb_s,
