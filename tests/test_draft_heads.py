@@ -483,6 +483,32 @@ def test_the_time_budget_counts_the_feature_pass(tiny_target, monkeypatch):
     assert record["steps"] == 1 and record["stopped_by_time"]
 
 
+def test_the_time_budget_holds_back_the_evaluations_after_training(tiny_target, monkeypatch):
+    """The held-out and training evaluations after the last step are inside ``max_minutes``: on a clock where a pack
+    of ``batch_tokens`` pairs costs a second, forward or backward alike, the whole call ends within the budget (give or
+    take the step in progress), where stopping the steps at the deadline would overrun it by the evaluations."""
+    import types
+
+    import relaxbench.decoding.drafters.head_training as ht
+
+    clock = [0.0]
+    scored = ht._loss_and_hits
+
+    def costed(head, kind, example, *args, **kwargs):
+        packed = example if isinstance(example, list) else [example]
+        clock[0] += sum(int(e.ids.shape[0]) for e in packed) / 64
+        return scored(head, kind, example, *args, **kwargs)
+
+    monkeypatch.setattr(ht, "_loss_and_hits", costed)
+    monkeypatch.setattr(ht, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    sequences = random_prompts(40, int(tiny_target.logit_dim) - 8, seed=16)
+    settings = ht.TrainSettings("eagle3", steps=100_000, max_minutes=0.5, draft_vocab=64, batch_tokens=64)
+    _, _, record = ht.train(tiny_target, sequences, settings, lambda line: None)
+    evaluated = sum(len(ids) for ids in sequences) * 0.2 / 64  # seconds the evaluations take here, at the least
+    assert record["stopped_by_time"] and record["steps"] > 5 and evaluated > 1.0
+    assert clock[0] <= 30 + 1.5, clock[0]
+
+
 def test_more_training_text_is_read_from_files_and_folders(tmp_path):
     """``drafter train --text``: a JSONL file gives its rows' strings, a source file its text in pieces cut at line
     ends of at most about ``CHUNK_CHARS`` (nothing lost), a folder its files of those kinds; ``--text-limit`` draws

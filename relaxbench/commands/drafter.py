@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "output rows and final norm")
     t.add_argument("--max-minutes", type=finite_float, default=None,
                    help="the whole command's minutes: self-distillation (at most half), the target's features, then "
-                        "training for what is left (at least one step)")
+                        "training for what is left (at least one step) but the held-out evaluation's share")
     t.add_argument("--lr", type=finite_float, default=3e-4, help="AdamW learning rate (default: %(default)s)")
     t.add_argument("--seed", type=count, default=0)
     t.add_argument("--draft-vocab", type=positive_int, default=32000,

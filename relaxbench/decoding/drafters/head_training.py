@@ -41,7 +41,8 @@ from relaxbench.ui import clock
 class TrainSettings:
     kind: str  # 'eagle3' or 'mtp'
     steps: int = 200
-    max_minutes: float | None = None  # train()'s whole call: the feature pass and the steps (at least one)
+    # train()'s whole call: the feature pass, the steps (at least one) and the evaluations after them
+    max_minutes: float | None = None
     lr: float = 3e-4
     seed: int = 0
     draft_vocab: int = 32000  # EAGLE-3: the draft vocabulary's size (cut to the target's)
@@ -287,6 +288,9 @@ def _loss_and_hits(head: torch.nn.Module, kind: str, example: Example | list[Exa
     return total, hits, pairs
 
 
+FITTED = 64  # training sequences the card's training agreement is measured on
+
+
 def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
           progress: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
     """Train a head for ``target`` on ``sequences``; returns the head, its layer config and the training record."""
@@ -311,11 +315,17 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     start, losses, step = time.monotonic(), [], 0
     every, shown = max(1, settings.steps // 20), start  # a line per twentieth of the steps, and at least every 30 s
     groups: list[list[Example]] = []
-    while step < settings.steps and (step == 0 or deadline is None or time.monotonic() < deadline):
+    # the evaluations after the last step are inside the budget too: reserved at the training's seconds per pair
+    evaluated, trained = sum(int(ex.ids.shape[0]) for ex in held + train_set[:FITTED]), 0
+    while step < settings.steps and (step == 0 or deadline is None
+                                     or time.monotonic() + (time.monotonic() - start) / trained * evaluated
+                                     < deadline):
         if not groups:  # a new epoch: the training set in a new order, packed again
             rng.shuffle(train_set)
             groups = packs(train_set, settings.batch_tokens)[::-1]
-        loss, _, _ = _loss_and_hits(head, settings.kind, groups.pop(), draft_index, settings.unroll)
+        pack = groups.pop()
+        trained += sum(int(ex.ids.shape[0]) for ex in pack)
+        loss, _, _ = _loss_and_hits(head, settings.kind, pack, draft_index, settings.unroll)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -327,7 +337,7 @@ def train(target: Any, sequences: list[list[int]], settings: TrainSettings,
     head.eval()
     with torch.no_grad():
         scored = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in held]
-        fitted = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in train_set[:64]]  # how well it fits
+        fitted = [_loss_and_hits(head, settings.kind, ex, draft_index) for ex in train_set[:FITTED]]  # how well it fits
     tail = losses[-max(1, min(10, len(losses))):]
     record = {"kind": settings.kind, "target_layers": list(layers), "steps": step, "steps_asked": settings.steps,
               "stopped_by_time": step < settings.steps, "lr": settings.lr, "seed": settings.seed,
