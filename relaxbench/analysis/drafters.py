@@ -27,12 +27,12 @@ from relaxbench.analysis.metrics import (
     bootstrap_interval,
     by_unit,
     complete_units,
+    proxy_speedups,
     speedups,
     total_counters,
 )
-from relaxbench.analysis.proxy import sample_proxy
 from relaxbench.analysis.records import CellRecord
-from relaxbench.profiles import Profile, Unpriced
+from relaxbench.profiles import Profile
 from relaxbench.profiles.measure import MACHINE_PROFILE
 
 EXACT = "exact"
@@ -89,15 +89,6 @@ def _per_unit(cell: CellRecord, units: Sequence[Unit]) -> tuple[np.ndarray, np.n
     return times, np.array([c.emitted for c in counters], float), np.array([c.rounds for c in counters], float)
 
 
-def _proxy_times(profile: Profile, cell: CellRecord, units: Sequence[Unit]) -> np.ndarray | None:
-    """Per unit, the mean proxy time of its samples on ``profile`` (None when the profile cannot price the arm)."""
-    groups = by_unit(cell.samples)
-    try:
-        return np.array([float(np.mean([sample_proxy(profile, cell, s).total for s in groups[u]])) for u in units])
-    except Unpriced:
-        return None
-
-
 def deployment_profile(profiles: Sequence[Profile]) -> Profile | None:
     """The profile a proxy gain is priced on: the first that is not this machine's own measurement."""
     return next((p for p in profiles if p.name != MACHINE_PROFILE), None)
@@ -115,7 +106,6 @@ def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary],
         return ()
     gains = []
     per_unit = {c.arm: _per_unit(c, units) for c in speculative if _identity(c) in exact}  # each arm read once
-    exact_proxy: dict[str, np.ndarray | None] = {}
     for cell in speculative:
         reference = exact.get(_identity(cell))
         if cell.policy == EXACT or reference is None:
@@ -127,13 +117,8 @@ def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary],
                             *bootstrap_interval((emitted, rounds, exact_emitted, exact_rounds),
                                                 _mal_of_totals)) if counted else Estimate(None)
         speed_gain, _ = speedups(exact_times, times)
-        proxy_gain = Estimate(None)
-        if profile is not None:
-            if reference.arm not in exact_proxy:  # each exact arm priced once
-                exact_proxy[reference.arm] = _proxy_times(profile, reference, units)
-            arm_proxy, reference_proxy = _proxy_times(profile, cell, units), exact_proxy[reference.arm]
-            if arm_proxy is not None and reference_proxy is not None:
-                proxy_gain, _ = speedups(reference_proxy, arm_proxy)
+        # exact's proxy time over the rule's: the proxy speed-up with exact as the baseline
+        proxy_gain = Estimate(None) if profile is None else proxy_speedups(cell, reference, list(units), profile).total
         summary, exact_summary = by_arm[cell.arm], by_arm[reference.arm]
         gains.append(DrafterGain(
             drafter=drafter_label(cell.drafter, draft_model), arm=cell.arm, policy=cell.policy,
@@ -143,7 +128,6 @@ def drafter_gains(cells: Sequence[CellRecord], summaries: Sequence[CellSummary],
             relaxed_fraction=summary.relaxed_fraction, proxy_gain=proxy_gain,
             proxy_profile=profile.name if profile is not None else None))
     return tuple(sorted(gains, key=lambda g: (g.drafter, g.arm)))
-
 
 
 def run_drafter_gains(run: Any, summaries: Sequence[Any],

@@ -210,7 +210,13 @@ def _shards(index: Path, prefix: str) -> list[str]:
 def read_weights(spec: HeadSpec) -> dict[str, torch.Tensor]:
     """The head's tensors under our key names; only keys under ``spec.prefix`` are read (an MTP module inside a
     large target checkpoint reads just its own tensors). Keys no rename maps keep their stored name."""
-    tensors: dict[str, torch.Tensor] = {}
+    return _stored(spec, sizes=False)
+
+
+def _stored(spec: HeadSpec, sizes: bool) -> dict[str, Any]:
+    """The head's tensors under ``spec.prefix``, renamed to our keys; with ``sizes``, each tensor's element count
+    instead, from the safetensors headers (no tensor is read)."""
+    found: dict[str, Any] = {}
     for file in _weight_files(spec.path, spec.prefix, spec.hub_id):
         if file.suffix == ".safetensors":
             from safetensors import safe_open
@@ -218,13 +224,13 @@ def read_weights(spec: HeadSpec) -> dict[str, torch.Tensor]:
             with safe_open(str(file), framework="pt") as handle:
                 for key in handle.keys():
                     if key.startswith(spec.prefix):
-                        tensors[key] = handle.get_tensor(key)
+                        found[key] = math.prod(handle.get_slice(key).get_shape()) if sizes else handle.get_tensor(key)
         else:
-            loaded = torch.load(file, map_location="cpu", weights_only=True)
-            tensors.update({k: v for k, v in loaded.items() if k.startswith(spec.prefix)})
-    if not tensors:
+            loaded = torch.load(file, map_location="cpu", weights_only=True, mmap=sizes)
+            found.update({k: v.numel() if sizes else v for k, v in loaded.items() if k.startswith(spec.prefix)})
+    if not found:
         raise ModelError(f"draft head {spec.path}: no weights under {spec.prefix or 'the checkpoint'!r}")
-    return {_rename(key, spec.rename): value for key, value in tensors.items()}
+    return {_rename(key, spec.rename): value for key, value in found.items()}
 
 
 def classify_head(path: Path) -> HeadSpec:
@@ -239,14 +245,14 @@ def classify_head(path: Path) -> HeadSpec:
 INDEX_TABLES = ("d2t", "t2d")  # EAGLE-3's vocabulary maps: looked up, not multiplied
 
 
-def head_shape(spec: HeadSpec, hub_id: str | None = None) -> dict[str, Any]:
+def head_shape(spec: HeadSpec) -> dict[str, Any]:
     """The head as a cost model sees it, as the fields of a ``relaxbench.models.shape.ModelShape`` (a layer this
     package does not import): one decoder layer (its attention's heads and head size from the layer's
     config) whose forward reads every weight of the head's files but an embedding, plus the target's output head
     when the head uses the target's (an MTP layer inside its target, speculators' MTP). Sizes come from the
     safetensors headers (no tensor is read). Like a target's shape, a mixture-of-experts layer counts every
     expert."""
-    sizes = _tensor_sizes(spec, hub_id)
+    sizes: dict[str, int] = _stored(spec, sizes=True)
     layer = spec.layer_config
     hidden = int(layer["hidden_size"])
     heads = int(layer.get("num_attention_heads") or 1)
@@ -257,25 +263,6 @@ def head_shape(spec: HeadSpec, hub_id: str | None = None) -> dict[str, Any]:
     return {"parameters": parameters, "embedding_parameters": embedding, "tied_embeddings": False, "layers": 1,
             "hidden_size": hidden, "attention_heads": heads, "kv_heads": int(layer.get("num_key_value_heads") or heads),
             "head_dim": int(layer.get("head_dim") or hidden // heads)}
-
-
-def _tensor_sizes(spec: HeadSpec, hub_id: str | None) -> dict[str, int]:
-    """Elements of each head tensor under our key names, from the files' headers."""
-    sizes: dict[str, int] = {}
-    for file in _weight_files(spec.path, spec.prefix, hub_id):
-        if file.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(file), framework="pt") as handle:
-                for key in handle.keys():
-                    if key.startswith(spec.prefix):
-                        sizes[key] = math.prod(handle.get_slice(key).get_shape())
-        else:
-            loaded = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-            sizes.update({k: v.numel() for k, v in loaded.items() if k.startswith(spec.prefix)})
-    if not sizes:
-        raise ModelError(f"draft head {spec.path}: no weights under {spec.prefix or 'the checkpoint'!r}")
-    return {_rename(key, spec.rename): n for key, n in sizes.items()}
 
 
 def _rename(key: str, rename: dict[str, str]) -> str:

@@ -72,7 +72,9 @@ class FeatureHeadDrafter(Drafter):
         knobs = validate(cls.Knobs, dict(raw_knobs or {}), f"drafter {cls.name!r}", "knob")
         source = knobs.head if knobs.head is not None else target  # MTP's default: the target's own checkpoint
         path, hub_id = head_dir(source, cls.name, target)
-        return head_shape(classify_head(path), hub_id)
+        spec = classify_head(path)
+        spec.hub_id = hub_id
+        return head_shape(spec)
 
     @classmethod
     def _default_head(cls, target_config: Any) -> str:
