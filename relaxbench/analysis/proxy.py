@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from relaxbench.analysis.records import CellRecord, RunRecord
 from relaxbench.decoding.drafters import DRAFTERS
@@ -77,12 +78,16 @@ def run_head_shapes(run: RunRecord) -> dict[str, ModelShape]:
         label = head_label(cell)
         if label is None or label in shapes:
             continue
-        knobs = (cell.drafter or {}).get("knobs")
         try:
-            shapes[label] = ModelShape(**DRAFTERS.get(str(drafter_kind(cell))).head_shape_for(knobs, run.target))
+            shapes[label] = head_shape(str(drafter_kind(cell)), (cell.drafter or {}).get("knobs"), run.target)
         except (ConfigError, ModelError, OSError):
             continue
     return shapes
+
+
+def head_shape(kind: str, knobs: dict[str, Any] | None, target: str) -> ModelShape:
+    """The shape of the head a ``kind`` drafter with ``knobs`` drafts with for ``target`` (from its checkpoint)."""
+    return ModelShape(**DRAFTERS.get(kind).head_shape_for(knobs, target))
 
 
 def run_profiles(run: RunRecord, refs: Sequence[str]) -> tuple[Profile, ...]:

@@ -234,21 +234,21 @@ def head_shapes(given: list[str], target: str, run_dir: str | None) -> dict[str,
     """The draft heads an analytic profile prices: the stored run's (``--run``), then each ``--head KIND=HEAD``,
     by the label arms name them with."""
     from relaxbench.analysis import load_run
-    from relaxbench.analysis.proxy import run_head_shapes
+    from relaxbench.analysis.proxy import head_shape, run_head_shapes
     from relaxbench.decoding.drafters import DRAFTERS
     from relaxbench.errors import ConfigError
     from relaxbench.methods import DrafterSpec
-    from relaxbench.models import shape as model_shapes
+    from relaxbench.profiles.proxy import uses_head
 
     shapes = run_head_shapes(load_run(run_dir)) if run_dir else {}
-    heads = [name for name in DRAFTERS.names() if DRAFTERS.get(name).uses_head]
+    heads = [name for name in DRAFTERS.names() if uses_head(name)]
     for item in given:
         kind, _, head = item.partition("=")
         if kind not in heads or not head:
             raise ConfigError(f"--head {item}: give KIND=HEAD with KIND one of {', '.join(heads)} (e.g. "
                               "eagle3=PATH_OR_HUB_ID, mtp=trained)")
         label = DrafterSpec(kind=kind, knobs={"head": head}).label
-        shapes[label] = model_shapes.ModelShape(**DRAFTERS.get(kind).head_shape_for({"head": head}, target))
+        shapes[label] = head_shape(kind, {"head": head}, target)
     return shapes
 
 
